@@ -1,0 +1,6 @@
+"""User-facing errors: the CLI prints ``sdconvert: error: <message>`` and exits 2, never a traceback."""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem with the user's input or environment (bad path, unsupported model, disk full...)."""
