@@ -1,0 +1,246 @@
+"""The conversion job: load -> export each model -> precision -> (fuse) -> verify -> tokenizer/scheduler -> manifest.
+
+Everything is written into a temporary sibling folder and renamed into place at the end, so a failure (bad input,
+tolerance miss, disk full) leaves no partial output. Models are exported one at a time and freed, because the SD1.5
+UNet alone needs 11-19 GB of RAM in litert-torch.
+"""
+from __future__ import annotations
+
+import errno
+import gc
+import json
+import os
+import resource
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from sdconvert.errors import ParityError, UserError
+
+from . import checks, litert, sources, verify
+from .wrappers import MODEL_NAMES, Shapes, build_wrapper, sample_inputs
+
+PRECISIONS = ("fp32", "fp16", "int8")
+NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+@dataclass
+class ConvertOptions:
+    out: Path
+    random_weights: str | None = None
+    model_dir: Path | None = None
+    checkpoint: Path | None = None
+    allow_pickle: bool = False
+    precision: str = "fp32"
+    height: int | None = None
+    width: int | None = None
+    cfg_batch: int = 1
+    models: tuple[str, ...] = MODEL_NAMES
+    verify: bool = False
+    seed: int = 0
+    overwrite: bool = False
+    quiet: bool = False
+    clip_bpe: Path | None = None
+
+
+@dataclass
+class StageTime:
+    stage: str
+    seconds: float
+    peak_rss_mb: float
+
+
+@dataclass
+class ConvertResult:
+    out: Path
+    manifest: dict[str, Any]
+    parity: list[verify.Parity] = field(default_factory=list)
+    stages: list[StageTime] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.parity)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _load(opts: ConvertOptions) -> sources.LoadedPipeline:
+    given = [x for x in (opts.random_weights, opts.model_dir, opts.checkpoint) if x is not None]
+    if len(given) != 1:
+        raise UserError("give exactly one source: MODEL_DIR, --checkpoint FILE or --random-weights {sd15,tiny}")
+    if opts.random_weights is not None:
+        return sources.from_random(opts.random_weights, opts.seed)
+    if opts.model_dir is not None:
+        return sources.from_diffusers_folder(opts.model_dir)
+    from . import single_file
+
+    return single_file.load(opts.checkpoint, allow_pickle=opts.allow_pickle)
+
+
+def _prepare_tmp(out: Path, overwrite: bool) -> Path:
+    out = out.absolute()
+    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"output {out} already exists; pass --overwrite to replace it")
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = parent / f".{out.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        probe = tmp / ".write-test"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write output folder {out}: {e.strerror or e}") from None
+    return tmp
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    out = out.absolute()
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def run(opts: ConvertOptions) -> ConvertResult:
+    """Run the whole job. Raises :class:`UserError` for user-fixable problems, leaving no output behind."""
+    if opts.precision not in PRECISIONS:
+        raise UserError(f"--precision must be one of {PRECISIONS}, got {opts.precision!r}")
+    if opts.cfg_batch not in (1, 2):
+        raise UserError(f"--cfg-batch must be 1 or 2, got {opts.cfg_batch}")
+    unknown = set(opts.models) - set(MODEL_NAMES)
+    if unknown:
+        raise UserError(f"unknown model(s) {sorted(unknown)}; choose from {list(MODEL_NAMES)}")
+    checks.check_size(opts.height or 64, opts.width or 64)
+    tmp = _prepare_tmp(opts.out, opts.overwrite)
+    try:
+        with litert.redirect_native_output(tmp / "conversion.log") as term:
+            result = _run_in(tmp, opts, term)
+        _publish(tmp, opts.out)
+        result.out = opts.out.absolute()
+        return result
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in NO_SPACE:
+            raise UserError(f"no space left while writing {opts.out} ({e.strerror}); nothing was written") from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
+    """The job itself; fds 1/2 go to conversion.log, ``term`` is the user's stderr."""
+    import torch
+    from tqdm import tqdm
+
+    log_path = tmp / "conversion.log"
+    stages: list[StageTime] = []
+
+    def say(msg: str) -> None:
+        if not opts.quiet:
+            print(f"sdconvert: {msg}", file=term)
+
+    def timed(stage: str, t0: float) -> None:
+        stages.append(StageTime(stage, time.perf_counter() - t0, _peak_rss_mb()))
+
+    t0 = time.perf_counter()
+    say("loading model")
+    loaded = _load(opts)
+    timed("load", t0)
+    height = opts.height or loaded.default_size[0]
+    width = opts.width or loaded.default_size[1]
+    checks.check_size(height, width)
+    shapes = Shapes(height=height, width=width, cfg_batch=opts.cfg_batch,
+                    latent_channels=int(loaded.vae_config.get("latent_channels", 4)),
+                    vae_scale_factor=2 ** (len(loaded.vae_config["block_out_channels"]) - 1),
+                    text_hidden=int(loaded.text_config["hidden_size"]))
+
+    parity: list[verify.Parity] = []
+    entries: dict[str, dict[str, Any]] = {}
+    bar = tqdm(total=len(opts.models), desc="export", unit="model", file=term, disable=opts.quiet)
+    for name in opts.models:
+        bar.set_description(f"export {name}")
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(opts.seed + 1)
+        wrapper = build_wrapper(name, loaded.modules)
+        inputs = sample_inputs(name, shapes, gen)
+        path = tmp / f"{name}.tflite"
+        fp32_path = path if opts.precision == "fp32" else tmp / f"{name}.fp32.tflite"
+        try:
+            litert.convert_to_tflite(wrapper, inputs, fp32_path)
+        except Exception as e:  # litert-torch raises many types; keep the message, the log has the rest
+            raise UserError(f"litert-torch failed to convert {name}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__} "
+                            f"(see the log tail:\n{litert.tail(log_path)})") from None
+        timed(f"export {name}", t0)
+        if opts.precision != "fp32":
+            t0 = time.perf_counter()
+            from .precision import convert_weights
+
+            convert_weights(fp32_path, path, opts.precision)
+            fp32_path.unlink()
+            timed(f"{opts.precision} {name}", t0)
+        if opts.verify:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                ref = {k: v.numpy() for k, v in wrapper(**inputs).items()}
+            got = verify.run_tflite(path, {k: v.numpy() for k, v in inputs.items()})
+            for out_name, r in ref.items():
+                parity.append(verify.compare(name, got[out_name], r, verify.TOLERANCE[opts.precision]))
+            timed(f"verify {name}", t0)
+        entries[name] = {}
+        del wrapper
+        gc.collect()
+        bar.update(1)
+    bar.close()
+
+    say("writing tokenizer, scheduler, manifest")
+    _write_tokenizer(tmp, loaded, opts)
+    (tmp / "scheduler").mkdir()
+    (tmp / "scheduler" / "scheduler_config.json").write_text(json.dumps(loaded.scheduler_config, indent=2) + "\n")
+    from sdconvert import manifest as mf
+
+    for name in opts.models:
+        entries[name] = mf.model_entry(tmp / f"{name}.tflite")
+    manifest = {
+        "format": mf.FORMAT, "version": mf.VERSION,
+        "config": loaded.source.get("config", "custom"), "source": loaded.source,
+        "precision": opts.precision, "height": height, "width": width, "cfg_batch": opts.cfg_batch,
+        "latent_channels": shapes.latent_channels, "vae_scale_factor": shapes.vae_scale_factor,
+        "vae_scaling_factor": float(loaded.vae_config.get("scaling_factor", 0.18215)),
+        "text_hidden_size": shapes.text_hidden, "max_length": 77,
+        "models": entries,
+        "tokenizer": {"vocab": "tokenizer/vocab.json", "merges": "tokenizer/merges.txt"},
+        "scheduler": "scheduler/scheduler_config.json",
+        "parity": [p.as_dict() for p in parity],
+        "stages": [vars(s) for s in stages],
+        "tools": mf.tool_versions(),
+    }
+    mf.write(tmp / "manifest.json", manifest)
+    bad = [p for p in parity if not p.ok]
+    if bad:
+        raise ParityError("parity check failed:\n" + verify.format_table(parity))
+    return ConvertResult(out=tmp, manifest=manifest, parity=parity, stages=stages)
+
+
+def _write_tokenizer(tmp: Path, loaded: sources.LoadedPipeline, opts: ConvertOptions) -> None:
+    dst = tmp / "tokenizer"
+    if loaded.tokenizer_dir is not None:
+        shutil.copytree(loaded.tokenizer_dir, dst)
+        return
+    from sdlite.tokenizer import build_clip_vocab_files, find_clip_bpe
+
+    try:
+        bpe = opts.clip_bpe or find_clip_bpe()
+    except (FileNotFoundError, RuntimeError) as e:
+        raise UserError(str(e)) from None
+    build_clip_vocab_files(Path(bpe), dst)
