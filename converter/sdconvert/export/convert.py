@@ -178,6 +178,10 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
         fp32_path = path if opts.precision == "fp32" else tmp / f"{name}.fp32.tflite"
         try:
             litert.convert_to_tflite(wrapper, inputs, fp32_path)
+        except OSError as e:
+            if e.errno in NO_SPACE:
+                raise
+            raise UserError(f"litert-torch failed to write {name}: {e}") from None
         except Exception as e:  # litert-torch raises many types; keep the message, the log has the rest
             raise UserError(f"litert-torch failed to convert {name}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__} "
                             f"(see the log tail:\n{litert.tail(log_path)})") from None
@@ -235,7 +239,7 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
 def _write_tokenizer(tmp: Path, loaded: sources.LoadedPipeline, opts: ConvertOptions) -> None:
     dst = tmp / "tokenizer"
     if loaded.tokenizer_dir is not None:
-        shutil.copytree(loaded.tokenizer_dir, dst)
+        copy_tokenizer(loaded.tokenizer_dir, dst)
         return
     from sdlite.tokenizer import build_clip_vocab_files, find_clip_bpe
 
@@ -244,3 +248,20 @@ def _write_tokenizer(tmp: Path, loaded: sources.LoadedPipeline, opts: ConvertOpt
     except (FileNotFoundError, RuntimeError) as e:
         raise UserError(str(e)) from None
     build_clip_vocab_files(Path(bpe), dst)
+
+
+def copy_tokenizer(src: Path, dst: Path) -> None:
+    """Write HF-format vocab.json + merges.txt from a diffusers tokenizer/ folder (slow or fast-tokenizer layout)."""
+    dst.mkdir()
+    if (src / "vocab.json").exists() and (src / "merges.txt").exists():
+        shutil.copy2(src / "vocab.json", dst / "vocab.json")
+        shutil.copy2(src / "merges.txt", dst / "merges.txt")
+        return
+    try:
+        model = json.loads((src / "tokenizer.json").read_text())["model"]
+        vocab, merges = model["vocab"], model["merges"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"{src} has neither vocab.json+merges.txt nor a readable BPE tokenizer.json") from None
+    (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    lines = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    (dst / "merges.txt").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")

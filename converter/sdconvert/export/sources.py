@@ -24,7 +24,7 @@ class LoadedPipeline:
     text_config: dict[str, Any]
     scheduler_config: dict[str, Any]
     source: dict[str, Any]
-    tokenizer_dir: Path | None = None  # folder with vocab.json + merges.txt; None -> build from the CLIP BPE file
+    tokenizer_dir: Path | None = None  # diffusers tokenizer/ folder; None -> build from the CLIP BPE file
     default_size: tuple[int, int] = (512, 512)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -85,7 +85,7 @@ def from_diffusers_folder(root: Path) -> LoadedPipeline:
     return LoadedPipeline(
         modules=modules, unet_config=unet_cfg, vae_config=vae_cfg, text_config=text_cfg, scheduler_config=sched,
         source={"kind": "diffusers", "path": str(root.resolve()), "pipeline": cls},
-        tokenizer_dir=tok if (tok / "vocab.json").exists() and (tok / "merges.txt").exists() else None,
+        tokenizer_dir=tok if tok.is_dir() else None,
         default_size=_default_size(unet_cfg, vae_cfg),
     )
 
