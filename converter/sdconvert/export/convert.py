@@ -176,6 +176,7 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
         inputs = sample_inputs(name, shapes, gen)
         path = tmp / f"{name}.tflite"
         fp32_path = path if opts.precision == "fp32" else tmp / f"{name}.fp32.tflite"
+        litert.check_free_space(tmp, wrapper)
         try:
             litert.convert_to_tflite(wrapper, inputs, fp32_path)
         except OSError as e:

@@ -43,8 +43,25 @@ def convert_to_tflite(module: torch.nn.Module, sample_kwargs: dict[str, torch.Te
 
     with torch.no_grad():
         edge_model = litert_torch.convert(module, sample_kwargs=sample_kwargs)
-    edge_model.export(str(path))
+    # Write from Python, not with edge_model.export(): its native writer calls exit(1) on an I/O error ("LLVM ERROR:
+    # IO failure on output stream"), which would kill the process before we can clean up a full disk.
+    content = edge_model.model_content()
     del edge_model
+    with open(path, "wb") as f:
+        f.write(content)
+
+
+def check_free_space(folder: Path, module: torch.nn.Module) -> None:
+    """Fail before a long conversion if the folder cannot hold the fp32 model (parameters + 10%)."""
+    import shutil
+
+    from sdconvert.errors import UserError
+
+    need = int(1.1 * sum(p.numel() * p.element_size() for p in module.parameters()))
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise UserError(f"not enough disk space in {folder}: the model needs ~{need / 2**20:.0f} MiB, "
+                        f"{free / 2**20:.0f} MiB free")
 
 
 def tail(path: Path, lines: int = 15) -> str:

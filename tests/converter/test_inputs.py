@@ -1,0 +1,153 @@
+"""Sources and bad input: single-file checkpoints, and one-line errors that leave no output behind."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdconvert.cli import main
+from sdconvert.export.verify import run_tflite
+
+
+def _no_output(out: Path) -> bool:
+    return not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
+
+
+def _fail(capsys, args: list[str], out: Path) -> str:
+    rc = main([*args, "-o", str(out), "-q"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert err.startswith("sdconvert: error: ") and "Traceback" not in err
+    assert _no_output(out)
+    return err
+
+
+@pytest.fixture(scope="module")
+def tiny_single_file(tmp_path_factory, tiny_modules) -> Path:
+    import safetensors.torch as st
+
+    from sdconvert.export.ldm_keys import to_ldm_state_dict
+
+    path = tmp_path_factory.mktemp("ckpt") / "tiny-sd1.safetensors"
+    st.save_file(to_ldm_state_dict(tiny_modules), str(path))
+    return path
+
+
+def test_single_file_safetensors_converts(tmp_path, tiny_single_file, tiny_export):
+    out = tmp_path / "sf"
+    assert main(["--checkpoint", str(tiny_single_file), "-o", str(out), "--models", "unet,vae_decoder", "--verify", "-q"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["source"]["kind"] == "single_file" and m["config"] == "tiny"
+    rng = np.random.default_rng(5)
+    z = {"latents": rng.standard_normal((1, 4, 8, 8), dtype=np.float32)}
+    np.testing.assert_allclose(run_tflite(out / "vae_decoder.tflite", z)["image"],
+                               run_tflite(tiny_export / "vae_decoder.tflite", z)["image"], rtol=0, atol=1e-6)
+
+
+def _edit_folder(src: Path, dst: Path, sub: str, **changes) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors"))
+    for s in ("unet", "vae", "text_encoder"):  # weights are not read before the architecture check
+        (dst / s / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    cfg = json.loads((dst / sub / "config.json").read_text())
+    cfg.update(changes)
+    (dst / sub / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_missing_and_unknown_folders(capsys, tmp_path):
+    assert "does not exist" in _fail(capsys, [str(tmp_path / "nope")], tmp_path / "o1")
+    (tmp_path / "empty").mkdir()
+    assert "not a diffusers pipeline folder" in _fail(capsys, [str(tmp_path / "empty")], tmp_path / "o2")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "model_index.json").write_text('{"_class_name": "KandinskyPipeline"}')
+    assert "KandinskyPipeline" in _fail(capsys, [str(tmp_path / "other")], tmp_path / "o3")
+    assert "unknown --random-weights config 'sd3'" in _fail(capsys, ["--random-weights", "sd3"], tmp_path / "o4")
+    assert "exactly one source" in _fail(capsys, [], tmp_path / "o5")
+
+
+def test_sd2_and_sdxl_folders_rejected(capsys, tmp_path, tiny_diffusers_dir):
+    sd2 = _edit_folder(tiny_diffusers_dir, tmp_path / "sd2", "unet", cross_attention_dim=1024, use_linear_projection=True,
+                       attention_head_dim=[5, 10, 20, 20])
+    assert "Stable Diffusion 2.x" in _fail(capsys, [str(sd2)], tmp_path / "o1")
+    xl = _edit_folder(tiny_diffusers_dir, tmp_path / "xl", "unet", addition_embed_type="text_time", addition_time_embed_dim=256)
+    assert "SDXL" in _fail(capsys, [str(xl)], tmp_path / "o2")
+    inpaint = _edit_folder(tiny_diffusers_dir, tmp_path / "inp", "unet", in_channels=9)
+    assert "in_channels=9" in _fail(capsys, [str(inpaint)], tmp_path / "o3")
+
+
+def test_truncated_and_corrupt_safetensors(capsys, tmp_path, tiny_diffusers_dir, tiny_single_file):
+    trunc = tmp_path / "trunc"
+    shutil.copytree(tiny_diffusers_dir, trunc)
+    w = trunc / "unet" / "diffusion_pytorch_model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    assert "truncated safetensors file" in _fail(capsys, [str(trunc)], tmp_path / "o1")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\xff" * 64)
+    assert "corrupt safetensors file" in _fail(capsys, ["--checkpoint", str(bad)], tmp_path / "o2")
+    half = tmp_path / "half.safetensors"
+    half.write_bytes(tiny_single_file.read_bytes()[:100_000])
+    assert "truncated safetensors file" in _fail(capsys, ["--checkpoint", str(half)], tmp_path / "o3")
+
+
+def test_checkpoint_kinds_rejected(capsys, tmp_path):
+    import safetensors.torch as st
+    import torch
+
+    ckpt = tmp_path / "model.ckpt"
+    torch.save({"state_dict": {}}, str(ckpt))
+    assert "--allow-pickle" in _fail(capsys, ["--checkpoint", str(ckpt)], tmp_path / "o1")
+    sd2 = tmp_path / "sd2.safetensors"
+    st.save_file({"cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight": torch.zeros(3, 3),
+                  "model.diffusion_model.input_blocks.0.0.weight": torch.zeros(320, 4, 3, 3)}, str(sd2))
+    assert "2.x" in _fail(capsys, ["--checkpoint", str(sd2)], tmp_path / "o2")
+    xl = tmp_path / "xl.safetensors"
+    st.save_file({"conditioner.embedders.0.x": torch.zeros(1)}, str(xl))
+    assert "SDXL" in _fail(capsys, ["--checkpoint", str(xl)], tmp_path / "o3")
+    other = tmp_path / "lora.safetensors"
+    st.save_file({"lora_unet_down.weight": torch.zeros(1)}, str(other))
+    assert "not a Stable Diffusion 1.x checkpoint" in _fail(capsys, ["--checkpoint", str(other)], tmp_path / "o4")
+
+
+def test_bad_options(capsys, tmp_path):
+    assert "multiple of 64" in _fail(capsys, ["--random-weights", "tiny", "--height", "100"], tmp_path / "o1")
+    assert "unknown model" in _fail(capsys, ["--random-weights", "tiny", "--models", "unet,refiner"], tmp_path / "o2")
+
+
+def test_existing_and_unwritable_output(capsys, tmp_path):
+    out = tmp_path / "exists"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    rc = main(["--random-weights", "tiny", "-o", str(out), "-q"])
+    assert rc == 2 and "already exists; pass --overwrite" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "x"
+    # /proc refuses new entries even for root
+    assert "cannot write output folder" in _fail(capsys, ["--random-weights", "tiny"], Path("/proc/sdconvert-out"))
+    file_parent = tmp_path / "a-file"
+    file_parent.write_text("")
+    assert "cannot write output folder" in _fail(capsys, ["--random-weights", "tiny"], file_parent / "out")
+
+
+def test_disk_full_during_write_leaves_nothing(tmp_path):
+    """A file-size limit makes the model write fail mid-way (EFBIG), as a full disk does (ENOSPC)."""
+    out = tmp_path / "full"
+    limit = 2 << 20  # the tiny text encoder is ~6 MiB
+
+    def limit_writes() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-m", "sdconvert.cli", "--random-weights", "tiny", "--models", "text_encoder",
+                        "-o", str(out), "-q"], capture_output=True, text=True, preexec_fn=limit_writes, env=env, timeout=600)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().startswith("sdconvert: error: no space left while writing"), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert _no_output(out)
