@@ -1,0 +1,61 @@
+// The seam between the backend-agnostic delegate (partitioning, op parsing,
+// memory planning, TFLite glue) and a compute backend. CPU implements it now;
+// OpenCL and GL backends implement the same interface later and reuse
+// everything else unchanged.
+//
+// Memory model: for each delegated partition the delegate plans ONE arena
+// (internal tensors + per-node scratch, see memory_planner.h) and asks the
+// backend to allocate it. Kernels then receive host pointers for partition
+// inputs/outputs and arena-relative buffers for everything else. GPU backends
+// will back the arena with a device buffer and upload/download partition I/O.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "ops/op_registry.h"
+#include "ops/tensor_info.h"
+
+namespace sdgpu {
+
+// Pointers a kernel sees for one Run. `scratch` holds at least the bytes the
+// kernel asked for in Prepare and is 64-byte aligned.
+struct KernelIO {
+  std::vector<const void*> inputs;
+  void* output = nullptr;
+  void* scratch = nullptr;
+};
+
+class BackendKernel {
+ public:
+  virtual ~BackendKernel() = default;
+  // Shapes are final for the next Run(s); returns the scratch bytes needed.
+  virtual Status Prepare(const std::vector<TensorInfo>& inputs, const TensorInfo& output,
+                         size_t* scratch_bytes) = 0;
+  virtual Status Run(const KernelIO& io) = 0;
+};
+
+class Arena {
+ public:
+  virtual ~Arena() = default;
+  virtual size_t size() const = 0;
+  // Host-visible base address (CPU backend); GPU backends may return nullptr
+  // and expose device handles instead.
+  virtual void* host_data() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // Backend-specific limits beyond the generic op validation (e.g. a GL
+  // backend without causal attention). Called at partition time and again
+  // whenever shapes change.
+  virtual Status Supports(const ParsedOp& op, const std::vector<TensorInfo>& inputs) const = 0;
+  virtual Status CreateKernel(const ParsedOp& op, std::unique_ptr<BackendKernel>* out) = 0;
+  virtual Status AllocateArena(size_t bytes, std::unique_ptr<Arena>* out) = 0;
+};
+
+}  // namespace sdgpu

@@ -1,0 +1,14 @@
+// Chooses the compute backend named by the "backend" delegate option.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "delegate/backend.h"
+#include "delegate/options.h"
+
+namespace sdgpu {
+
+Status CreateBackend(const DelegateOptions& options, std::unique_ptr<Backend>* out);
+
+}  // namespace sdgpu

@@ -1,0 +1,66 @@
+#include "delegate/memory_planner.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+namespace sdgpu {
+namespace {
+
+bool AlignUp(size_t v, size_t* out) {
+  if (v > std::numeric_limits<size_t>::max() - (MemoryPlanner::kAlignment - 1)) return false;
+  *out = (v + MemoryPlanner::kAlignment - 1) / MemoryPlanner::kAlignment * MemoryPlanner::kAlignment;
+  return true;
+}
+
+}  // namespace
+
+int MemoryPlanner::Add(size_t bytes, int first_step, int last_step) {
+  requests_.push_back(Request{bytes, first_step, std::max(first_step, last_step)});
+  return static_cast<int>(requests_.size()) - 1;
+}
+
+Status MemoryPlanner::Plan() {
+  arena_bytes_ = 0;
+  std::vector<int> order(requests_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return requests_[a].bytes > requests_[b].bytes; });
+  for (Request& r : requests_) r.placed = false;
+
+  std::vector<int> live;  // placed requests whose lifetime overlaps the current one
+  for (int id : order) {
+    Request& r = requests_[id];
+    r.offset = 0;
+    if (r.bytes == 0) {
+      r.placed = true;
+      continue;
+    }
+    live.clear();
+    for (size_t j = 0; j < requests_.size(); ++j) {
+      const Request& p = requests_[j];
+      if (p.placed && p.bytes > 0 && p.first <= r.last && r.first <= p.last) live.push_back(static_cast<int>(j));
+    }
+    std::sort(live.begin(), live.end(), [&](int a, int b) { return requests_[a].offset < requests_[b].offset; });
+    size_t candidate = 0;
+    for (int j : live) {
+      const Request& p = requests_[j];
+      if (candidate + r.bytes <= p.offset) break;  // fits in the gap before p
+      size_t end = 0;
+      if (p.offset > std::numeric_limits<size_t>::max() - p.bytes || !AlignUp(p.offset + p.bytes, &end)) {
+        return Status::Error("memory planner: arena size overflow");
+      }
+      candidate = std::max(candidate, end);
+    }
+    if (candidate > std::numeric_limits<size_t>::max() - r.bytes) {
+      return Status::Error("memory planner: arena size overflow");
+    }
+    r.offset = candidate;
+    r.placed = true;
+    size_t end = 0;
+    if (!AlignUp(candidate + r.bytes, &end)) return Status::Error("memory planner: arena size overflow");
+    arena_bytes_ = std::max(arena_bytes_, end);
+  }
+  return Status::Ok();
+}
+
+}  // namespace sdgpu

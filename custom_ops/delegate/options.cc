@@ -1,0 +1,68 @@
+#include "delegate/options.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <string_view>
+#include <thread>
+
+namespace sdgpu {
+namespace {
+
+bool ParseIntIn(std::string_view text, long min, long max, int* out) {
+  if (text.empty() || text.size() > 12) return false;
+  std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || v < min || v > max) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+}  // namespace
+
+Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,
+                            DelegateOptions* out) {
+  *out = DelegateOptions();
+  if (count > 0 && (keys == nullptr || values == nullptr)) return Status::Error("null option arrays");
+  for (size_t i = 0; i < count; ++i) {
+    if (keys[i] == nullptr || values[i] == nullptr) return Status::Error("null option key or value");
+    const std::string_view key = keys[i];
+    const std::string_view value = values[i];
+    if (key == "backend") {
+      out->backend = std::string(value);
+    } else if (key == "log_level") {
+      if (!ParseLogLevel(value, &out->log_level)) {
+        return Status::Error("option log_level='" + std::string(value) +
+                             "' is not one of silent|error|warning|info|debug");
+      }
+    } else if (key == "num_threads") {
+      if (value == "auto" || value == "0") {
+        out->num_threads = 0;
+      } else if (!ParseIntIn(value, 1, 256, &out->num_threads)) {
+        return Status::Error("option num_threads='" + std::string(value) + "' must be 1..256 or 'auto'");
+      }
+    } else if (key == "attention_block_q") {
+      if (!ParseIntIn(value, 1, 1024, &out->attention_block_q)) {
+        return Status::Error("option attention_block_q='" + std::string(value) + "' must be 1..1024");
+      }
+    } else if (key == "attention_block_k") {
+      if (!ParseIntIn(value, 1, 4096, &out->attention_block_k)) {
+        return Status::Error("option attention_block_k='" + std::string(value) + "' must be 1..4096");
+      }
+    } else {
+      return Status::Error("unknown option '" + std::string(key) +
+                           "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k)");
+    }
+  }
+  return Status::Ok();
+}
+
+int ResolvedNumThreads(const DelegateOptions& options) {
+  if (options.num_threads > 0) return options.num_threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return static_cast<int>(std::clamp<unsigned>(hw == 0 ? 1 : hw, 1, 8));
+}
+
+}  // namespace sdgpu

@@ -1,0 +1,37 @@
+// Delegate options as passed through the external-delegate string dictionary
+// (Python: load_delegate(path, {"backend": "cpu", ...})).
+//
+//   backend            "cpu" (default). "opencl" / "gl" are reserved for later
+//                      backends and rejected with a clear message for now.
+//   log_level          silent|error|warning (default)|info|debug, or 0..4
+//   num_threads        CPU worker threads incl. the caller: 1..256, or "auto"
+//                      (default: hardware concurrency capped at 8)
+//   attention_block_q  SdAttention CPU query-tile rows (default 64, 1..1024)
+//   attention_block_k  SdAttention CPU key-tile columns (default 128, 1..4096)
+//
+// Unknown keys are an error: a typo must not silently fall back to defaults.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/log.h"
+#include "common/status.h"
+
+namespace sdgpu {
+
+struct DelegateOptions {
+  std::string backend = "cpu";
+  LogLevel log_level = LogLevel::kWarning;
+  int num_threads = 0;  // 0 = auto
+  int attention_block_q = 64;
+  int attention_block_k = 128;
+};
+
+Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,
+                            DelegateOptions* out);
+
+// num_threads with "auto" resolved.
+int ResolvedNumThreads(const DelegateOptions& options);
+
+}  // namespace sdgpu

@@ -1,0 +1,39 @@
+// Per-delegate counters exposed to tests and tools through
+// sdgpu_delegate_stats_json(). Updated under a mutex (cold paths only:
+// partitioning and Prepare; Invoke only bumps an atomic).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "delegate/partitioner.h"
+
+namespace sdgpu {
+
+class DelegateStats {
+ public:
+  void RecordPartitioning(const PartitionPlan& plan);
+  void RecordPrepare(size_t max_node_scratch_bytes, size_t arena_bytes);
+  void RecordInvoke() { invocations_.fetch_add(1, std::memory_order_relaxed); }
+  std::string ToJson(const std::string& backend, int num_threads) const;
+
+ private:
+  static constexpr size_t kMaxDeclinedKept = 256;
+  mutable std::mutex mu_;
+  int graphs_ = 0;
+  int claimed_nodes_ = 0;
+  int other_nodes_ = 0;
+  std::map<std::string, int> claimed_by_op_;
+  std::vector<DeclinedNode> declined_;
+  int declined_total_ = 0;
+  int prepares_ = 0;
+  size_t max_node_scratch_bytes_ = 0;
+  size_t max_arena_bytes_ = 0;
+  std::atomic<long long> invocations_{0};
+};
+
+}  // namespace sdgpu

@@ -1,0 +1,167 @@
+"""Locate and load the native ``libsdgpu_delegate.so`` TFLite delegate.
+
+The delegate runs the fused ``Sd*`` custom ops (SdAttention, SdGelu,
+SdGroupNorm) that ``sdconvert`` writes into .tflite files; builtin ops stay
+with the runtime (XNNPACK). It is built from ``custom_ops/`` by
+scikit-build-core and installed next to this module.
+
+Lookup order of :func:`delegate_path`: the ``SDLITE_DELEGATE_PATH``
+environment variable (for custom builds, e.g. ``build/dev`` while iterating),
+then every directory of the ``sdlite`` package. The override is read at call
+time; importing this module has no side effects.
+
+Trade-off: :func:`stats` and :func:`check_op_options` reach the library
+through ``ctypes`` (a second ``dlopen`` of the same file returns the same
+handle, so they see the delegate objects created by ``load``); they are
+diagnostics, not part of the inference path.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .errors import BackendUnavailableError
+
+ENV_DELEGATE_PATH = "SDLITE_DELEGATE_PATH"
+LIBRARY_NAME = "libsdgpu_delegate.dylib" if sys.platform == "darwin" else "libsdgpu_delegate.so"
+BACKENDS = ("cpu", "opencl", "gl")
+LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
+
+
+class NativeDelegateError(BackendUnavailableError):
+    """The native delegate is missing, rejected its options, or failed to load (one-line message)."""
+
+
+@dataclass(frozen=True)
+class DelegateOptions:
+    """Options understood by the delegate (sent as strings through ``load_delegate``).
+
+    ``num_threads=None`` lets the delegate pick (hardware concurrency, capped at 8).
+    ``attention_block_q/k`` override the SdAttention CPU tile sizes (mainly for tests).
+    """
+
+    backend: str = "cpu"
+    log_level: str = "warning"
+    num_threads: int | None = None
+    attention_block_q: int | None = None
+    attention_block_k: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise NativeDelegateError(f"unknown backend {self.backend!r} (expected one of {', '.join(BACKENDS)})")
+        if self.log_level not in LOG_LEVELS:
+            raise NativeDelegateError(f"unknown log_level {self.log_level!r} (expected one of {', '.join(LOG_LEVELS)})")
+        for name in ("num_threads", "attention_block_q", "attention_block_k"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise NativeDelegateError(f"{name} must be a positive int, got {value!r}")
+
+    def as_strings(self) -> dict[str, str]:
+        """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
+        out = {"backend": self.backend, "log_level": self.log_level}
+        for name in ("num_threads", "attention_block_q", "attention_block_k"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = str(value)
+        return out
+
+
+def _package_dirs() -> list[Path]:
+    import sdlite  # the package this module lives in; imported lazily
+
+    dirs = [Path(p) for p in getattr(sdlite, "__path__", [])]
+    here = Path(__file__).resolve().parent
+    if here not in dirs:
+        dirs.append(here)
+    return dirs
+
+
+def delegate_path() -> Path:
+    """Absolute path of ``libsdgpu_delegate.so``; raises :class:`NativeDelegateError` if it is missing."""
+    override = os.environ.get(ENV_DELEGATE_PATH)
+    if override:
+        path = Path(override).expanduser()
+        if path.is_dir():
+            path = path / LIBRARY_NAME
+        if not path.is_file():
+            raise NativeDelegateError(f"{ENV_DELEGATE_PATH}={override} does not point to {LIBRARY_NAME}")
+        return path.resolve()
+    searched = _package_dirs()
+    for directory in searched:
+        candidate = directory / LIBRARY_NAME
+        if candidate.is_file():
+            return candidate.resolve()
+    where = ", ".join(str(d) for d in searched)
+    raise NativeDelegateError(
+        f"{LIBRARY_NAME} not found (searched {where}); build it with "
+        f"`pip install -e . --no-build-isolation` or set {ENV_DELEGATE_PATH}"
+    )
+
+
+def load(backend: str = "cpu", **opts: Any) -> Any:
+    """Create a delegate for ``Interpreter(..., experimental_delegates=[...])``.
+
+    ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
+    attention_block_q, attention_block_k). Returns the ``ai_edge_litert``
+    delegate object; keep it alive as long as the interpreter.
+    """
+    unknown = sorted(set(opts) - set(DelegateOptions.__dataclass_fields__) - {"backend"})
+    if unknown:
+        raise NativeDelegateError(f"unknown delegate option(s): {', '.join(unknown)}")
+    options = DelegateOptions(backend=backend, **opts)
+    from ai_edge_litert.interpreter import load_delegate
+
+    path = delegate_path()
+    try:
+        return load_delegate(str(path), options.as_strings())
+    except ValueError as exc:
+        detail = [line for line in str(exc).splitlines()[1:] if line.strip()]
+        message = detail[-1] if detail else str(exc).splitlines()[0]
+        raise NativeDelegateError(f"cannot load {path.name}: {message}") from None
+
+
+@lru_cache(maxsize=4)
+def _library(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.sdgpu_delegate_stats_json.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.sdgpu_delegate_stats_json.restype = ctypes.c_int
+    lib.sdgpu_check_op_options.argtypes = [
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
+    ]
+    lib.sdgpu_check_op_options.restype = ctypes.c_int
+    lib.sdgpu_version.argtypes = []
+    lib.sdgpu_version.restype = ctypes.c_char_p
+    return lib
+
+
+def stats(delegate: Any) -> dict[str, Any]:
+    """Counters of a delegate returned by :func:`load` (claimed/declined nodes with reasons, scratch bytes...)."""
+    pointer = delegate._get_native_delegate_pointer()  # noqa: SLF001 - ai_edge_litert has no public accessor
+    lib = _library(str(delegate_path()))
+    size = lib.sdgpu_delegate_stats_json(pointer, None, 0)
+    if size < 0:
+        raise NativeDelegateError("not an sdgpu delegate")
+    buf = ctypes.create_string_buffer(size + 1)
+    lib.sdgpu_delegate_stats_json(pointer, buf, size + 1)
+    return json.loads(buf.value.decode("utf-8"))
+
+
+def check_op_options(op_name: str, options: bytes) -> tuple[bool, str]:
+    """Run the native options parser of ``op_name`` on raw bytes: ``(ok, error message)``."""
+    lib = _library(str(delegate_path()))
+    err = ctypes.create_string_buffer(512)
+    rc = lib.sdgpu_check_op_options(op_name.encode(), bytes(options), len(options), err, len(err))
+    if rc < 0:
+        raise NativeDelegateError(f"unknown op {op_name!r}")
+    return rc == 1, err.value.decode("utf-8", "replace")
+
+
+def version() -> str:
+    """Version string of the native library."""
+    return _library(str(delegate_path())).sdgpu_version().decode()
