@@ -26,14 +26,11 @@ class PrecisionReport:
     bytes_after: int
 
 
-def _buffer_array(model, raw: memoryview, tensor) -> np.ndarray | None:
+def _buffer_array(model, tensor) -> np.ndarray | None:
     buf = model.buffers[tensor.buffer]
-    if buf.data is not None and len(buf.data):
-        data = np.asarray(buf.data, dtype=np.uint8)
-    elif getattr(buf, "offset", 0) > 1 and getattr(buf, "size", 0):
-        data = np.frombuffer(raw, dtype=np.uint8, count=buf.size, offset=buf.offset)
-    else:
+    if buf.data is None or not len(buf.data):
         return None
+    data = np.asarray(buf.data, dtype=np.uint8)
     return data.view(np.float32).reshape(tuple(tensor.shape))
 
 
@@ -49,6 +46,7 @@ def convert_weights(src: Path, dst: Path, precision: str) -> PrecisionReport:
     # numpy views into the mapping stay alive inside ``model`` until it is packed; the mapping is closed by GC.
     raw = memoryview(mm)
     model = S.ModelT.InitFromPackedBuf(raw, 0)
+    _inline_offset_buffers(model, raw)
     deq_index = _opcode_index(model, S.BuiltinOperator.DEQUANTIZE, S)
     count = before = after = 0
     for sg in model.subgraphs:
@@ -63,7 +61,7 @@ def convert_weights(src: Path, dst: Path, precision: str) -> PrecisionReport:
                 t = sg.tensors[t_idx]
                 if t.type != S.TensorType.FLOAT32 or t.shape is None or int(np.prod(t.shape)) < MIN_ELEMENTS:
                     continue
-                arr = _buffer_array(model, raw, t)
+                arr = _buffer_array(model, t)
                 if arr is None:
                     continue
                 q_tensor, q_bytes = _quantize(arr, t, precision, S)
@@ -90,6 +88,15 @@ def convert_weights(src: Path, dst: Path, precision: str) -> PrecisionReport:
     tmp.write_bytes(out)
     tmp.replace(dst)
     return PrecisionReport(precision, count, before, after)
+
+
+def _inline_offset_buffers(model, raw: memoryview) -> None:
+    """Models over 2 GB keep buffer data after the flatbuffer (``offset``/``size``); the output is one flatbuffer,
+    so every such buffer becomes inline data (a view into the mapping, copied only when packed)."""
+    for buf in model.buffers:
+        if getattr(buf, "offset", 0) > 1 and getattr(buf, "size", 0):
+            buf.data = np.frombuffer(raw, dtype=np.uint8, count=buf.size, offset=buf.offset)
+            buf.offset, buf.size = 0, 0
 
 
 def _opcode_index(model, code: int, S) -> int:
