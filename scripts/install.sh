@@ -4,6 +4,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+
+# OpenCL runtime for the delegate's "opencl" backend (PoCL = CPU OpenCL device, used by CI); Debian/Ubuntu only.
+OPENCL_PKGS="pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers"
+if command -v apt-get >/dev/null 2>&1; then
+  missing=""
+  for pkg in $OPENCL_PKGS; do dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"; done
+  if [ -n "$missing" ]; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    # shellcheck disable=SC2086
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
+  fi
+fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 $PY -m pip install -q "torch==2.13.0"
 $PY -m pip install -q "scikit-build-core>=0.10" "cmake>=3.18" ninja

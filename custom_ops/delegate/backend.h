@@ -14,11 +14,14 @@
 #include <memory>
 #include <vector>
 
+#include "abi/tflite_abi.h"
 #include "common/status.h"
 #include "ops/op_registry.h"
 #include "ops/tensor_info.h"
 
 namespace sdgpu {
+
+class SdDelegate;
 
 // Pointers a kernel sees for one Run. `scratch` holds at least the bytes the
 // kernel asked for in Prepare and is 64-byte aligned.
@@ -56,6 +59,13 @@ class Backend {
   virtual Status Supports(const ParsedOp& op, const std::vector<TensorInfo>& inputs) const = 0;
   virtual Status CreateKernel(const ParsedOp& op, std::unique_ptr<BackendKernel>* out) = 0;
   virtual Status AllocateArena(size_t bytes, std::unique_ptr<Arena>* out) = 0;
+  // Whole-graph hook for device backends that also run builtin ops (OpenCL):
+  // set *handled and do the partitioning + kernel replacement yourself. The
+  // default leaves *handled false and the Sd*-only partitioner runs.
+  virtual Status PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegate, bool* handled) {
+    *handled = false;
+    return Status::Ok();
+  }
 };
 
 }  // namespace sdgpu

@@ -51,9 +51,14 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       if (!ParseIntIn(value, 1, 4096, &out->attention_block_k)) {
         return Status::Error("option attention_block_k='" + std::string(value) + "' must be 1..4096");
       }
+    } else if (key == "profile_path") {
+      out->profile_path = std::string(value);
+    } else if (key == "opencl_cache_dir") {
+      out->opencl_cache_dir = std::string(value);
     } else {
       return Status::Error("unknown option '" + std::string(key) +
-                           "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k)");
+                           "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
+                           "profile_path, opencl_cache_dir)");
     }
   }
   return Status::Ok();

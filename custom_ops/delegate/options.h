@@ -8,6 +8,8 @@
 //                      (default: hardware concurrency capped at 8)
 //   attention_block_q  SdAttention CPU query-tile rows (default 64, 1..1024)
 //   attention_block_k  SdAttention CPU key-tile columns (default 128, 1..4096)
+//   profile_path       opencl: write per-node GPU kernel times (OpenCL events) as JSON here
+//   opencl_cache_dir   opencl: program-binary cache dir ("" = ~/.cache/sdgpu/opencl, "none" = off)
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
@@ -26,6 +28,8 @@ struct DelegateOptions {
   int num_threads = 0;  // 0 = auto
   int attention_block_q = 64;
   int attention_block_k = 128;
+  std::string profile_path;      // opencl: per-node kernel times (JSON) written after each invoke
+  std::string opencl_cache_dir;  // opencl: program-binary cache ("" = ~/.cache/sdgpu/opencl, "none" = off)
 };
 
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,

@@ -49,6 +49,14 @@ abi::TfLiteStatus SdDelegate::Prepare(abi::TfLiteContext* context) {
     ReportToContext(context, "TFLite ABI sanity check failed: " + why);
     return abi::kTfLiteDelegateError;
   }
+  bool handled = false;
+  Status graph = backend_->PrepareGraph(context, this, &handled);
+  if (handled) {
+    if (graph.ok()) return abi::kTfLiteOk;
+    logger_.Error("partitioning failed: " + graph.message());
+    ReportToContext(context, "partitioning failed: " + graph.message());
+    return abi::kTfLiteDelegateError;
+  }
   PartitionPlan plan;
   Status s = SelectNodes(context, *backend_, logger_, &plan);
   if (!s.ok()) {

@@ -65,7 +65,8 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads) c
     j += "{\"node\":" + std::to_string(declined_[i].node_index) + ",\"op\":" + JsonString(declined_[i].op_name) +
          ",\"reason\":" + JsonString(declined_[i].reason) + "}";
   }
-  j += "],\"prepares\":" + std::to_string(prepares_);
+  j += "],\"partitions\":" + std::to_string(partitions_);
+  j += ",\"prepares\":" + std::to_string(prepares_);
   j += ",\"max_node_scratch_bytes\":" + std::to_string(max_node_scratch_bytes_);
   j += ",\"max_arena_bytes\":" + std::to_string(max_arena_bytes_);
   j += ",\"invocations\":" + std::to_string(invocations_.load(std::memory_order_relaxed));

@@ -18,6 +18,11 @@ class DelegateStats {
  public:
   void RecordPartitioning(const PartitionPlan& plan);
   void RecordPrepare(size_t max_node_scratch_bytes, size_t arena_bytes);
+  // Delegated partitions of the last graph (whole-graph backends; -1 = unknown).
+  void RecordPartitions(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    partitions_ = n;
+  }
   void RecordInvoke() { invocations_.fetch_add(1, std::memory_order_relaxed); }
   std::string ToJson(const std::string& backend, int num_threads) const;
 
@@ -31,6 +36,7 @@ class DelegateStats {
   std::vector<DeclinedNode> declined_;
   int declined_total_ = 0;
   int prepares_ = 0;
+  int partitions_ = -1;
   size_t max_node_scratch_bytes_ = 0;
   size_t max_arena_bytes_ = 0;
   std::atomic<long long> invocations_{0};

@@ -1,0 +1,212 @@
+#include "backends/opencl/cl_runtime.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sys/stat.h>
+
+namespace sdgpu::ocl {
+namespace {
+
+constexpr const char* kBuildOptions = "-cl-std=CL1.2";
+
+std::string DeviceString(const ClApi& api, cl_device_id d, cl_device_info what) {
+  size_t n = 0;
+  if (api.clGetDeviceInfo(d, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return "";
+  std::string s(n, '\0');
+  if (api.clGetDeviceInfo(d, what, n, s.data(), nullptr) != CL_SUCCESS) return "";
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+std::string PlatformString(const ClApi& api, cl_platform_id p, cl_platform_info what) {
+  size_t n = 0;
+  if (api.clGetPlatformInfo(p, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return "";
+  std::string s(n, '\0');
+  if (api.clGetPlatformInfo(p, what, n, s.data(), nullptr) != CL_SUCCESS) return "";
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+// FNV-1a 64: a cache key, not a security boundary (the driver validates binaries).
+uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void MakeDirs(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') mkdir(path.substr(0, i).c_str(), 0755);
+  }
+}
+
+}  // namespace
+
+Status ClRuntime::Create(const ClRuntimeOptions& options, const Logger& logger, std::unique_ptr<ClRuntime>* out) {
+  std::unique_ptr<ClRuntime> rt(new ClRuntime());
+  rt->options_ = options;
+  SDGPU_RETURN_IF_ERROR(LoadClApi(&rt->api_));
+  const ClApi& api = *rt->api_;
+
+  cl_uint num_platforms = 0;
+  cl_int err = api.clGetPlatformIDs(0, nullptr, &num_platforms);
+  if (err != CL_SUCCESS || num_platforms == 0) {
+    return Status::Error("opencl: no OpenCL platform found (" + ClErrorName(err) +
+                         "); install a driver, e.g. pocl-opencl-icd");
+  }
+  std::vector<cl_platform_id> platforms(num_platforms);
+  SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetPlatformIDs(num_platforms, platforms.data(), nullptr), "clGetPlatformIDs"));
+  for (cl_device_type type : {static_cast<cl_device_type>(CL_DEVICE_TYPE_GPU), static_cast<cl_device_type>(CL_DEVICE_TYPE_ALL)}) {
+    for (cl_platform_id p : platforms) {
+      cl_device_id d = nullptr;
+      cl_uint n = 0;
+      if (api.clGetDeviceIDs(p, type, 1, &d, &n) == CL_SUCCESS && n > 0) {
+        rt->platform_ = p;
+        rt->device_ = d;
+        break;
+      }
+    }
+    if (rt->device_ != nullptr) break;
+  }
+  if (rt->device_ == nullptr) return Status::Error("opencl: no OpenCL device found on any platform");
+  rt->device_name_ = DeviceString(api, rt->device_, CL_DEVICE_NAME);
+  rt->device_key_ = PlatformString(api, rt->platform_, CL_PLATFORM_NAME) + "|" +
+                    PlatformString(api, rt->platform_, CL_PLATFORM_VERSION) + "|" + rt->device_name_ + "|" +
+                    DeviceString(api, rt->device_, CL_DRIVER_VERSION);
+  SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t),
+                                                     &rt->max_wg_, nullptr),
+                                "clGetDeviceInfo(MAX_WORK_GROUP_SIZE)"));
+
+  cl_context ctx = api.clCreateContext(nullptr, 1, &rt->device_, nullptr, nullptr, &err);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));
+  rt->context_ = ClContextHandle(&api, ctx);
+  const cl_command_queue_properties props = options.profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
+  cl_command_queue q = api.clCreateCommandQueue(ctx, rt->device_, props, &err);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue"));
+  rt->queue_ = ClQueueHandle(&api, q);
+  SDGPU_RETURN_IF_ERROR(rt->BuildProgram(logger));
+  logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), program " +
+              (rt->program_from_cache_ ? "loaded from the binary cache" : "compiled from source"));
+  *out = std::move(rt);
+  return Status::Ok();
+}
+
+Status ClRuntime::BuildProgram(const Logger& logger) {
+  const ClApi& api = *api_;
+  const std::string source = KernelSource();
+  char key[32];
+  std::snprintf(key, sizeof(key), "%016llx",
+                static_cast<unsigned long long>(Fnv1a(device_key_, Fnv1a(kBuildOptions, Fnv1a(source)))));
+  const std::string cache_file = options_.cache_dir.empty() ? "" : options_.cache_dir + "/sdgpu-" + key + ".clbin";
+  cl_int err = CL_SUCCESS;
+
+  if (!cache_file.empty()) {
+    std::ifstream in(cache_file, std::ios::binary);
+    std::string bin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!bin.empty()) {
+      const size_t len = bin.size();
+      const unsigned char* ptr = reinterpret_cast<const unsigned char*>(bin.data());
+      cl_int bin_status = CL_SUCCESS;
+      cl_program p = api.clCreateProgramWithBinary(context(), 1, &device_, &len, &ptr, &bin_status, &err);
+      if (err == CL_SUCCESS && bin_status == CL_SUCCESS) {
+        ClProgramHandle prog(&api, p);
+        if (api.clBuildProgram(p, 1, &device_, kBuildOptions, nullptr, nullptr) == CL_SUCCESS) {
+          program_ = std::move(prog);
+          program_from_cache_ = true;
+          return Status::Ok();
+        }
+      } else if (p != nullptr) {
+        api.clReleaseProgram(p);
+      }
+      logger.Info("opencl: ignoring unusable cached program " + cache_file);
+    }
+  }
+
+  const char* src = source.c_str();
+  const size_t len = source.size();
+  cl_program p = api.clCreateProgramWithSource(context(), 1, &src, &len, &err);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateProgramWithSource"));
+  program_ = ClProgramHandle(&api, p);
+  err = api.clBuildProgram(p, 1, &device_, kBuildOptions, nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    size_t n = 0;
+    api.clGetProgramBuildInfo(p, device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+    std::string log(n, '\0');
+    if (n > 0) api.clGetProgramBuildInfo(p, device_, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+    if (log.size() > 2000) log.resize(2000);
+    return Status::Error("opencl: kernel build failed: " + ClErrorName(err) + ": " + log);
+  }
+  if (!cache_file.empty()) {
+    size_t bin_size = 0;
+    if (api.clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(bin_size), &bin_size, nullptr) == CL_SUCCESS &&
+        bin_size > 0) {
+      std::string bin(bin_size, '\0');
+      unsigned char* ptr = reinterpret_cast<unsigned char*>(bin.data());
+      if (api.clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(ptr), &ptr, nullptr) == CL_SUCCESS) {
+        MakeDirs(options_.cache_dir);
+        const std::string tmp = cache_file + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(this));
+        std::ofstream o(tmp, std::ios::binary);
+        o.write(bin.data(), static_cast<std::streamsize>(bin.size()));
+        o.close();
+        // Atomic publish: concurrent processes never read a half-written binary.
+        if (!o || std::rename(tmp.c_str(), cache_file.c_str()) != 0) {
+          std::remove(tmp.c_str());
+          logger.Info("opencl: could not write the program cache " + cache_file);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status ClRuntime::CreateKernel(const char* name, ClKernelHandle* out) const {
+  cl_int err = CL_SUCCESS;
+  cl_kernel k = api_->clCreateKernel(program_.get(), name, &err);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, (std::string("clCreateKernel(") + name + ")").c_str()));
+  *out = ClKernelHandle(api_, k);
+  return Status::Ok();
+}
+
+Status ClRuntime::CreateBuffer(size_t bytes, ClMemHandle* out) const {
+  cl_int err = CL_SUCCESS;
+  cl_mem m = api_->clCreateBuffer(context(), CL_MEM_READ_WRITE, bytes == 0 ? 64 : bytes, nullptr, &err);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clCreateBuffer(" + std::to_string(bytes) + " bytes)").c_str()));
+  *out = ClMemHandle(api_, m);
+  return Status::Ok();
+}
+
+Status ClRuntime::Upload(cl_mem mem, size_t offset, size_t bytes, const void* src, bool blocking) const {
+  if (bytes == 0) return Status::Ok();
+  return ClCheck(api_->clEnqueueWriteBuffer(queue(), mem, blocking ? CL_TRUE : CL_FALSE, offset, bytes, src, 0,
+                                            nullptr, nullptr),
+                 "clEnqueueWriteBuffer");
+}
+
+Status ClRuntime::Download(cl_mem mem, size_t offset, size_t bytes, void* dst) const {
+  if (bytes == 0) return Status::Ok();
+  return ClCheck(api_->clEnqueueReadBuffer(queue(), mem, CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
+                 "clEnqueueReadBuffer");
+}
+
+Status ClRuntime::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
+
+Status ClRuntime::Launch(cl_kernel kernel, const std::vector<size_t>& global, const std::vector<size_t>& local,
+                         ClEventHandle* event) const {
+  std::vector<size_t> g = global;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == 0) return Status::Ok();  // empty tensor: nothing to do
+    if (!local.empty()) g[i] = (g[i] + local[i] - 1) / local[i] * local[i];
+  }
+  cl_event ev = nullptr;
+  const cl_int err = api_->clEnqueueNDRangeKernel(queue(), kernel, static_cast<cl_uint>(g.size()), nullptr, g.data(),
+                                                  local.empty() ? nullptr : local.data(), 0, nullptr,
+                                                  options_.profiling && event != nullptr ? &ev : nullptr);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clEnqueueNDRangeKernel"));
+  if (ev != nullptr) *event = ClEventHandle(api_, ev);
+  return Status::Ok();
+}
+
+}  // namespace sdgpu::ocl
