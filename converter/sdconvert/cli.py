@@ -14,6 +14,7 @@ from sdconvert.errors import ParityError, UserError
 
 EPILOG = """examples:
   sdconvert --random-weights tiny --verify -o out/tiny
+  sdconvert --random-weights tiny --fuse --winograd 4 --verify -o out/tiny-fused
   sdconvert path/to/stable-diffusion-v1-5 --precision fp16 --cfg-batch 2 -o out/sd15
   sdconvert --checkpoint v1-5-pruned-emaonly.safetensors -o out/sd15
   sdconvert inspect out/sd15/unet.tflite
@@ -35,6 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cfg-batch", type=int, default=1, choices=(1, 2), help="UNet batch: 2 runs both CFG branches in one call")
     ap.add_argument("--models", default="text_encoder,unet,vae_decoder,vae_encoder", help="comma list of models to export")
     ap.add_argument("--verify", action="store_true", help="compare each .tflite with torch on random inputs; exit 1 if over tolerance")
+    g = ap.add_argument_group("graph optimisation")
+    g.add_argument("--fuse", action="store_true", help="rewrite attention / GELU / GroupNorm subgraphs into fused Sd* ops")
+    g.add_argument("--target", default="sdgpu", choices=("sdgpu", "litert"),
+                   help="sdgpu: our delegate's Sd* ops (default); litert: forms the stock LiteRT GPU accelerator accepts")
+    g.add_argument("--attention-variant", default="auto", choices=("auto", "partial_softmax", "flash"),
+                   help="SdAttention kernel: auto picks per shape (see sdconvert.rewrite.rules.attention)")
+    g.add_argument("--winograd", default="off", choices=("off", "2", "4", "6", "auto"),
+                   help="3x3 conv tiles: force F(m x m,3x3) where suitable, or let the cost model choose (auto)")
+    g.add_argument("--device-profile", default="adreno740", help="device profile for the Winograd cost model")
+    g.add_argument("--memory-budget", help="budget for Winograd weights + intermediates, e.g. 1GiB (auto mode)")
+    g.add_argument("--tune", action="store_true", help="time candidate tiles on this machine through our delegate (auto mode)")
     ap.add_argument("--seed", type=int, default=0, help="seed for random weights and verify inputs")
     ap.add_argument("--clip-bpe", type=Path, help="CLIP bpe_simple_vocab_16e6.txt.gz (default: ~/.cache/sdconvert)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
@@ -52,6 +64,7 @@ def _default_out(args: argparse.Namespace) -> Path:
 
 def convert_main(argv: Sequence[str]) -> int:
     from sdconvert.export.convert import ConvertOptions, run
+    from sdconvert.export.optimize import GraphOptions
     from sdconvert.export.verify import format_table
 
     args = build_parser().parse_args(argv)
@@ -60,11 +73,15 @@ def convert_main(argv: Sequence[str]) -> int:
         checkpoint=args.checkpoint, allow_pickle=args.allow_pickle, precision=args.precision, height=args.height,
         width=args.width, cfg_batch=args.cfg_batch, models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
         verify=args.verify, seed=args.seed, overwrite=args.overwrite, quiet=args.quiet or args.json, clip_bpe=args.clip_bpe,
+        graph=GraphOptions(fuse=args.fuse, target=args.target, attention_variant=args.attention_variant,
+                           winograd=args.winograd, device_profile=args.device_profile,
+                           memory_budget=args.memory_budget, tune=args.tune),
     )
     result = run(opts)
     m = result.manifest
     if args.json:
         print(json.dumps({"out": str(result.out), "ok": result.ok, "parity": m["parity"], "stages": m["stages"],
+                          "fusion": {k: v["counts"] for k, v in m["fusion"].items()},
                           "models": {k: {"file": v["file"], "bytes": v["bytes"], "num_ops": v["num_ops"]} for k, v in m["models"].items()}},
                          indent=2))
         return 0

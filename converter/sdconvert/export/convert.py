@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from sdconvert.errors import ParityError, UserError
 
 from . import checks, litert, sources, verify
+from .optimize import GraphOptions, format_fusion, optimize
 from .wrappers import MODEL_NAMES, Shapes, build_wrapper, sample_inputs
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -43,6 +44,7 @@ class ConvertOptions:
     overwrite: bool = False
     quiet: bool = False
     clip_bpe: Path | None = None
+    graph: GraphOptions = field(default_factory=GraphOptions)
 
 
 @dataclass
@@ -121,6 +123,7 @@ def run(opts: ConvertOptions) -> ConvertResult:
     if unknown:
         raise UserError(f"unknown model(s) {sorted(unknown)}; choose from {list(MODEL_NAMES)}")
     checks.check_size(opts.height or 64, opts.width or 64)
+    opts.graph.validate()
     tmp = _prepare_tmp(opts.out, opts.overwrite)
     try:
         with litert.redirect_native_output(tmp / "conversion.log") as term:
@@ -167,6 +170,7 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
 
     parity: list[verify.Parity] = []
     entries: dict[str, dict[str, Any]] = {}
+    graph_info: dict[str, dict[str, Any]] = {}
     bar = tqdm(total=len(opts.models), desc="export", unit="model", file=term, disable=opts.quiet)
     for name in opts.models:
         bar.set_description(f"export {name}")
@@ -187,6 +191,15 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
             raise UserError(f"litert-torch failed to convert {name}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__} "
                             f"(see the log tail:\n{litert.tail(log_path)})") from None
         timed(f"export {name}", t0)
+        if opts.graph.active:
+            t0 = time.perf_counter()
+            graph_info[name] = optimize(fp32_path, opts.graph, say)
+            if "fusion" in graph_info[name]:
+                say(format_fusion(name, graph_info[name]["fusion"]))
+            if "winograd_table" in graph_info[name] and graph_info[name]["winograd"].get("convs"):
+                say(f"{name} Winograd plan:\n" + graph_info[name].pop("winograd_table"))
+            graph_info[name].pop("winograd_table", None)
+            timed(f"graph {name}", t0)
         if opts.precision != "fp32":
             t0 = time.perf_counter()
             from .precision import convert_weights
@@ -198,7 +211,7 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
             t0 = time.perf_counter()
             with torch.no_grad():
                 ref = {k: v.numpy() for k, v in wrapper(**inputs).items()}
-            got = verify.run_tflite(path, {k: v.numpy() for k, v in inputs.items()})
+            got = verify.run_tflite(path, {k: v.numpy() for k, v in inputs.items()}, delegates=_delegates_for(path))
             for out_name, r in ref.items():
                 parity.append(verify.compare(name, got[out_name], r, verify.TOLERANCE[opts.precision]))
             timed(f"verify {name}", t0)
@@ -227,6 +240,8 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
         "tokenizer": {"vocab": "tokenizer/vocab.json", "merges": "tokenizer/merges.txt"},
         "scheduler": "scheduler/scheduler_config.json",
         "parity": [p.as_dict() for p in parity],
+        "fusion": {k: v["fusion"] for k, v in graph_info.items() if "fusion" in v},
+        "winograd": {k: v["winograd"] for k, v in graph_info.items() if "winograd" in v},
         "stages": [vars(s) for s in stages],
         "tools": mf.tool_versions(),
     }
@@ -266,3 +281,17 @@ def copy_tokenizer(src: Path, dst: Path) -> None:
     (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     lines = [m if isinstance(m, str) else " ".join(m) for m in merges]
     (dst / "merges.txt").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")
+
+
+def _delegates_for(path: Path) -> list[Any]:
+    """Our native delegate (CPU kernels) when the model holds fused ``Sd*`` custom ops, else none."""
+    from sdconvert.tflite_info import op_histogram
+
+    if not any(op.startswith("Sd") for op in op_histogram(path)):
+        return []
+    try:
+        from sdlite import native
+
+        return [native.load(backend="cpu")]
+    except Exception as e:  # noqa: BLE001 - missing/unbuildable library: say what to do
+        raise UserError(f"--verify of a fused model needs the native delegate ({e}); run scripts/install.sh") from None

@@ -1,0 +1,147 @@
+"""``fuse_model``: read a .tflite, run the target's passes and rules, write the result, report what happened.
+
+Targets:
+- ``sdgpu`` (default): attention, GroupNorm(+SiLU) and GELU become ``SdAttention``/``SdGroupNorm``/``SdGelu``
+  custom ops for our native delegate. Composites the rules recognise directly (``odml.group_norm``) are fused as
+  they are; all others are inlined and the decomposed rules run again.
+- ``litert``: a model the stock LiteRT GPU accelerator can run: no custom ops, composites inlined, GroupNorms
+  re-emitted without BROADCAST_TO, remaining BROADCAST_TOs folded into implicit broadcasting where shapes allow.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..graph.io import ModelFormatError, read_model, write_model
+from ..graph.ir import Model
+from .engine import FusedOp, RunResult, executed_subgraphs, run_rules
+from .passes import inline_composites, remove_broadcasts
+from .rules import rules_for
+
+TARGETS = ("sdgpu", "litert")
+ATTENTION_VARIANTS = ("auto", "partial_softmax", "flash")
+
+
+@dataclass
+class FuseReport:
+    """What one fusion run did. ``counts`` is the ``{rule: count}`` table; ``fused`` lists every rewrite."""
+
+    src: str
+    dst: str
+    target: str
+    attention_variant: str
+    counts: dict[str, int]
+    by_alternative: dict[str, int]
+    passes: dict[str, int]
+    ops_before: int
+    ops_after: int
+    histogram_before: dict[str, int]
+    histogram_after: dict[str, int]
+    rejections: dict[str, dict[str, int]]
+    fused: list[FusedOp] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self, *, include_ops: bool = True) -> dict[str, Any]:
+        """JSON-serialisable form (the manifest stores ``include_ops=False``)."""
+        d: dict[str, Any] = {
+            "target": self.target, "attention_variant": self.attention_variant, "counts": dict(self.counts),
+            "by_alternative": dict(self.by_alternative), "passes": dict(self.passes),
+            "ops_before": self.ops_before, "ops_after": self.ops_after,
+            "histogram_before": dict(self.histogram_before), "histogram_after": dict(self.histogram_after),
+            "rejections": {k: dict(v) for k, v in self.rejections.items()}, "seconds": round(self.seconds, 3),
+        }
+        if include_ops:
+            d["fused"] = [f.to_dict() for f in self.fused]
+        return d
+
+    def format_table(self) -> str:
+        """The ``{rule: count}`` table with alternatives, op counts and rejection reasons, for terminals."""
+        lines = [f"{'rule':<18}{'fused':>6}  alternatives"]
+        for rule, n in self.counts.items():
+            alts = ", ".join(f"{k.split('/', 1)[1]}={v}" for k, v in self.by_alternative.items() if k.startswith(rule + "/"))
+            lines.append(f"{rule:<18}{n:>6}  {alts}")
+        for name, n in self.passes.items():
+            lines.append(f"{name:<18}{n:>6}  (pass)")
+        delta = self.ops_after - self.ops_before
+        lines.append(f"ops: {self.ops_before} -> {self.ops_after} ({delta:+d})")
+        for rule, reasons in self.rejections.items():
+            for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+                lines.append(f"rejected {rule} x{n}: {reason}")
+        return "\n".join(lines)
+
+
+def executed_histogram(model: Model) -> dict[str, int]:
+    """Op histogram over the subgraphs that run (composite decompositions excluded)."""
+    hist: Counter[str] = Counter()
+    for _, sg in executed_subgraphs(model):
+        hist.update(op.type for op in sg.ops)
+    return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _merge(into: RunResult | None, res: RunResult) -> RunResult:
+    if into is None:
+        return res
+    counts = Counter(into.counts)
+    counts.update(res.counts)
+    alts = Counter(into.by_alternative)
+    alts.update(res.by_alternative)
+    rej = {k: dict(v) for k, v in res.rejections.items()}
+    return RunResult(dict(counts), dict(alts), into.fused + res.fused, rej, into.sweeps + res.sweeps)
+
+
+def fuse(model: Model, *, target: str = "sdgpu", attention_variant: str = "auto") -> tuple[RunResult, dict[str, int]]:
+    """Run the target's pipeline on an in-memory model (mutates it). Returns the rule result and pass counts."""
+    if target not in TARGETS:
+        raise UserError(f"unknown fusion target {target!r}; choose one of {', '.join(TARGETS)}")
+    if attention_variant not in ATTENTION_VARIANTS:
+        raise UserError(f"unknown attention variant {attention_variant!r}; choose one of {', '.join(ATTENTION_VARIANTS)}")
+    opts = {"attention_variant": attention_variant, "target": target}
+    passes: dict[str, int] = {}
+    result: RunResult | None = None
+    if target == "sdgpu":
+        result = run_rules(model, rules_for(target), opts)
+        inlined = inline_composites(model)
+        if inlined:
+            result = _merge(result, run_rules(model, rules_for(target), opts))
+    else:
+        inlined = inline_composites(model)
+        result = run_rules(model, rules_for(target), opts)
+        passes["broadcast_to_folded"] = remove_broadcasts(model)
+    for name, n in inlined.items():
+        passes[f"inline:{name}"] = n
+    model.cleanup()
+    for sg in model.subgraphs:
+        sg.toposort()
+        problems = sg.validate()
+        if problems:
+            raise RuntimeError(f"fusion produced an invalid graph: {problems[0]}")
+    return result, passes
+
+
+def fuse_model(src: Path | str, dst: Path | str, *, target: str = "sdgpu", attention_variant: str = "auto") -> FuseReport:
+    """Fuse ``src`` into ``dst`` (``dst`` may equal ``src``; written atomically). User errors raise ``UserError``."""
+    t0 = time.perf_counter()
+    src, dst = Path(src), Path(dst)
+    try:
+        model = read_model(src)
+    except ModelFormatError as e:
+        raise UserError(str(e)) from None
+    hist_before = executed_histogram(model)
+    result, passes = fuse(model, target=target, attention_variant=attention_variant)
+    try:
+        write_model(model, dst)
+    except OSError as e:
+        raise UserError(f"cannot write {dst}: {e.strerror or e}") from None
+    hist_after = executed_histogram(model)
+    return FuseReport(
+        str(src), str(dst), target, attention_variant, result.counts, result.by_alternative, passes,
+        sum(hist_before.values()), sum(hist_after.values()), hist_before, hist_after, result.rejections, result.fused,
+        time.perf_counter() - t0,
+    )
+
+
+__all__ = ["ATTENTION_VARIANTS", "TARGETS", "FuseReport", "executed_histogram", "fuse", "fuse_model"]

@@ -1,0 +1,140 @@
+"""Roofline cost model for direct vs Winograd F(2/4/6) convolution on a device profile.
+
+Each candidate is split into the dispatches our kernels issue (direct: 1; Winograd: input transform,
+``a*a`` batched GEMM, output transform = 3) and every dispatch costs
+``max(flops / rate, bytes / bandwidth) + dispatch_s``. Byte traffic uses the real buffer sizes from
+:mod:`sdconvert.winograd.buffers`, so the model sees every effect the issue lists:
+
+* FLOPs saved in the GEMM stage: ``9 m^2 / a^2`` (a = m + 2), less the transforms' own FLOPs;
+* transformed input/output traffic: ``a^2 / m^2`` times the activations, written and read back once each;
+* weight growth ``a^2 / 9`` (read by the GEMM every run, and held in memory: see ``memory_bytes``);
+* tile padding: ``T = ceil(Ho/m) * ceil(Wo/m)`` -- F(6,3) on an 8x8 map computes 12x12 outputs (2.25x).
+
+Trade-offs: the model assumes perfect on-chip reuse inside a dispatch (so direct convs of small maps look
+better than they are) and one sustained GEMM rate for every shape; the profiles are order-of-magnitude
+figures, not measurements. ``--tune`` replaces predictions with timings measured on the target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sdconvert.winograd.buffers import kernel_buffers, kernel_flops
+from sdconvert.winograd.convspec import ConvSpec
+
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Throughput and memory figures of a target backend.
+
+    ``gemm_flops``: sustained FLOP/s of a well-shaped GEMM (also used for the direct conv, run as an
+    implicit GEMM). ``transform_flops``: sustained FLOP/s of the transform dispatches (adds with little data
+    reuse; typically a small fraction of peak). ``bandwidth``: DRAM bytes/s. ``dispatch_s``: fixed cost per
+    kernel launch. ``memory_budget``: default bytes allowed for transformed weights (persistent, summed over
+    convs) plus Winograd scratch (transient, max over convs). ``element_bytes``: storage size of
+    activations and weights on this backend (2 for fp16 GPU delegates). ``direct_flops``: sustained
+    FLOP/s of the direct conv when it runs in a different implementation than the Winograd GEMM (on CPU:
+    XNNPACK's builtin CONV_2D vs our portable reference kernels); defaults to ``gemm_flops``.
+    """
+
+    name: str
+    description: str
+    gemm_flops: float
+    transform_flops: float
+    bandwidth: float
+    dispatch_s: float
+    memory_budget: int
+    element_bytes: int = 4
+    direct_flops: float | None = None
+
+    @property
+    def direct_rate(self) -> float:
+        return self.gemm_flops if self.direct_flops is None else self.direct_flops
+
+
+PROFILES: dict[str, DeviceProfile] = {
+    p.name: p for p in (
+        DeviceProfile("adreno740", "Snapdragon 8 Gen 2 GPU (the paper's S23 Ultra), fp16 storage, LPDDR5X",
+                      gemm_flops=1.6e12, transform_flops=0.3e12, bandwidth=50e9, dispatch_s=15e-6,
+                      memory_budget=1 * GiB, element_bytes=2),
+        DeviceProfile("h200", "NVIDIA H200 (fp32 CUDA cores, no TF32), HBM3e",
+                      gemm_flops=45e12, transform_flops=8e12, bandwidth=4.0e12, dispatch_s=5e-6,
+                      memory_budget=16 * GiB, element_bytes=4),
+        # Calibrated with --tune on 2 x86 cores: XNNPACK CONV_2D ~230 GFLOP/s, our portable Winograd
+        # kernels ~25 GFLOP/s in the GEMM stage -- on CPU the honest answer is mostly "direct".
+        DeviceProfile("cpu", "sdgpu reference CPU delegate (portable C++) vs XNNPACK CONV_2D, fp32",
+                      gemm_flops=25e9, transform_flops=5e9, bandwidth=15e9, dispatch_s=2e-6,
+                      memory_budget=2 * GiB, element_bytes=4, direct_flops=200e9),
+    )
+}
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 1000 ** 2, "mib": MiB,
+          "g": GiB, "gb": 1000 ** 3, "gib": GiB}
+
+
+def parse_bytes(text: str | int) -> int:
+    """``--memory-budget`` values: ``1073741824``, ``512MiB``, ``1.5GiB``, ``2GB`` (one-line user error)."""
+    s = str(text).strip().lower().replace(" ", "")
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num):]
+    try:
+        value = float(num) * _UNITS[unit]
+        if value < 0:
+            raise ValueError
+    except (KeyError, ValueError):
+        from sdconvert.errors import UserError
+
+        raise UserError(f"--memory-budget: cannot parse {text!r}; use e.g. 512MiB, 1.5GiB or a byte count") from None
+    return int(value)
+
+
+def get_profile(name: str) -> DeviceProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        from sdconvert.errors import UserError
+
+        raise UserError(f"unknown device profile {name!r}; choose one of {sorted(PROFILES)}") from None
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Predicted cost of one conv with ``tile`` (0 = direct) on a profile."""
+
+    tile: int
+    flops: float
+    bytes_moved: float
+    time_s: float
+    weight_bytes: int
+    scratch_bytes: int
+
+    @property
+    def memory_bytes(self) -> int:
+        """Winograd-only memory: transformed weights + scratch (0 for direct, whose filter is in the file)."""
+        return self.weight_bytes + self.scratch_bytes
+
+
+def _stage(flops: float, nbytes: float, rate: float, p: DeviceProfile) -> float:
+    return max(flops / rate, nbytes / p.bandwidth) + p.dispatch_s
+
+
+def estimate(spec: ConvSpec, tile: int, profile: DeviceProfile) -> CostEstimate:
+    """Roofline estimate (module docstring) of ``spec`` on ``profile``; ``tile`` 0 means direct."""
+    eb = profile.element_bytes
+    b = kernel_buffers(spec, tile)
+    f = kernel_flops(spec, tile)
+    bias = spec.out_c
+    if tile == 0:
+        nbytes = eb * (b.input + b.weights + b.output + bias)
+        return CostEstimate(0, f.total, nbytes, _stage(f.total, nbytes, profile.direct_rate, profile), 0, 0)
+    in_bytes = eb * (b.input + b.transformed_input)
+    gemm_bytes = eb * (b.transformed_input + b.transformed_weights + b.gemm_output)
+    out_bytes = eb * (b.gemm_output + b.output + bias)
+    time = (_stage(f.input_transform, in_bytes, profile.transform_flops, profile)
+            + _stage(f.gemm, gemm_bytes, profile.gemm_flops, profile)
+            + _stage(f.output_transform, out_bytes, profile.transform_flops, profile))
+    return CostEstimate(tile, f.total, in_bytes + gemm_bytes + out_bytes, time,
+                        eb * b.transformed_weights, eb * b.scratch)

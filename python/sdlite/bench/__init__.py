@@ -1,0 +1,1 @@
+"""``sdlite bench``: benchmark_model-style timing of .tflite models / converted folders on a backend."""

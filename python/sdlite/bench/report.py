@@ -1,0 +1,101 @@
+"""Text report in TFLite benchmark_model's shape (sections, columns, the ``Timings (microseconds)`` line)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from sdlite.bench.op_profile import OpProfile, OpTiming
+
+if TYPE_CHECKING:
+    from sdlite.bench.run import BenchResult
+
+RULE = "=" * 30
+
+
+def _section(title: str) -> str:
+    return f"{RULE} {title} {RULE}"
+
+
+def _op_rows(ops: list[OpTiming], total_us: float) -> list[str]:
+    header = ("\t{:>24}\t{:>12}\t{:>9}\t{:>9}\t{:>8}\t{:>8}\t{:>9}\t{:>14}\t{}"
+              .format("[node type]", "[executor]", "[first]", "[avg ms]", "[%]", "[cdf%]", "[out KB]",
+                      "[times called]", "[Name]"))
+    rows = [header]
+    cdf = 0.0
+    for op in ops:
+        pct = 100.0 * op.avg_us / total_us if total_us > 0 else 0.0
+        cdf += pct
+        rows.append("\t{:>24}\t{:>12}\t{:>9.3f}\t{:>9.3f}\t{:>7.3f}%\t{:>7.3f}%\t{:>9.3f}\t{:>14}\t[{}]".format(
+            op.op_name[:24], op.executor[:12], op.first_us / 1e3, op.avg_us / 1e3, pct, cdf,
+            op.out_bytes / 1024, op.times_called, op.name))
+    return rows
+
+
+def profile_sections(prof: OpProfile, whole_model_avg_us: float, top: int = 10) -> list[str]:
+    """The "Run Order", "Top by Computation Time" and "Summary by node type" sections."""
+    total = prof.total_us
+    note = (f"Note: {prof.method}. Sum of node times {total / 1e3:.3f} ms vs whole-model avg "
+            f"{whole_model_avg_us / 1e3:.3f} ms; invoke overhead {prof.overhead_us:.2f} us subtracted; "
+            f"{prof.distinct} distinct nodes timed.")
+    lines = [note]
+    if prof.skipped:
+        lines.append(f"Not timed ({len(prof.skipped)} nodes): " + "; ".join(
+            f"#{i}: {why}" for i, why in list(prof.skipped.items())[:5]))
+    lines += [_section("Run Order"), *_op_rows(prof.ops, total), ""]
+    ranked = sorted(prof.ops, key=lambda o: -o.avg_us)[:top]
+    lines += [_section("Top by Computation Time"), *_op_rows(ranked, total), ""]
+    by_type: dict[str, list[OpTiming]] = defaultdict(list)
+    for op in prof.ops:
+        by_type[op.op_name].append(op)
+    summary = sorted(by_type.items(), key=lambda kv: -sum(o.avg_us for o in kv[1]))
+    lines.append(_section("Summary by node type"))
+    lines.append("\t{:>24}\t{:>9}\t{:>9}\t{:>9}\t{:>9}\t{:>9}\t{:>14}".format(
+        "[Node type]", "[count]", "[avg ms]", "[avg %]", "[cdf %]", "[out KB]", "[times called]"))
+    cdf = 0.0
+    for name, ops in summary:
+        t = sum(o.avg_us for o in ops)
+        pct = 100.0 * t / total if total > 0 else 0.0
+        cdf += pct
+        lines.append("\t{:>24}\t{:>9}\t{:>9.3f}\t{:>8.3f}%\t{:>8.3f}%\t{:>9.3f}\t{:>14}".format(
+            name[:24], len(ops), t / 1e3, pct, cdf, sum(o.out_bytes for o in ops) / 1024,
+            sum(o.times_called for o in ops)))
+    lines.append("")
+    return lines
+
+
+def model_report(r: "BenchResult", top: int = 10) -> str:
+    hist = ", ".join(f"{k} {v}" for k, v in list(r.op_histogram.items())[:8])
+    more = "" if len(r.op_histogram) <= 8 else f", ... ({len(r.op_histogram)} types)"
+    lines = [
+        f"Model: {r.path}",
+        f"Backend: {r.backend} ({r.threads} thread{'s' if r.threads != 1 else ''})",
+        f"Nodes: {r.num_ops} ({hist}{more})",
+        f"Placement: {r.placement}",
+        f"Memory (bytes): weights={r.weight_bytes} (sum of constant buffers) "
+        f"peak_activations_estimate={r.peak_activation_bytes} (liveness over graph order; "
+        "the runtime reports no arena size)",
+        f"Inference timings in us: Init: {r.load_s * 1e6:.0f}, First inference: {r.first_run_us:.0f}, "
+        f"Warmup (avg): {r.warmup_avg_us:.0f}, Inference (avg): {r.stats.avg:.1f}",
+    ]
+    if r.profile is not None:
+        lines += ["", *profile_sections(r.profile, r.stats.avg, top)]
+    lines.append(r.stats.line())
+    return "\n".join(lines)
+
+
+def comparison_table(results: list["BenchResult"]) -> str:
+    """Side-by-side table; ``[ratio]`` = avg / avg of the first row (baseline), ``[speedup]`` its inverse."""
+    base = results[0].stats.avg
+    width = max(len(r.label) for r in results) + 2
+    lines = [_section("Comparison (baseline: first row)"),
+             "\t{:<{w}}\t{:>10}\t{:>7}\t{:>10}\t{:>10}\t{:>10}\t{:>10}\t{:>8}\t{:>9}".format(
+                 "[model]", "[backend]", "[count]", "[avg ms]", "[min ms]", "[max ms]", "[std ms]", "[ratio]",
+                 "[speedup]", w=width)]
+    for r in results:
+        s = r.stats
+        ratio = s.avg / base if base > 0 else float("nan")
+        row = "\t{:<{w}}\t{:>10}\t{:>7}\t{:>10.3f}\t{:>10.3f}\t{:>10.3f}\t{:>10.3f}\t{:>7.3f}x\t{:>8.3f}x"
+        lines.append(row.format(
+            r.label, r.backend, s.count, s.avg / 1e3, s.min / 1e3, s.max / 1e3, s.std / 1e3, ratio,
+            1.0 / ratio if ratio > 0 else float("nan"), w=width))
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""PNG output with generation parameters, and init-image loading for img2img.
+
+Parameters go into two PNG text chunks: ``parameters`` in the widely read AUTOMATIC1111 layout
+(prompt / "Negative prompt:" / "Steps: .., Sampler: .., CFG scale: .., Seed: .., Size: ..") and
+``sdlite`` with the exact JSON, so tools and humans both find them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdlite.errors import SdliteError
+
+
+def parameters_text(p: dict[str, Any]) -> str:
+    """AUTOMATIC1111-style parameters text of a generation ``p`` (keys as in ``GenerationParams`` + extras)."""
+    lines = [p.get("prompt", "")]
+    if p.get("negative_prompt"):
+        lines.append(f"Negative prompt: {p['negative_prompt']}")
+    fields = [
+        ("Steps", p.get("steps")), ("Sampler", p.get("scheduler")), ("CFG scale", p.get("guidance_scale")),
+        ("Seed", p.get("seed")), ("Size", f"{p.get('width')}x{p.get('height')}"),
+        ("Denoising strength", p.get("strength") if p.get("init_image") else None),
+        ("Model", p.get("model")), ("Backend", p.get("backend")),
+    ]
+    lines.append(", ".join(f"{k}: {v}" for k, v in fields if v is not None))
+    return "\n".join(lines)
+
+
+def save_png(image: np.ndarray, path: Path, params: dict[str, Any]) -> None:
+    """Write uint8 ``[H, W, 3]`` ``image`` to ``path`` with ``params`` in PNG text chunks."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("parameters", parameters_text(params))
+    info.add_text("sdlite", json.dumps(params, sort_keys=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Image.fromarray(image, mode="RGB").save(path, format="PNG", pnginfo=info)
+    except OSError as exc:
+        raise SdliteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def read_png_parameters(path: Path) -> dict[str, Any]:
+    """The ``sdlite`` JSON chunk of a PNG written by :func:`save_png`."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        text = im.text.get("sdlite") if hasattr(im, "text") else None  # type: ignore[attr-defined]
+    if text is None:
+        raise SdliteError(f"{path} has no sdlite parameters chunk")
+    return json.loads(text)
+
+
+def load_init_image(path: Path, width: int, height: int) -> np.ndarray:
+    """``[1, 3, height, width]`` float32 in [-1, 1]; other sizes are resized with Lanczos (as diffusers)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not Path(path).is_file():
+        raise SdliteError(f"init image not found: {path}")
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            if im.size != (width, height):
+                im = im.resize((width, height), resample=Image.LANCZOS)
+            arr = np.asarray(im, dtype=np.float32) / 255.0
+    except (UnidentifiedImageError, OSError) as exc:
+        raise SdliteError(f"cannot read init image {path}: {exc}") from None
+    return (arr.transpose(2, 0, 1)[None] * 2.0 - 1.0).astype(np.float32)

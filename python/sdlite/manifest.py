@@ -1,0 +1,174 @@
+"""The converted model folder's ``manifest.json``: parsed, validated, with one-line errors.
+
+Only what the runtime needs is validated (format, version, sizes, model files, tokenizer and scheduler
+files); unknown keys are kept in ``raw`` so newer converters stay readable. Checksums are verified only on
+request (hashing a 1.7 GB UNet takes seconds).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdlite.errors import SdliteError
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "sdconvert-manifest"
+SUPPORTED_VERSIONS = (1,)
+MODEL_NAMES = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
+REQUIRED_MODELS = ("text_encoder", "unet", "vae_decoder")  # vae_encoder only for img2img
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TensorSpec":
+        return cls(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d.get("dtype", "float32")))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    path: Path
+    signature: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    sha256: str | None = None
+    num_ops: int | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    folder: Path
+    config: str
+    height: int
+    width: int
+    cfg_batch: int
+    latent_channels: int
+    vae_scale_factor: int
+    vae_scaling_factor: float
+    text_hidden_size: int
+    max_length: int
+    precision: str
+    models: dict[str, ModelSpec]
+    tokenizer_vocab: Path
+    tokenizer_merges: Path
+    scheduler_config: Path
+    raw: dict[str, Any]
+
+    @property
+    def latent_height(self) -> int:
+        return self.height // self.vae_scale_factor
+
+    @property
+    def latent_width(self) -> int:
+        return self.width // self.vae_scale_factor
+
+    def model(self, name: str) -> ModelSpec:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise SdliteError(f"{self.folder / MANIFEST_NAME} lists no {name!r} model") from None
+
+    def scheduler_dict(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.scheduler_config.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SdliteError(f"cannot read scheduler config {self.scheduler_config}: {exc}") from None
+
+    def verify_checksums(self) -> None:
+        """Raise if a model file's sha256 differs from the manifest."""
+        for spec in self.models.values():
+            if spec.sha256 is None:
+                continue
+            h = hashlib.sha256()
+            with open(spec.path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            if h.hexdigest() != spec.sha256:
+                raise SdliteError(f"{spec.path} does not match the sha256 in {MANIFEST_NAME} (file changed?)")
+
+
+def _get(raw: dict[str, Any], key: str, kind: type, where: Path) -> Any:
+    if key not in raw:
+        raise SdliteError(f"{where}: missing key {key!r}")
+    value = raw[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SdliteError(f"{where}: key {key!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def load_manifest(folder: Path, require: tuple[str, ...] = REQUIRED_MODELS) -> Manifest:
+    """Parse ``folder/manifest.json``; every model in ``require`` must be listed and its file present."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SdliteError(f"model folder not found: {folder}")
+    where = folder / MANIFEST_NAME
+    if not where.is_file():
+        raise SdliteError(f"{folder} is not a converted model folder (no {MANIFEST_NAME}; run `sdconvert` first)")
+    try:
+        raw = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SdliteError(f"cannot read {where}: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
+        raise SdliteError(f"{where} is not an sdconvert manifest (format != {MANIFEST_FORMAT!r})")
+    if raw.get("version") not in SUPPORTED_VERSIONS:
+        raise SdliteError(f"{where}: manifest version {raw.get('version')!r} not supported (need {SUPPORTED_VERSIONS})")
+
+    models: dict[str, ModelSpec] = {}
+    for name, entry in (raw.get("models") or {}).items():
+        try:
+            models[name] = ModelSpec(
+                name=name,
+                path=folder / str(entry["file"]),
+                signature=str(entry.get("signature", "serving_default")),
+                inputs=tuple(TensorSpec.from_dict(d) for d in entry.get("inputs", [])),
+                outputs=tuple(TensorSpec.from_dict(d) for d in entry.get("outputs", [])),
+                sha256=entry.get("sha256"),
+                num_ops=entry.get("num_ops"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SdliteError(f"{where}: bad entry for model {name!r}: {exc}") from None
+    for name in require:
+        if name not in models:
+            raise SdliteError(f"{where} lists no {name!r} model")
+        if not models[name].path.is_file():
+            raise SdliteError(f"model file missing: {models[name].path} (listed in {MANIFEST_NAME})")
+
+    tok = raw.get("tokenizer") or {}
+    vocab = folder / str(tok.get("vocab", "tokenizer/vocab.json"))
+    merges = folder / str(tok.get("merges", "tokenizer/merges.txt"))
+    scheduler = folder / str(raw.get("scheduler", "scheduler/scheduler_config.json"))
+    for path in (vocab, merges, scheduler):
+        if not path.is_file():
+            raise SdliteError(f"file missing: {path} (listed in {MANIFEST_NAME})")
+
+    manifest = Manifest(
+        folder=folder,
+        config=str(raw.get("config", "?")),
+        height=_get(raw, "height", int, where),
+        width=_get(raw, "width", int, where),
+        cfg_batch=_get(raw, "cfg_batch", int, where),
+        latent_channels=_get(raw, "latent_channels", int, where),
+        vae_scale_factor=_get(raw, "vae_scale_factor", int, where),
+        vae_scaling_factor=_get(raw, "vae_scaling_factor", float, where),
+        text_hidden_size=_get(raw, "text_hidden_size", int, where),
+        max_length=int(raw.get("max_length", 77)),
+        precision=str(raw.get("precision", "fp32")),
+        models=models,
+        tokenizer_vocab=vocab,
+        tokenizer_merges=merges,
+        scheduler_config=scheduler,
+        raw=raw,
+    )
+    if manifest.cfg_batch not in (1, 2):
+        raise SdliteError(f"{where}: cfg_batch must be 1 or 2, got {manifest.cfg_batch}")
+    return manifest

@@ -1,0 +1,320 @@
+"""Text-to-image and image-to-image with a converted SD 1.x folder: tokenizer -> text encoder -> UNet loop
+with classifier-free guidance and a numpy scheduler -> VAE decoder.
+
+Models are exported with fixed shapes, so the pipeline adapts to them instead of resizing them:
+* the UNet batch ``B`` is ``cfg_batch`` (1 or 2). Each step's work items - ``(latent, uncond)`` and
+  ``(latent, cond)`` per image with CFG, ``(latent, cond)`` without - are packed ``B`` at a time, so a
+  batch-2 UNet runs ``[uncond, cond]`` in one call (diffusers' layout) and a batch-1 UNet makes two calls;
+* the text encoder batch is read from its input shape and prompts are packed the same way;
+* VAE decoder/encoder run one image at a time.
+Height/width must equal the exported size (checked, one-line error otherwise).
+
+Numerics follow diffusers' ``StableDiffusionPipeline``/``StableDiffusionImg2ImgPipeline`` step for step
+(same guidance formula, ``init_noise_sigma`` scaling, img2img start index, posterior sampling, uint8
+rounding), so with the same weights, initial latents and noise the images agree to fp32 accuracy.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdlite.backends import BackendOptions
+from sdlite.errors import SdliteError
+from sdlite.interpreter import Interpreter
+from sdlite.noise import NoiseSource, draw, per_image_noise
+from sdlite.runner import ModelRunner
+from sdlite.schedulers import SCHEDULERS, Scheduler, SchedulerConfig, make_scheduler
+from sdlite.tokenizer import CLIPTokenizer
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """What to generate. ``height``/``width`` default to the exported size (and must equal it)."""
+
+    prompt: str
+    negative_prompt: str = ""
+    steps: int = 25
+    guidance_scale: float = 7.5
+    seed: int = 0
+    height: int | None = None
+    width: int | None = None
+    num_images: int = 1
+    scheduler: str = "pndm"
+    strength: float = 0.8  # img2img only: fraction of the schedule re-run on the init image
+
+    def validate(self, exported_height: int, exported_width: int) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise SdliteError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+        if self.steps < 1:
+            raise SdliteError(f"steps must be >= 1, got {self.steps}")
+        if self.num_images < 1:
+            raise SdliteError(f"num_images must be >= 1, got {self.num_images}")
+        if self.guidance_scale < 0:
+            raise SdliteError(f"guidance scale must be >= 0, got {self.guidance_scale}")
+        if not 0.0 < self.strength <= 1.0:
+            raise SdliteError(f"strength must be in (0, 1], got {self.strength}")
+        if self.seed < 0:
+            raise SdliteError(f"seed must be >= 0, got {self.seed}")
+        for label, value, exported in (("height", self.height, exported_height), ("width", self.width, exported_width)):
+            if value is None:
+                continue
+            if value <= 0 or value % 8:
+                raise SdliteError(f"{label} must be a positive multiple of 8, got {value}")
+            if value != exported:
+                raise SdliteError(
+                    f"{label} {value} differs from the exported size {exported_width}x{exported_height} "
+                    "(models have fixed shapes; re-export with the size you want)"
+                )
+
+    @property
+    def do_cfg(self) -> bool:
+        return self.guidance_scale > 1.0
+
+
+@dataclass
+class Timings:
+    """Wall-clock seconds per stage (model times include input/output copies)."""
+
+    text_encoder_s: float = 0.0
+    unet_step_s: list[float] = field(default_factory=list)  # per denoising step, all UNet calls of the step
+    unet_calls: int = 0
+    scheduler_s: float = 0.0
+    vae_encode_s: float = 0.0
+    vae_decode_s: list[float] = field(default_factory=list)  # per image
+    total_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        steps = self.unet_step_s
+        d["unet_total_s"] = float(sum(steps))
+        d["unet_step_mean_s"] = float(np.mean(steps)) if steps else 0.0
+        d["vae_decode_total_s"] = float(sum(self.vae_decode_s))
+        return d
+
+
+@dataclass
+class GenerationResult:
+    images: list[np.ndarray]  # uint8 [H, W, 3] per image
+    latents: np.ndarray  # final latents [N, C, h, w] (before 1/scaling_factor)
+    params: GenerationParams
+    timings: Timings
+    placement: dict[str, str]
+    seeds: list[int]
+
+
+def _pick(runner: ModelRunner, preferred: str, rank: int | None = None, kind: str | None = None,
+          outputs: bool = False) -> str:
+    """Name of the input (or output) playing a role: the preferred name, else the unique one of that rank/kind."""
+    specs = runner.outputs if outputs else runner.inputs
+    if preferred in specs:
+        return preferred
+    cands = [n for n, s in specs.items()
+             if (rank is None or len(s.shape) == rank or (rank == 1 and len(s.shape) == 0))
+             and (kind is None or s.dtype.kind == kind)]
+    if len(cands) != 1:
+        what = "output" if outputs else "input"
+        raise SdliteError(
+            f"{runner.path.name}: cannot tell which {what} is {preferred!r} (has {sorted(specs)}); "
+            "fix the manifest/export names"
+        )
+    return cands[0]
+
+
+def to_uint8(image: np.ndarray) -> np.ndarray:
+    """``[1, 3, H, W]`` in ~[-1, 1] -> uint8 ``[H, W, 3]`` (diffusers' postprocess rounding)."""
+    x = np.clip(image[0].transpose(1, 2, 0) / 2 + 0.5, 0.0, 1.0)
+    return (x * 255).round().astype(np.uint8)
+
+
+class StableDiffusionPipeline:
+    """Generate images with a converted folder: ``StableDiffusionPipeline.from_folder(path)("a cat")``."""
+
+    def __init__(self, interpreter: Interpreter, tokenizer: CLIPTokenizer | None = None,
+                 scheduler_config: SchedulerConfig | None = None) -> None:
+        self.interpreter = interpreter
+        m = interpreter.manifest
+        self.manifest = m
+        self.tokenizer = tokenizer or CLIPTokenizer(m.tokenizer_vocab, m.tokenizer_merges, m.max_length)
+        self.scheduler_config = scheduler_config or SchedulerConfig.from_dict(m.scheduler_dict())
+
+    @classmethod
+    def from_folder(cls, folder: Path | str, backend: str | BackendOptions = "cpu") -> "StableDiffusionPipeline":
+        return cls(Interpreter(folder, backend))
+
+    def close(self) -> None:
+        self.interpreter.close()
+
+    # -- stages -------------------------------------------------------------------------------------------
+    def encode_prompts(self, prompts: list[str]) -> np.ndarray:
+        """``[len(prompts), 77, D]`` text embeddings (packed into the text encoder's fixed batch)."""
+        te = self.interpreter.runner("text_encoder")
+        ids_name = _pick(te, "input_ids", rank=2, kind="i")
+        out_name = _pick(te, "last_hidden_state", rank=3, outputs=True)
+        batch, length = te.inputs[ids_name].shape
+        if length != self.tokenizer.max_length:
+            raise SdliteError(f"text encoder takes {length} tokens, tokenizer makes {self.tokenizer.max_length}")
+        ids = self.tokenizer(prompts)
+        rows = []
+        for start in range(0, len(ids), batch):
+            chunk = ids[start : start + batch]
+            pad = batch - len(chunk)
+            if pad:
+                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], pad, axis=0)])
+            rows.append(te.run(**{ids_name: chunk})[out_name][: batch - pad])
+        return np.concatenate(rows).astype(np.float32)
+
+    def _unet_io(self) -> tuple[ModelRunner, str, str, str, str]:
+        unet = self.interpreter.runner("unet")
+        sample = _pick(unet, "sample", rank=4)
+        timestep = _pick(unet, "timestep", rank=1)
+        ehs = _pick(unet, "encoder_hidden_states", rank=3)
+        out = _pick(unet, "noise_pred", rank=4, outputs=True)
+        return unet, sample, timestep, ehs, out
+
+    def predict_noise(self, latents_in: np.ndarray, t: float, uncond: np.ndarray | None, cond: np.ndarray,
+                      guidance_scale: float) -> tuple[np.ndarray, int]:
+        """Guided noise prediction for ``[N, C, h, w]`` latents; returns it and the number of UNet calls."""
+        unet, s_name, t_name, e_name, o_name = self._unet_io()
+        batch = unet.inputs[s_name].shape[0]
+        t_arr = np.full(unet.inputs[t_name].shape, t, dtype=unet.inputs[t_name].dtype)
+        items: list[tuple[np.ndarray, np.ndarray]] = []
+        for i in range(latents_in.shape[0]):
+            if uncond is not None:
+                items.append((latents_in[i], uncond[0]))
+            items.append((latents_in[i], cond[0]))
+        preds: list[np.ndarray] = []
+        calls = 0
+        for start in range(0, len(items), batch):
+            chunk = items[start : start + batch]
+            real = len(chunk)
+            chunk = chunk + [chunk[-1]] * (batch - real)
+            out = unet.run(**{
+                s_name: np.stack([x for x, _ in chunk]),
+                t_name: t_arr,
+                e_name: np.stack([e for _, e in chunk]),
+            })[o_name]
+            calls += 1
+            preds.extend(out[:real])
+        pred = np.stack(preds)
+        if uncond is None:
+            return pred, calls
+        p_uncond, p_cond = pred[0::2], pred[1::2]
+        return p_uncond + np.float32(guidance_scale) * (p_cond - p_uncond), calls
+
+    def encode_image(self, image: np.ndarray, sources: list[NoiseSource]) -> tuple[np.ndarray, float]:
+        """Scaled latents ``[N, C, h, w]`` of ``image`` (``[1, 3, H, W]`` in [-1, 1]).
+
+        One VAE encode; one posterior sample per image, each from that image's noise stream.
+        """
+        if not self.interpreter.has_model("vae_encoder"):
+            raise SdliteError(f"img2img needs vae_encoder.tflite, not in {self.manifest.folder}")
+        enc = self.interpreter.runner("vae_encoder")
+        in_name = _pick(enc, "image", rank=4)
+        out_name = _pick(enc, "moments", rank=4, outputs=True)
+        if tuple(image.shape) != enc.inputs[in_name].shape:
+            raise SdliteError(f"init image must be {enc.inputs[in_name].shape} after preprocessing, got {image.shape}")
+        t0 = time.perf_counter()
+        moments = enc.run(**{in_name: image.astype(np.float32)})[out_name]
+        elapsed = time.perf_counter() - t0
+        mean, logvar = np.split(moments, 2, axis=1)
+        std = np.exp(0.5 * np.clip(logvar, -30.0, 20.0))
+        samples = mean + std * draw(sources, mean.shape)
+        return (samples * np.float32(self.manifest.vae_scaling_factor)).astype(np.float32), elapsed
+
+    def decode(self, latents: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
+        """uint8 images of ``[N, C, h, w]`` latents and the per-image decode time."""
+        dec = self.interpreter.runner("vae_decoder")
+        in_name = _pick(dec, "latents", rank=4)
+        out_name = _pick(dec, "image", rank=4, outputs=True)
+        images, times = [], []
+        for i in range(latents.shape[0]):
+            z = (latents[i : i + 1] / np.float32(self.manifest.vae_scaling_factor)).astype(np.float32)
+            t0 = time.perf_counter()
+            img = dec.run(**{in_name: z})[out_name]
+            times.append(time.perf_counter() - t0)
+            images.append(to_uint8(img))
+        return images, times
+
+    # -- the loop -----------------------------------------------------------------------------------------
+    def __call__(
+        self,
+        params: GenerationParams | str,
+        *,
+        latents: np.ndarray | None = None,
+        init_image: np.ndarray | None = None,
+        noise: list[NoiseSource] | None = None,
+        scheduler: Scheduler | None = None,
+        progress: bool = True,
+    ) -> GenerationResult:
+        """Generate ``params.num_images`` images.
+
+        ``latents``: explicit unit-variance initial noise ``[N, C, h, w]`` (txt2img; scaled by the scheduler's
+        ``init_noise_sigma`` like diffusers). ``init_image``: ``[1, 3, H, W]`` in [-1, 1] for img2img.
+        ``noise``: one stream per image (default: numpy streams seeded ``seed + k``).
+        """
+        from tqdm.auto import tqdm
+
+        if isinstance(params, str):
+            params = GenerationParams(prompt=params)
+        m = self.manifest
+        params.validate(m.height, m.width)
+        t_start = time.perf_counter()
+        n = params.num_images
+        latent_shape = (1, m.latent_channels, m.latent_height, m.latent_width)
+        sources = noise if noise is not None else per_image_noise(params.seed, n)
+        if len(sources) != n:
+            raise SdliteError(f"need {n} noise streams (one per image), got {len(sources)}")
+        timings = Timings()
+
+        unet, s_name, *_ = self._unet_io()
+        if unet.inputs[s_name].shape[1:] != latent_shape[1:]:
+            raise SdliteError(f"unet sample shape {unet.inputs[s_name].shape} does not match manifest latents "
+                              f"{latent_shape[1:]} (stale manifest?)")
+
+        t0 = time.perf_counter()
+        prompts = [params.negative_prompt, params.prompt] if params.do_cfg else [params.prompt]
+        embeds = self.encode_prompts(prompts)
+        timings.text_encoder_s = time.perf_counter() - t0
+        uncond, cond = (embeds[0:1], embeds[1:2]) if params.do_cfg else (None, embeds[0:1])
+
+        sched = scheduler or make_scheduler(params.scheduler, self.scheduler_config)
+        sched.set_timesteps(params.steps)
+        first = 0
+        if init_image is not None:
+            first = sched.img2img_start(params.steps, params.strength)
+            if first >= len(sched.timesteps):
+                raise SdliteError(
+                    f"strength {params.strength} with {params.steps} steps leaves no denoising step; raise either"
+                )
+            init_latents, timings.vae_encode_s = self.encode_image(init_image, sources)
+            x = sched.add_noise(init_latents, draw(sources, latent_shape), first)
+        else:
+            if latents is None:
+                latents = draw(sources, latent_shape)
+            elif tuple(latents.shape) != (n, *latent_shape[1:]):
+                raise SdliteError(f"latents must have shape {(n, *latent_shape[1:])}, got {latents.shape}")
+            x = (np.asarray(latents, dtype=np.float32) * sched.init_noise_sigma).astype(np.float32)
+
+        steps = range(first, len(sched.timesteps))
+        for i in tqdm(steps, desc="denoising", unit="step", disable=not progress, leave=False):
+            t = float(sched.timesteps[i])
+            ts = time.perf_counter()
+            x_in = sched.scale_model_input(x, i)
+            sched_s = time.perf_counter() - ts
+            tu = time.perf_counter()
+            pred, calls = self.predict_noise(x_in, t, uncond, cond, params.guidance_scale)
+            timings.unet_step_s.append(time.perf_counter() - tu)
+            timings.unet_calls += calls
+            ts = time.perf_counter()
+            step_noise = draw(sources, latent_shape) if sched.stochastic else None
+            x = sched.step(pred.astype(np.float32), i, x, step_noise)
+            timings.scheduler_s += sched_s + time.perf_counter() - ts
+
+        images, timings.vae_decode_s = self.decode(x)
+        timings.total_s = time.perf_counter() - t_start
+        seeds = [params.seed + k for k in range(n)]
+        return GenerationResult(images, x, params, timings, self.interpreter.placement(), seeds)

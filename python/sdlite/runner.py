@@ -1,0 +1,250 @@
+"""One .tflite model on one backend: feed named numpy inputs, get named outputs, know what ran where.
+
+Two implementations behind :class:`ModelRunner`:
+
+* :class:`InterpreterRunner` - the TFLite ``Interpreter`` (backends ``cpu``, ``opencl``, ``gl``): XNNPACK by
+  default, plus our native delegate for fused ``Sd*`` ops or for the GPU backends. Exact placement report.
+* :class:`CompiledModelRunner` - LiteRT ``CompiledModel`` (``litert-gpu``, ``litert-cpu``). LiteRT only tells
+  whether the model is *fully* accelerated, so placement is coarse.
+
+Inputs are checked against the model's signature (names, shapes, dtypes) before running, so a mistake is
+a one-line :class:`SdliteError` rather than a native crash or a silent resize.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sdlite._native_stderr import capture_native_stderr
+from sdlite.backends import DELEGATE_NAME, BackendOptions, load_native_delegate
+from sdlite.errors import BackendUnavailableError, SdliteError
+from sdlite.placement import Placement, interpreter_placement
+from sdlite.tflite_info import ModelInfo, model_info_from_bytes, read_model_info
+
+XNNPACK_EXECUTOR = "xnnpack"
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+class ModelRunner(ABC):
+    """A loaded model. ``run(**inputs)`` returns ``{output name: array}``; ``last_invoke_s`` times the run."""
+
+    def __init__(self, path: Path, options: BackendOptions, info: ModelInfo) -> None:
+        self.path = path
+        self.options = options
+        self.info = info
+        self.inputs: dict[str, IOSpec] = {}
+        self.outputs: dict[str, IOSpec] = {}
+        self.placement = Placement(options.name)
+        self.last_invoke_s = 0.0
+        self.load_s = 0.0
+
+    @property
+    def backend(self) -> str:
+        return self.options.name
+
+    def check_inputs(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Validated, contiguous, correctly typed copies/views of ``feeds``."""
+        missing = [n for n in self.inputs if n not in feeds]
+        extra = [n for n in feeds if n not in self.inputs]
+        if missing or extra:
+            raise SdliteError(
+                f"{self.path.name}: inputs are {sorted(self.inputs)}; missing {missing}, unexpected {extra}"
+            )
+        out = {}
+        for name, spec in self.inputs.items():
+            arr = np.asarray(feeds[name])
+            if tuple(arr.shape) != spec.shape:
+                raise SdliteError(f"{self.path.name}: input {name!r} must have shape {spec.shape}, got {arr.shape}")
+            if arr.dtype != spec.dtype:
+                if arr.dtype.kind != spec.dtype.kind:
+                    raise SdliteError(f"{self.path.name}: input {name!r} must be {spec.dtype}, got {arr.dtype}")
+                arr = arr.astype(spec.dtype)
+            out[name] = np.ascontiguousarray(arr)
+        return out
+
+    def run(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        self.set_inputs(feeds)
+        t0 = time.perf_counter()
+        self.invoke()
+        self.last_invoke_s = time.perf_counter() - t0
+        return self.get_outputs()
+
+    @abstractmethod
+    def set_inputs(self, feeds: dict[str, np.ndarray]) -> None: ...
+
+    @abstractmethod
+    def invoke(self) -> None: ...
+
+    @abstractmethod
+    def get_outputs(self) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release native resources (idempotent)."""
+
+
+class InterpreterRunner(ModelRunner):
+    def __init__(self, path: Path, options: BackendOptions, info: ModelInfo, signature: str,
+                 content: bytes | None = None) -> None:
+        super().__init__(path, options, info)
+        from ai_edge_litert.interpreter import Interpreter
+
+        delegates = []
+        if options.name == "cpu" and info.fused_ops:
+            context = f"{path.name}: model has fused ops ({', '.join(info.fused_ops)}); "
+            delegates.append(load_native_delegate(options, "cpu", context))
+        elif options.name in ("opencl", "gl"):
+            delegates.append(load_native_delegate(options, options.name, f"backend {options.name} unavailable: "))
+        t0 = time.perf_counter()
+        with capture_native_stderr(options.verbose) as log:
+            try:
+                source = {"model_content": content} if content is not None else {"model_path": str(path)}
+                self._interp = Interpreter(
+                    **source, experimental_delegates=delegates or None, num_threads=options.threads
+                )
+                wrapper = self._interp._interpreter  # node-level API (no public equivalent)
+                after_ours = wrapper.NumNodes()
+                # Through the wrapper: the public allocate_tensors() refuses while we hold `wrapper`.
+                wrapper.AllocateTensors()  # applies XNNPACK (lazily, after our delegate)
+                after_xnnpack = wrapper.NumNodes()
+            except (ValueError, RuntimeError) as exc:
+                failure: str | None = str(exc).strip()  # keep only text: frees native objects while captured
+            else:
+                failure = None
+        if failure is not None:
+            raise SdliteError(f"cannot load {path.name} on backend {options.name}: {log.summary(failure)}")
+        self.load_s = time.perf_counter() - t0
+        self._delegates = delegates
+        boundaries = []
+        if delegates:
+            boundaries.append((DELEGATE_NAME, after_ours))
+        boundaries.append((XNNPACK_EXECUTOR, after_xnnpack))
+        self.placement = interpreter_placement(options.name, info, wrapper, boundaries)
+
+        sigs = self._interp.get_signature_list()
+        if signature not in sigs:
+            raise SdliteError(f"{path.name} has no signature {signature!r} (has {sorted(sigs)})")
+        runner = self._interp.get_signature_runner(signature)
+        self._in_index = {}
+        for name, d in runner.get_input_details().items():
+            self.inputs[name] = IOSpec(name, tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]))
+            self._in_index[name] = int(d["index"])
+        self._out_index = {}
+        for name, d in runner.get_output_details().items():
+            self.outputs[name] = IOSpec(name, tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]))
+            self._out_index[name] = int(d["index"])
+        self._subgraph = wrapper.GetSubgraphIndexFromSignature(signature)
+        self._wrapper = wrapper
+
+    def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
+        for name, arr in self.check_inputs(feeds).items():
+            self._wrapper.SetTensor(self._in_index[name], arr, self._subgraph)
+
+    def invoke(self) -> None:
+        self._wrapper.Invoke(self._subgraph)
+
+    def get_outputs(self) -> dict[str, np.ndarray]:
+        return {name: self._wrapper.GetTensor(i, self._subgraph) for name, i in self._out_index.items()}
+
+    def close(self) -> None:
+        self._interp = None  # type: ignore[assignment]
+        self._wrapper = None
+        self._delegates = []
+
+
+class CompiledModelRunner(ModelRunner):
+    def __init__(self, path: Path, options: BackendOptions, info: ModelInfo, signature: str,
+                 content: bytes | None = None) -> None:
+        super().__init__(path, options, info)
+        from ai_edge_litert.compiled_model import CompiledModel
+        from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+        from ai_edge_litert.options import CpuOptions, GpuOptions, Options
+
+        if info.fused_ops:
+            raise BackendUnavailableError(
+                f"backend {options.name} cannot run the fused ops of {path.name} ({', '.join(info.fused_ops)}); "
+                "use backend cpu/opencl/gl or an unfused conversion"
+            )
+        gpu = options.name == "litert-gpu"
+        accel = HardwareAccelerator.GPU | HardwareAccelerator.CPU if gpu else HardwareAccelerator.CPU
+        opts = Options(
+            hardware_accelerators=accel,
+            cpu_options=CpuOptions(num_threads=options.threads),
+            gpu_options=GpuOptions(enforce_f32=not options.allow_fp16) if gpu else None,
+        )
+        t0 = time.perf_counter()
+        with capture_native_stderr(options.verbose) as log:
+            try:
+                if content is not None:
+                    self._model = CompiledModel.from_buffer(content, options=opts)
+                else:
+                    self._model = CompiledModel.from_file(str(path), options=opts)
+            except (RuntimeError, ValueError) as exc:
+                failure: str | None = str(exc).strip()  # keep only text: LiteRT's env is freed while captured
+            else:
+                failure = None
+        if failure is not None:
+            what = "LiteRT GPU accelerator could not be created" if gpu else "LiteRT could not compile the model"
+            raise BackendUnavailableError(f"backend {options.name} unavailable: {what}: {log.summary(failure)}")
+        self.load_s = time.perf_counter() - t0
+        if signature not in self._model.get_signature_list():
+            raise SdliteError(f"{path.name} has no signature {signature!r}")
+        self._signature = signature
+        for name, d in self._model.get_input_tensor_details(signature).items():
+            self.inputs[name] = IOSpec(name, tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]))
+        for name, d in self._model.get_output_tensor_details(signature).items():
+            self.outputs[name] = IOSpec(name, tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]))
+        index = self._model.get_signature_index(signature)
+        names = self._model.get_signature_list()[signature]
+        with capture_native_stderr(options.verbose):  # the first buffer write creates LiteRT's global env
+            self._in_bufs = dict(zip(names["inputs"], self._model.create_input_buffers(index)))
+            self._out_bufs = dict(zip(names["outputs"], self._model.create_output_buffers(index)))
+            for name, buf in self._in_bufs.items():
+                buf.write(np.zeros(self.inputs[name].shape, self.inputs[name].dtype))
+        full = self._model.is_fully_accelerated()
+        executor = "litert-gpu" if gpu else "litert-xnnpack"
+        self.placement = Placement(
+            backend=options.name,
+            note=f"{executor}, fully accelerated: {'yes' if full else 'no (some ops on CPU fallback)'}; "
+            "CompiledModel does not report per-op placement",
+        )
+
+    def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
+        for name, arr in self.check_inputs(feeds).items():
+            self._in_bufs[name].write(arr)
+
+    def invoke(self) -> None:
+        self._model.run_by_name(self._signature, self._in_bufs, self._out_bufs)
+
+    def get_outputs(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, spec in self.outputs.items():
+            n = int(np.prod(spec.shape, dtype=np.int64))
+            out[name] = self._out_bufs[name].read(n, spec.dtype).reshape(spec.shape)
+        return out
+
+    def close(self) -> None:
+        self._in_bufs, self._out_bufs = {}, {}
+        if getattr(self, "_model", None) is not None:
+            with capture_native_stderr(self.options.verbose):  # LiteRT logs accelerator teardown on fd 2
+                self._model.close()
+                self._model = None
+
+
+def open_runner(path: Path, options: BackendOptions | None = None, signature: str = "serving_default",
+                content: bytes | None = None) -> ModelRunner:
+    """Load the .tflite at ``path`` (or the in-memory ``content``, ``path`` then only names it) on
+    ``options.name``; one-line errors for missing files and unavailable backends."""
+    options = options or BackendOptions()
+    info = model_info_from_bytes(content, str(path)) if content is not None else read_model_info(Path(path))
+    cls = CompiledModelRunner if options.name.startswith("litert-") else InterpreterRunner
+    return cls(Path(path), options, info, signature, content)

@@ -1,0 +1,137 @@
+"""Fusion of the tiny exported models: exact site counts, op-count bookkeeping, semantic parity of every rewrite."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdconvert.export.configs import SD15, TINY
+from sdconvert.graph import read_model
+from sdconvert.ops import REGISTRY
+from sdconvert.rewrite import expected_sites, fuse_model
+from sdconvert.rewrite.rules.attention import choose_attention_variant
+from sdconvert.rewrite.semantic import check_fused
+
+MODELS = ("unet", "vae_decoder", "vae_encoder", "text_encoder")
+SD_OPS = {"attention": "SdAttention", "gelu": "SdGelu", "group_norm": "SdGroupNorm"}
+
+
+@pytest.fixture(scope="module")
+def tiny_sites() -> dict[str, dict[str, int]]:
+    return expected_sites(TINY)
+
+
+@pytest.fixture(scope="module")
+def fused(tiny_export: Path, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("fused")
+    return {m: fuse_model(tiny_export / f"{m}.tflite", out / f"{m}.tflite") for m in MODELS}
+
+
+def test_expected_sites_sd15_matches_the_architecture():
+    # 16 transformer blocks x (self + cross) attention, one GEGLU each; 22 ResNets x 2 + 16 + conv_norm_out GroupNorms
+    assert expected_sites(SD15)["unet"] == {"attention": 32, "gelu": 16, "group_norm": 61}
+
+
+def test_expected_sites_tiny(tiny_sites):
+    assert tiny_sites == {
+        "unet": {"attention": 14, "gelu": 7, "group_norm": 30},
+        "vae_decoder": {"attention": 1, "gelu": 0, "group_norm": 22},
+        "vae_encoder": {"attention": 1, "gelu": 0, "group_norm": 14},
+        "text_encoder": {"attention": 2, "gelu": 2, "group_norm": 0},
+    }
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_site_is_fused(fused, tiny_sites, model):
+    rep = fused[model]
+    assert rep.counts == tiny_sites[model]
+    assert rep.rejections == {}
+    for rule, op in SD_OPS.items():
+        assert rep.histogram_after.get(op, 0) == tiny_sites[model][rule]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_op_count_drops_accordingly(fused, tiny_sites, model):
+    rep = fused[model]
+    before, after = rep.histogram_before, rep.histogram_after
+    n = tiny_sites[model]
+    # every decomposed site disappears: no softmax, no builtin GELU, no GroupNorm statistics left
+    assert after.get("SOFTMAX", 0) == before.get("SOFTMAX", 0) - n["attention"] == 0
+    assert after.get("GELU", 0) == 0
+    # each GroupNorm had exactly one RSQRT and two MEANs; LayerNorms keep theirs
+    assert after.get("RSQRT", 0) == before.get("RSQRT", 0) - n["group_norm"]
+    assert after.get("MEAN", 0) == before.get("MEAN", 0) - 2 * n["group_norm"]
+    assert after.get("BROADCAST_TO", 0) == 0
+    assert rep.ops_after == sum(after.values()) < rep.ops_before == sum(before.values())
+    assert rep.ops_before - rep.ops_after > 3 * sum(n.values())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_rewrite_matches_the_reference_on_captured_tensors(fused, tiny_export, tiny_sites, model):
+    rep = fused[model]
+    results = check_fused(tiny_export / f"{model}.tflite", rep.fused, seed=1)
+    assert len(results) == sum(tiny_sites[model].values())
+    worst = max(results, key=lambda r: r.max_rel_err)
+    assert worst.max_rel_err <= 1e-5, (worst.fused.op_type, worst.fused.attrs, worst.max_rel_err)
+
+
+def test_fused_file_keeps_signature_and_decodes(fused, tiny_export):
+    for model in MODELS:
+        src, dst = read_model(tiny_export / f"{model}.tflite"), read_model(fused[model].dst)
+        assert [(s.key, [(n, t.shape) for n, t in s.inputs], [(n, t.shape) for n, t in s.outputs]) for s in src.signatures] \
+            == [(s.key, [(n, t.shape) for n, t in s.inputs], [(n, t.shape) for n, t in s.outputs]) for s in dst.signatures]
+        assert len(dst.subgraphs) == 1
+        for _, op in dst.iter_ops():
+            if op.type in REGISTRY:
+                attrs = REGISTRY[op.type].decode(op.custom_options)
+                assert len(op.inputs) == REGISTRY[op.type].num_inputs
+                if op.type == "SdAttention":
+                    q = op.inputs[0]
+                    assert q.shape[-1] == attrs.heads * attrs.head_dim
+
+
+def test_attention_attrs(fused):
+    text = [f for f in fused["text_encoder"].fused if f.op_type == "SdAttention"]
+    assert all(f.attrs["causal"] for f in text) and {f.attrs["heads"] for f in text} == {TINY.text_encoder["num_attention_heads"]}
+    unet = [f for f in fused["unet"].fused if f.op_type == "SdAttention"]
+    assert not any(f.attrs["causal"] for f in unet)
+    # diffusers' attention_head_dim is the head count in SD 1.x configs; heads are recovered, not split per head
+    assert {f.attrs["heads"] for f in unet} == {TINY.unet["attention_head_dim"]}
+    vae = [f for f in fused["vae_decoder"].fused if f.op_type == "SdAttention"]
+    assert [(f.attrs["heads"], f.attrs["head_dim"]) for f in vae] == [(1, TINY.vae["block_out_channels"][-1])]
+    gn = [f for f in fused["vae_decoder"].fused if f.op_type == "SdGroupNorm"]
+    # 10 ResNets (mid 2 + up 4 x 2) x 2 norms, each followed by SiLU, + conv_norm_out; the attention norm has none
+    assert sum(f.attrs["activation"] == "silu" for f in gn) == 2 * 10 + 1
+    assert {f.attrs["groups"] for f in gn} == {32}
+
+
+def test_forced_flash_variant(tiny_export, tmp_path):
+    rep = fuse_model(tiny_export / "unet.tflite", tmp_path / "u.tflite", attention_variant="flash")
+    variants = {f.attrs["variant"] for f in rep.fused if f.op_type == "SdAttention"}
+    assert variants == {"flash"}
+    hist = read_model(tmp_path / "u.tflite").op_histogram()
+    assert hist["SdAttention"] == 14
+
+
+def test_variant_rule_on_sd15_shapes():
+    assert choose_attention_variant(4096, 4096, 40) == "flash"  # 64x64 self-attention: 64 MiB of scores per head
+    assert choose_attention_variant(1024, 1024, 80) == "flash"  # 32x32: 4 MiB
+    assert choose_attention_variant(256, 256, 160) == "partial_softmax"  # 16x16: 256 KiB
+    assert choose_attention_variant(4096, 77, 40) == "partial_softmax"  # cross-attention: 1.2 MiB
+    assert choose_attention_variant(4096, 4096, 512) == "partial_softmax"  # VAE mid-block: one 512-wide head
+
+
+def test_fuse_is_idempotent(fused, tmp_path):
+    again = fuse_model(fused["unet"].dst, tmp_path / "again.tflite")
+    assert sum(again.counts.values()) == 0 and again.ops_after == again.ops_before
+
+
+def test_report_is_json_serialisable(fused):
+    import json
+
+    d = fused["unet"].to_dict()
+    json.loads(json.dumps(d))
+    assert d["counts"] == {"attention": 14, "group_norm": 30, "gelu": 7}
+    assert "attention" in fused["unet"].format_table() and "ops: " in fused["unet"].format_table()
+    assert all(np.isfinite(f["attrs"].get("scale", 1.0)) for f in d["fused"])

@@ -1,0 +1,121 @@
+"""``sdlite generate``: PNG output with parameters, --json timings, img2img, and one-line errors (exit 2)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from sdlite.cli import main
+from sdlite.images import read_png_parameters
+
+FAST = ["--steps", "3", "--num-threads", "1", "--no-progress"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_generate_writes_pngs_with_parameters(capsys, tiny_export: Path, tmp_path: Path) -> None:
+    out_png = tmp_path / "cat.png"
+    rc, out, err = run_cli(capsys, "generate", tiny_export, "-p", "a photo of a cat", "-n", "blurry", "--seed", "5",
+                           "--num-images", "2", "--scheduler", "ddim", "-o", out_png, *FAST)
+    assert rc == 0, err
+    files = [tmp_path / "cat-0.png", tmp_path / "cat-1.png"]
+    assert f"wrote {files[0]} (seed 5)" in out and f"wrote {files[1]} (seed 6)" in out
+    assert "unet: xnnpack: " in out and "timings: text encoder " in out
+    for k, path in enumerate(files):
+        with Image.open(path) as im:
+            assert im.size == (64, 64) and im.mode == "RGB"
+            text = im.text["parameters"]
+        assert text.splitlines()[0] == "a photo of a cat"
+        assert text.splitlines()[1] == "Negative prompt: blurry"
+        assert f"Steps: 3, Sampler: ddim, CFG scale: 7.5, Seed: {5 + k}, Size: 64x64" in text
+        params = read_png_parameters(path)
+        assert params["seed"] == 5 + k and params["image_index"] == k and params["backend"] == "cpu"
+    a, b = (np.asarray(Image.open(f)) for f in files)
+    assert not np.array_equal(a, b)
+
+
+def test_generate_json_summary_and_img2img(capsys, tiny_export: Path, tmp_path: Path) -> None:
+    first = tmp_path / "first.png"
+    rc, out, _ = run_cli(capsys, "generate", tiny_export, "-p", "a cat", "-o", first, "--json", *FAST)
+    assert rc == 0
+    summary = json.loads(out)
+    t = summary["timings"]
+    assert summary["images"] == [str(first)] and summary["seeds"] == [0]
+    assert len(t["unet_step_s"]) == 4  # PNDM: steps + 1 UNet evaluations
+    assert t["text_encoder_s"] > 0 and len(t["vae_decode_s"]) == 1 and t["total_s"] >= t["unet_total_s"]
+    assert set(summary["placement"]) == {"text_encoder", "unet", "vae_decoder"}
+
+    second = tmp_path / "second.png"
+    rc, out, err = run_cli(capsys, "generate", tiny_export, "-p", "a dog", "--init-image", first, "--strength",
+                           "0.5", "--steps", "4", "--scheduler", "euler_a", "-o", second, "--json",
+                           "--num-threads", "1")
+    assert rc == 0, err
+    summary = json.loads(out)
+    assert len(summary["timings"]["unet_step_s"]) == 2  # 4 steps at strength 0.5
+    assert summary["timings"]["vae_encode_s"] > 0
+    assert read_png_parameters(second)["init_image"] == str(first)
+    assert "Denoising strength: 0.5" in Image.open(second).text["parameters"]
+
+
+def test_long_prompt_warns_on_one_line(capsys, tiny_export: Path, tmp_path: Path) -> None:
+    rc, _, err = run_cli(capsys, "generate", tiny_export, "-p", " ".join(["cat"] * 80), "-o",
+                         tmp_path / "x.png", "--steps", "1", "--no-progress")
+    assert rc == 0
+    assert err == ("sdlite: warning: prompt is longer than 77 tokens and was truncated; "
+                   "dropped: 'cat cat cat cat cat'\n")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["-p", ""], "prompt is empty"),
+    (["-p", "   "], "prompt is empty"),
+    (["-p", "x", "--height", "100"], "height must be a positive multiple of 8, got 100"),
+    (["-p", "x", "--width", "128"], "width 128 differs from the exported size 64x64 (models have fixed shapes; "
+                                    "re-export with the size you want)"),
+    (["-p", "x", "--scheduler", "heun"], "unknown scheduler 'heun'; choose one of pndm, ddim, euler_a, "
+                                         "dpmpp_2m, dpmpp_2m_karras"),
+    (["-p", "x", "--steps", "0"], "steps must be >= 1, got 0"),
+    (["-p", "x", "--strength", "1.5", "--init-image", "x.png"], "strength must be in (0, 1], got 1.5"),
+    (["-p", "x", "--backend", "tpu"], "unknown backend 'tpu'; choose one of cpu, opencl, gl, litert-gpu, litert-cpu"),
+    (["-p", "x", "-o", "out.jpg"], "--output must end in .png, got out.jpg"),
+    (["-p", "x", "--init-image", "/nonexistent.png"], "init image not found: /nonexistent.png"),
+    ([], "the following arguments are required: -p/--prompt"),
+])
+def test_generate_errors_are_one_line(capsys, tiny_export: Path, extra: list[str], message: str) -> None:
+    rc, out, err = run_cli(capsys, "generate", tiny_export, *extra)
+    assert (rc, out, err) == (2, "", f"sdlite: error: {message}\n")
+
+
+def test_missing_model_file(capsys, tiny_export: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_export, broken)
+    (broken / "vae_decoder.tflite").unlink()
+    rc, _, err = run_cli(capsys, "generate", broken, "-p", "x")
+    assert rc == 2
+    assert err == f"sdlite: error: model file missing: {broken / 'vae_decoder.tflite'} (listed in manifest.json)\n"
+    rc, _, err = run_cli(capsys, "generate", tmp_path / "nothing", "-p", "x")
+    assert err == f"sdlite: error: model folder not found: {tmp_path / 'nothing'}\n"
+
+
+def test_unavailable_backend_fails_before_work(capsys, tiny_export: Path, tmp_path: Path) -> None:
+    rc, _, err = run_cli(capsys, "generate", tiny_export, "-p", "x", "--backend", "litert-gpu",
+                         "-o", tmp_path / "a.png")
+    assert rc == 2 and err.startswith("sdlite: error: backend litert-gpu unavailable: ") and err.count("\n") == 1
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_console_entry_point_exit_status(tiny_export: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sdlite", "generate", str(tiny_export), "-p", "x", "--height", "63"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == "sdlite: error: height must be a positive multiple of 8, got 63\n"
+    assert proc.stdout == ""

@@ -1,0 +1,194 @@
+"""Full pipeline on the tiny random-weight conversion vs diffusers on CPU (fp32), same weights and noise.
+
+Same weights (``tiny_modules`` are what ``tiny_export`` converted), same tokenizer files, same initial
+latents and - for stochastic samplers and img2img - the same random numbers: our pipeline draws from
+torch generators wrapped as noise streams, one per image, exactly like diffusers with a generator list.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import diffusers
+import numpy as np
+import pytest
+import torch
+
+from sdlite.backends import BackendOptions
+from sdlite.pipeline import GenerationParams, StableDiffusionPipeline
+
+PROMPT, NEGATIVE = "a photo of a cat", "blurry, low quality"
+MIN_PSNR_DB = 40.0
+SCHEDULERS = {
+    "pndm": (diffusers.PNDMScheduler, {}),
+    "ddim": (diffusers.DDIMScheduler, {}),
+    "euler_a": (diffusers.EulerAncestralDiscreteScheduler, {}),
+    "dpmpp_2m_karras": (diffusers.DPMSolverMultistepScheduler, {"use_karras_sigmas": True}),
+}
+
+
+class TorchNoise:
+    """A torch CPU generator as a noise stream (what diffusers' ``randn_tensor`` draws)."""
+
+    def __init__(self, seed: int) -> None:
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def randn(self, shape: tuple[int, ...]) -> np.ndarray:
+        return torch.randn(shape, generator=self.gen).numpy()
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def reference_images(np_images: np.ndarray) -> list[np.ndarray]:
+    """diffusers ``output_type="np"`` floats in [0, 1] -> uint8 exactly as its PIL path rounds them."""
+    return [(img * 255).round().astype(np.uint8) for img in np_images]
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_export: Path):
+    p = StableDiffusionPipeline.from_folder(tiny_export, BackendOptions("cpu", num_threads=1))
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def cfg2_export(tiny_export: Path, tmp_path_factory) -> Path:
+    """``tiny_export`` with its UNet re-exported at batch 2 (``cfg_batch=2``: one call per guided step)."""
+    import json
+    import shutil
+
+    from sdconvert.export.convert import ConvertOptions, run
+
+    out = tmp_path_factory.mktemp("cfg2") / "sd-tiny-cfg2"
+    assert run(ConvertOptions(out=out, random_weights="tiny", seed=0, cfg_batch=2, models=("unet",), quiet=True)).ok
+    manifest = json.loads((out / "manifest.json").read_text())
+    base = json.loads((tiny_export / "manifest.json").read_text())
+    for name, entry in base["models"].items():
+        if name != "unet":
+            shutil.copy(tiny_export / entry["file"], out / entry["file"])
+            manifest["models"][name] = entry
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_export: Path):
+    from transformers import CLIPTokenizer
+
+    tok = CLIPTokenizer.from_pretrained(str(tiny_export / "tokenizer"))
+    tok.model_max_length = 77
+    return tok
+
+
+def diffusers_pipe(cls, tiny_modules, tokenizer, tiny_export: Path, scheduler: str):
+    from sdlite.manifest import load_manifest
+
+    sched_cls, extra = SCHEDULERS[scheduler]
+    config = load_manifest(tiny_export).scheduler_dict()
+    ref = cls(
+        vae=tiny_modules["vae"], text_encoder=tiny_modules["text_encoder"], tokenizer=tokenizer,
+        unet=tiny_modules["unet"], scheduler=sched_cls.from_config({**config, **extra}),
+        safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+    )
+    ref.set_progress_bar_config(disable=True)
+    return ref
+
+
+@pytest.mark.parametrize(("scheduler", "num_images", "steps"), [
+    ("pndm", 1, 8), ("euler_a", 2, 6), ("dpmpp_2m_karras", 1, 6),
+])
+def test_txt2img_matches_diffusers(pipe, tiny_modules, tokenizer, tiny_export: Path, scheduler: str,
+                                   num_images: int, steps: int) -> None:
+    ref = diffusers_pipe(diffusers.StableDiffusionPipeline, tiny_modules, tokenizer, tiny_export, scheduler)
+    latents = torch.randn(num_images, 4, 8, 8, generator=torch.Generator().manual_seed(42))
+    seeds = [100 + k for k in range(num_images)]
+    with torch.no_grad():
+        expected = ref(
+            prompt=PROMPT, negative_prompt=NEGATIVE, num_inference_steps=steps, guidance_scale=7.5,
+            num_images_per_prompt=num_images, latents=latents.clone(), height=64, width=64, output_type="np",
+            generator=[torch.Generator().manual_seed(s) for s in seeds],
+        ).images
+    params = GenerationParams(prompt=PROMPT, negative_prompt=NEGATIVE, steps=steps, guidance_scale=7.5,
+                              num_images=num_images, scheduler=scheduler)
+    result = pipe(params, latents=latents.numpy(), noise=[TorchNoise(s) for s in seeds], progress=False)
+
+    assert len(result.images) == num_images
+    for ours, theirs in zip(result.images, reference_images(expected)):
+        assert ours.shape == theirs.shape == (64, 64, 3) and ours.dtype == np.uint8
+        assert theirs.std() > 5.0  # a real image, not a constant one (which would match trivially)
+        assert psnr(ours, theirs) >= MIN_PSNR_DB
+    if num_images > 1:
+        assert psnr(result.images[0], result.images[1]) < 30  # different latents/noise -> different images
+    n_evals = steps + 1 if scheduler == "pndm" else steps
+    assert len(result.timings.unet_step_s) == n_evals
+    unet_batch = pipe.interpreter.runner("unet").inputs["sample"].shape[0]
+    assert result.timings.unet_calls == n_evals * num_images * (2 // unet_batch)
+    assert all(t > 0 for t in result.timings.unet_step_s) and result.timings.text_encoder_s > 0
+
+
+def test_img2img_matches_diffusers(pipe, tiny_modules, tokenizer, tiny_export: Path) -> None:
+    ref = diffusers_pipe(diffusers.StableDiffusionImg2ImgPipeline, tiny_modules, tokenizer, tiny_export, "ddim")
+    yy, xx = np.mgrid[0:64, 0:64].astype(np.float32) / 63.0
+    image01 = np.stack([xx, yy, 1 - xx * yy])[None]  # [1, 3, 64, 64] in [0, 1]
+    init = image01 * 2 - 1  # what diffusers' preprocessing makes of it
+    with torch.no_grad():
+        expected = ref(
+            prompt=PROMPT, negative_prompt=NEGATIVE, image=torch.from_numpy(image01), strength=0.6,
+            num_inference_steps=10, guidance_scale=7.5, output_type="np", generator=[torch.Generator().manual_seed(7)],
+        ).images
+    params = GenerationParams(prompt=PROMPT, negative_prompt=NEGATIVE, steps=10, guidance_scale=7.5,
+                              scheduler="ddim", strength=0.6)
+    result = pipe(params, init_image=init, noise=[TorchNoise(7)], progress=False)
+    theirs = reference_images(expected)[0]
+    assert theirs.std() > 5.0
+    assert psnr(result.images[0], theirs) >= MIN_PSNR_DB
+    assert len(result.timings.unet_step_s) == 6  # 10 steps at strength 0.6
+    assert result.timings.vae_encode_s > 0
+
+
+def test_no_guidance_matches_diffusers(pipe, tiny_modules, tokenizer, tiny_export: Path) -> None:
+    ref = diffusers_pipe(diffusers.StableDiffusionPipeline, tiny_modules, tokenizer, tiny_export, "pndm")
+    latents = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = ref(prompt=PROMPT, num_inference_steps=4, guidance_scale=1.0, latents=latents.clone(),
+                       output_type="np").images
+    result = pipe(GenerationParams(prompt=PROMPT, steps=4, guidance_scale=1.0), latents=latents.numpy(),
+                  progress=False)
+    assert psnr(result.images[0], reference_images(expected)[0]) >= MIN_PSNR_DB
+    unet_batch = pipe.interpreter.runner("unet").inputs["sample"].shape[0]
+    assert result.timings.unet_calls == 5  # one call per evaluation; a batch-2 UNet is padded, never split
+    assert unet_batch in (1, 2)
+
+
+def test_default_noise_is_reproducible_per_image(pipe) -> None:
+    params = GenerationParams(prompt=PROMPT, steps=3, seed=11, num_images=2, scheduler="euler_a")
+    both = pipe(params, progress=False)
+    second_alone = pipe(GenerationParams(prompt=PROMPT, steps=3, seed=12, scheduler="euler_a"), progress=False)
+    np.testing.assert_array_equal(both.images[1], second_alone.images[0])
+    assert both.seeds == [11, 12]
+    assert not np.array_equal(both.images[0], both.images[1])
+
+
+@pytest.mark.parametrize(("num_images", "guidance"), [(2, 7.5), (3, 1.0)])
+def test_batch2_unet_matches_diffusers(cfg2_export: Path, tiny_modules, tokenizer, tiny_export: Path,
+                                       num_images: int, guidance: float) -> None:
+    """cfg_batch=2: ``[uncond, cond]`` of one image per call with CFG; without CFG, images paired (odd one padded)."""
+    pipe = StableDiffusionPipeline.from_folder(cfg2_export, BackendOptions("cpu", num_threads=1))
+    try:
+        assert pipe.interpreter.runner("unet").inputs["sample"].shape[0] == 2
+        ref = diffusers_pipe(diffusers.StableDiffusionPipeline, tiny_modules, tokenizer, tiny_export, "pndm")
+        latents = torch.randn(num_images, 4, 8, 8, generator=torch.Generator().manual_seed(9))
+        with torch.no_grad():
+            expected = ref(prompt=PROMPT, negative_prompt=NEGATIVE, num_inference_steps=4, guidance_scale=guidance,
+                           num_images_per_prompt=num_images, latents=latents.clone(), output_type="np").images
+        params = GenerationParams(prompt=PROMPT, negative_prompt=NEGATIVE, steps=4, guidance_scale=guidance,
+                                  num_images=num_images)
+        result = pipe(params, latents=latents.numpy(), progress=False)
+        for ours, theirs in zip(result.images, reference_images(expected)):
+            assert theirs.std() > 5.0 and psnr(ours, theirs) >= MIN_PSNR_DB
+        items = num_images * (2 if guidance > 1 else 1)
+        assert result.timings.unet_calls == 5 * ((items + 1) // 2)  # PNDM: 5 evaluations, 2 items per call
+    finally:
+        pipe.close()
