@@ -4,14 +4,15 @@ Exit status: 0 = fine; 1 = the model parsed but a fused op has options that do n
 is listed with the reason); 2 = the file cannot be read as a .tflite, or bad usage. Malformed input never produces a
 traceback: parsing is pure Python (flatbuffers object API over an mmap), every failure becomes one line on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
-from collections.abc import Sequence
 
 PROG = "sdconvert inspect"
 
@@ -20,11 +21,28 @@ def _shape(t: Any) -> list[int] | None:
     return None if t is None or t.shape is None else [int(d) for d in t.shape]
 
 
+def _registry() -> dict[str, Any]:
+    """All fused-op definitions, including ones kept outside ``sdconvert.ops.REGISTRY`` (the Winograd conv)."""
+    import importlib
+
+    from .ops import REGISTRY
+
+    reg = dict(REGISTRY)
+    for module in ("conv2d_winograd",):
+        try:
+            spec = importlib.import_module(f"sdconvert.ops.{module}").SPEC
+        except (ImportError, AttributeError):
+            continue
+        reg.setdefault(spec.name, spec)
+    return reg
+
+
 def describe(path: Path) -> dict[str, Any]:
     """Everything ``inspect`` prints, as a dict. Raises ``ModelFormatError`` for unreadable files."""
     from .graph.io import read_model
-    from .ops import OpAttrError, REGISTRY
+    from .ops import OpAttrError
 
+    registry = _registry()
     model = read_model(path)
     fused: list[dict[str, Any]] = []
     invalid = 0
@@ -33,10 +51,14 @@ def describe(path: Path) -> dict[str, Any]:
             if not op.is_custom or not op.type.startswith("Sd"):
                 continue
             entry: dict[str, Any] = {
-                "subgraph": gi, "index": oi, "op": op.type, "version": op.opcode.version,
-                "inputs": [_shape(t) for t in op.inputs], "outputs": [_shape(t) for t in op.outputs],
+                "subgraph": gi,
+                "index": oi,
+                "op": op.type,
+                "version": op.opcode.version,
+                "inputs": [_shape(t) for t in op.inputs],
+                "outputs": [_shape(t) for t in op.outputs],
             }
-            spec = REGISTRY.get(op.type)
+            spec = registry.get(op.type)
             if spec is None:
                 entry["error"] = "unknown fused op (no definition in sdconvert.ops)"
             elif op.opcode.version != spec.version:
@@ -57,14 +79,22 @@ def describe(path: Path) -> dict[str, Any]:
                 invalid += 1
             fused.append(entry)
     sigs = [
-        {"key": s.key, "inputs": [{"name": n, "shape": _shape(t)} for n, t in s.inputs],
-         "outputs": [{"name": n, "shape": _shape(t)} for n, t in s.outputs]}
+        {
+            "key": s.key,
+            "inputs": [{"name": n, "shape": _shape(t)} for n, t in s.inputs],
+            "outputs": [{"name": n, "shape": _shape(t)} for n, t in s.outputs],
+        }
         for s in model.signatures
     ]
     return {
-        "file": str(path), "bytes": path.stat().st_size, "subgraphs": len(model.subgraphs),
-        "num_ops": model.num_ops(), "histogram": model.op_histogram(), "signatures": sigs,
-        "fused": fused, "invalid_fused": invalid,
+        "file": str(path),
+        "bytes": path.stat().st_size,
+        "subgraphs": len(model.subgraphs),
+        "num_ops": model.num_ops(),
+        "histogram": model.op_histogram(),
+        "signatures": sigs,
+        "fused": fused,
+        "invalid_fused": invalid,
     }
 
 

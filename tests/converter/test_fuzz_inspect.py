@@ -4,6 +4,7 @@ Mutants: random byte flips, random 4-byte overwrites, truncations of a small mod
 well-formed models whose Sd* custom options are garbage (random bytes, wrong types, missing keys, out-of-range
 values). Parsing is pure Python, so a crash would be an exception, which this test would catch and report.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,14 @@ def _model(options: dict[str, bytes] | None = None) -> Model:
         sg.ops.append(Op(OpCode.of(spec.name), ins, [out], custom_options=options.get(spec.name, spec.encode(attrs))))
     sg.ops.append(Op(OpCode.of("RESHAPE"), [g, sg.new_constant("shape", np.array([1, 4, 4, 8], np.int32))], [x4]))
     gn = get("SdGroupNorm")
-    sg.ops.append(Op(OpCode.of(gn.name), [x4, gamma, beta], [y],
-                     custom_options=options.get(gn.name, gn.encode(GroupNormAttrs(2, 1e-5, "silu", -1)))))
+    sg.ops.append(
+        Op(
+            OpCode.of(gn.name),
+            [x4, gamma, beta],
+            [y],
+            custom_options=options.get(gn.name, gn.encode(GroupNormAttrs(2, 1e-5, "silu", -1))),
+        )
+    )
     sg.inputs, sg.outputs = [q, k, v], [y]
     return Model([sg], [SignatureDef("serving_default", sg, [("q", q), ("k", k), ("v", v)], [("y", y)])])
 

@@ -1,4 +1,5 @@
 """Graph IR: bit-identical round trips (inline and >2 GB offset-buffer layout), edits, toposort, cleanup, bad files."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,18 @@ import pytest
 from ai_edge_litert import schema_py_generated as S
 from ai_edge_litert.interpreter import Interpreter
 
-from sdconvert.graph import Model, ModelFormatError, Op, OpCode, SignatureDef, Subgraph, Tensor, parse_model, read_model, write_model
+from sdconvert.graph import (
+    Model,
+    ModelFormatError,
+    Op,
+    OpCode,
+    SignatureDef,
+    Subgraph,
+    Tensor,
+    parse_model,
+    read_model,
+    write_model,
+)
 
 MODELS = ("unet", "vae_decoder", "vae_encoder", "text_encoder")
 
@@ -23,9 +35,13 @@ def _run(path: Path, seed: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
             feeds[name] = rng.integers(0, 49406, d["shape"]).astype(d["dtype"])
         else:
             feeds[name] = rng.standard_normal(d["shape"]).astype(d["dtype"])
-    sig = {k: {"in": {n: (list(d["shape"]), str(d["dtype"])) for n, d in runner.get_input_details().items()},
-               "out": {n: (list(d["shape"]), str(d["dtype"])) for n, d in runner.get_output_details().items()}}
-           for k in it.get_signature_list()}
+    sig = {
+        k: {
+            "in": {n: (list(d["shape"]), str(d["dtype"])) for n, d in runner.get_input_details().items()},
+            "out": {n: (list(d["shape"]), str(d["dtype"])) for n, d in runner.get_output_details().items()},
+        }
+        for k in it.get_signature_list()
+    }
     return sig, runner(**feeds)
 
 
@@ -46,7 +62,9 @@ def test_offset_buffer_layout_round_trip(tiny_export, tmp_path):
     dst = write_model(read_model(src), tmp_path / "big.tflite", offset_buffers=True)
     raw = S.ModelT.InitFromPackedBuf(dst.read_bytes(), 0)
     data_buffers = [b for b in raw.buffers[1:]]
-    assert data_buffers and all(b.data is None and b.offset > 1 and b.offset % 64 == 0 and b.size > 0 for b in data_buffers)
+    assert data_buffers and all(
+        b.data is None and b.offset > 1 and b.offset % 64 == 0 and b.size > 0 for b in data_buffers
+    )
     _, out_a = _run(src)
     _, out_b = _run(dst)
     for k in out_a:
@@ -169,7 +187,9 @@ def test_new_ops_round_trip_with_options(tmp_path):
     shape = sg.new_constant("shape", np.array([4, 1], np.int32))
     opts = S.ReshapeOptionsT()
     opts.newShape = [4, 1]
-    sg.insert_op(Op(OpCode.of("RESHAPE"), [t["y"], shape], [z], options_type=S.BuiltinOptions.ReshapeOptions, options=opts))
+    sg.insert_op(
+        Op(OpCode.of("RESHAPE"), [t["y"], shape], [z], options_type=S.BuiltinOptions.ReshapeOptions, options=opts)
+    )
     sg.outputs = [z]
     m.signatures[0].outputs = [("y", z)]
     path = write_model(m, tmp_path / "r.tflite")

@@ -1,4 +1,5 @@
 """``sdconvert inspect``: histogram + fused-op listing, JSON output, exit codes for bad input."""
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,17 @@ def _fused_model(path: Path, gelu_options: bytes | None = None) -> Path:
     gelu = get("SdGelu")
     sg.ops = [
         Op(OpCode.of(att.name), [q, k, v], [o], custom_options=att.encode(AttentionAttrs(2, 4, 0.5, causal=True))),
-        Op(OpCode.of(gelu.name), [o], [y], custom_options=gelu_options if gelu_options is not None else gelu.encode(GeluAttrs("tanh"))),
+        Op(
+            OpCode.of(gelu.name),
+            [o],
+            [y],
+            custom_options=gelu_options if gelu_options is not None else gelu.encode(GeluAttrs("tanh")),
+        ),
     ]
     sg.inputs, sg.outputs = [q, k, v], [y]
-    return write_model(Model([sg], [SignatureDef("serving_default", sg, [("q", q), ("k", k), ("v", v)], [("y", y)])]), path)
+    return write_model(
+        Model([sg], [SignatureDef("serving_default", sg, [("q", q), ("k", k), ("v", v)], [("y", y)])]), path
+    )
 
 
 def test_lists_histogram_and_fused_ops(tmp_path, capsys):
@@ -44,7 +52,13 @@ def test_json_output(tmp_path, capsys):
     assert main([str(path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["histogram"] == {"SdAttention": 1, "SdGelu": 1}
-    assert info["fused"][0]["attrs"] == {"heads": 2, "head_dim": 4, "scale": 0.5, "causal": True, "variant": "partial_softmax"}
+    assert info["fused"][0]["attrs"] == {
+        "heads": 2,
+        "head_dim": 4,
+        "scale": 0.5,
+        "causal": True,
+        "variant": "partial_softmax",
+    }
     assert info["invalid_fused"] == 0
 
 

@@ -1,4 +1,5 @@
 """Fusion of the tiny exported models: exact site counts, op-count bookkeeping, semantic parity of every rewrite."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -79,8 +80,11 @@ def test_every_rewrite_matches_the_reference_on_captured_tensors(fused, tiny_exp
 def test_fused_file_keeps_signature_and_decodes(fused, tiny_export):
     for model in MODELS:
         src, dst = read_model(tiny_export / f"{model}.tflite"), read_model(fused[model].dst)
-        assert [(s.key, [(n, t.shape) for n, t in s.inputs], [(n, t.shape) for n, t in s.outputs]) for s in src.signatures] \
-            == [(s.key, [(n, t.shape) for n, t in s.inputs], [(n, t.shape) for n, t in s.outputs]) for s in dst.signatures]
+        assert [
+            (s.key, [(n, t.shape) for n, t in s.inputs], [(n, t.shape) for n, t in s.outputs]) for s in src.signatures
+        ] == [
+            (s.key, [(n, t.shape) for n, t in s.inputs], [(n, t.shape) for n, t in s.outputs]) for s in dst.signatures
+        ]
         assert len(dst.subgraphs) == 1
         for _, op in dst.iter_ops():
             if op.type in REGISTRY:
@@ -93,7 +97,9 @@ def test_fused_file_keeps_signature_and_decodes(fused, tiny_export):
 
 def test_attention_attrs(fused):
     text = [f for f in fused["text_encoder"].fused if f.op_type == "SdAttention"]
-    assert all(f.attrs["causal"] for f in text) and {f.attrs["heads"] for f in text} == {TINY.text_encoder["num_attention_heads"]}
+    assert all(f.attrs["causal"] for f in text) and {f.attrs["heads"] for f in text} == {
+        TINY.text_encoder["num_attention_heads"]
+    }
     unet = [f for f in fused["unet"].fused if f.op_type == "SdAttention"]
     assert not any(f.attrs["causal"] for f in unet)
     # diffusers' attention_head_dim is the head count in SD 1.x configs; heads are recovered, not split per head

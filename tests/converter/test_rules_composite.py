@@ -5,6 +5,7 @@
 ``ENABLE_GROUP_NORM_COMPOSITE=y``. In the .tflite each becomes a ``STABLEHLO_COMPOSITE`` op whose decomposition is a
 separate subgraph.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +25,9 @@ MODELS = ("unet", "vae_decoder")
 class CompositeSdpaProcessor:
     """diffusers attention processor whose core SDPA is marked as an ``odml.scaled_dot_product_attention`` composite."""
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None, *args, **kwargs):
+    def __call__(
+        self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None, *args, **kwargs
+    ):
         import torch.nn.functional as F
         from litert_torch.hlfb import StableHLOCompositeBuilder
 
@@ -69,14 +72,22 @@ def composite_export(tmp_path_factory) -> Path:
     for m in mods["vae"].modules():
         if isinstance(m, Attention):
             m.set_processor(CompositeSdpaProcessor())
-    shapes = Shapes(TINY.default_height, TINY.default_width, 1, TINY.unet["in_channels"], TINY.vae_scale_factor,
-                    TINY.text_encoder["hidden_size"])
+    shapes = Shapes(
+        TINY.default_height,
+        TINY.default_width,
+        1,
+        TINY.unet["in_channels"],
+        TINY.vae_scale_factor,
+        TINY.text_encoder["hidden_size"],
+    )
     old = litert_torch.config.enable_group_norm_composite
     litert_torch.config.enable_group_norm_composite = True
     try:
         for name in MODELS:
             wrapper = build_wrapper(name, mods)
-            convert_to_tflite(wrapper, sample_inputs(name, shapes, torch.Generator().manual_seed(0)), out / f"{name}.tflite")
+            convert_to_tflite(
+                wrapper, sample_inputs(name, shapes, torch.Generator().manual_seed(0)), out / f"{name}.tflite"
+            )
     finally:
         litert_torch.config.enable_group_norm_composite = old
     return out

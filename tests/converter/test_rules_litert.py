@@ -1,4 +1,5 @@
 """``--target litert``: no custom ops, no BROADCAST_TO, same outputs in the stock interpreter."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Rule variants on small graphs: what litert-torch emits for hand-written attention/GELU/GroupNorm forms, plus
 hand-built graphs for forms it never emits (adj_y, a decomposed tanh GELU chain)."""
+
 from __future__ import annotations
 
 import math
@@ -69,7 +70,9 @@ def test_attention_variants(attention_variants, tmp_path):
     assert by_out["3"]["causal"] is True and by_out["3"]["scale"] == pytest.approx(0.5, rel=1e-6)
     assert by_out["5"]["scale"] == pytest.approx(0.5) and not by_out["5"]["causal"]
     assert all(a["heads"] == H and a["head_dim"] == D for a in by_out.values())
-    assert rep.rejections == {"attention": {"qk_batch_matmul: additive mask is not causal (only causal or all-zero masks fuse)": 1}}
+    assert rep.rejections == {
+        "attention": {"qk_batch_matmul: additive mask is not causal (only causal or all-zero masks fuse)": 1}
+    }
     assert rep.histogram_after["SOFTMAX"] == 1
     results = check_fused(attention_variants, rep.fused, seed=3)
     assert len(results) == 5 and max(r.max_rel_err for r in results) <= 1e-5
@@ -133,7 +136,9 @@ def group_norm_variants(tmp_path_factory) -> Path:
 def test_group_norm_variants(group_norm_variants, tmp_path):
     rep = fuse_model(group_norm_variants, tmp_path / "f.tflite")
     assert rep.counts["group_norm"] == 3
-    got = sorted((f.attrs["groups"], f.attrs["activation"], f.attrs["channel_axis"], round(f.attrs["eps"], 9)) for f in rep.fused)
+    got = sorted(
+        (f.attrs["groups"], f.attrs["activation"], f.attrs["channel_axis"], round(f.attrs["eps"], 9)) for f in rep.fused
+    )
     assert got == [(4, "none", 1, 0.001), (8, "none", -1, 1e-05), (8, "silu", 1, 1e-05)]
     assert rep.rejections == {"group_norm": {"decomposed: no single-exit region after the group statistics": 1}}
     gammas = [f.inputs[1].value for f in rep.fused]

@@ -257,11 +257,12 @@ def _write_tokenizer(tmp: Path, loaded: sources.LoadedPipeline, opts: ConvertOpt
     if loaded.tokenizer_dir is not None:
         copy_tokenizer(loaded.tokenizer_dir, dst)
         return
+    from sdlite.errors import SdliteError
     from sdlite.tokenizer import build_clip_vocab_files, find_clip_bpe
 
     try:
         bpe = opts.clip_bpe or find_clip_bpe()
-    except (FileNotFoundError, RuntimeError) as e:
+    except (SdliteError, OSError) as e:
         raise UserError(str(e)) from None
     build_clip_vocab_files(Path(bpe), dst)
 

@@ -1,4 +1,5 @@
 """Mutable graph IR for .tflite models: read, edit (tensors and ops by reference), toposort, clean up, write."""
+
 from __future__ import annotations
 
 from .io import ModelFormatError, parse_model, read_model, write_model

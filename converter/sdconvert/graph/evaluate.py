@@ -8,6 +8,7 @@ folded constants (GroupNorm's gamma/beta) to well below float32 precision.
 Only ops with unambiguous static semantics are supported; anything else raises :class:`Unsupported`, which
 callers turn into a rejection reason. Shapes come from the graph's static output shapes (RESHAPE, SQUEEZE, ...).
 """
+
 from __future__ import annotations
 
 import math
@@ -183,7 +184,10 @@ def evaluate_op(op: Op, inputs: Sequence[np.ndarray | None], dtype: type = np.fl
     impl = _IMPL.get(op.type)
     if impl is None:
         raise Unsupported(op.type)
-    args = [None if x is None else (x.astype(dtype) if np.issubdtype(np.asarray(x).dtype, np.floating) else x) for x in inputs]
+    args = [
+        None if x is None else (x.astype(dtype) if np.issubdtype(np.asarray(x).dtype, np.floating) else x)
+        for x in inputs
+    ]
     with np.errstate(all="ignore"):
         y = np.asarray(impl(op, args))
     if out_t.shape is not None and tuple(y.shape) != tuple(out_t.shape) and y.size == out_t.numel:

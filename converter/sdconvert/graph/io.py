@@ -9,6 +9,7 @@ offset-buffer layout TFLite uses for large models: the flatbuffer holds only ``o
 data follows it in the file (offsets are from the start of the file, 64-byte aligned). Packing is done twice in that
 case (placeholder offsets, then real ones; the flatbuffer size does not change between the two).
 """
+
 from __future__ import annotations
 
 import mmap
@@ -89,6 +90,26 @@ def _buffers(raw: Any, buf: Any, size: int) -> list[Buffer | None]:
     return out
 
 
+class _Tensors:
+    """Bounds-checked tensor lookup for one subgraph while reading."""
+
+    def __init__(self, tensors: list[Tensor], subgraph: int) -> None:
+        self.tensors, self.subgraph = tensors, subgraph
+
+    def at(self, i: int, where: str) -> Tensor:
+        if not 0 <= i < len(self.tensors):
+            raise ModelFormatError(
+                f"subgraph {self.subgraph}{where}: tensor index {i} out of range ({len(self.tensors)} tensors)"
+            )
+        return self.tensors[i]
+
+    def required(self, indices: Any, where: str) -> list[Tensor]:
+        return [self.at(int(i), where) for i in (indices if indices is not None else [])]
+
+    def optional(self, indices: Any, where: str) -> list[Tensor | None]:
+        return [None if int(i) < 0 else self.at(int(i), where) for i in (indices if indices is not None else [])]
+
+
 def _from_object_api(raw: Any, buf: Any, size: int) -> Model:
     buffers = _buffers(raw, buf, size)
     codes = []
@@ -112,20 +133,20 @@ def _from_object_api(raw: Any, buf: Any, size: int) -> Model:
             sig = None if rt.shapeSignature is None else tuple(int(d) for d in rt.shapeSignature)
             sg.tensors.append(
                 Tensor(
-                    _s(rt.name), shape, int(rt.type or 0), buffer_at(int(rt.buffer or 0)),
-                    shape_signature=sig, quantization=rt.quantization, is_variable=bool(rt.isVariable),
-                    has_rank=bool(rt.hasRank), sparsity=rt.sparsity, variant_tensors=rt.variantTensors, source_index=ti,
+                    _s(rt.name),
+                    shape,
+                    int(rt.type or 0),
+                    buffer_at(int(rt.buffer or 0)),
+                    shape_signature=sig,
+                    quantization=rt.quantization,
+                    is_variable=bool(rt.isVariable),
+                    has_rank=bool(rt.hasRank),
+                    sparsity=rt.sparsity,
+                    variant_tensors=rt.variantTensors,
+                    source_index=ti,
                 )
             )
-        tensors = sg.tensors
-
-        def tensor_at(i: int, *, optional: bool = False, where: str = "") -> Tensor | None:
-            if i < 0 and optional:
-                return None
-            if not 0 <= i < len(tensors):
-                raise ModelFormatError(f"subgraph {gi}{where}: tensor index {i} out of range ({len(tensors)} tensors)")
-            return tensors[i]
-
+        ts = _Tensors(sg.tensors, gi)
         for oi, ro in enumerate(rs.operators or []):
             if not 0 <= int(ro.opcodeIndex or 0) < len(codes):
                 raise ModelFormatError(f"subgraph {gi} op {oi}: opcode index {ro.opcodeIndex} out of range")
@@ -138,23 +159,27 @@ def _from_object_api(raw: Any, buf: Any, size: int) -> Model:
                 if off + n > size:
                     raise ModelFormatError(f"subgraph {gi}{where}: custom options outside the file")
                 custom = bytes(buf[off : off + n])
+            mutating = ro.mutatingVariableInputs
             op = Op(
                 codes[int(ro.opcodeIndex or 0)],
-                [tensor_at(int(i), optional=True, where=where) for i in (ro.inputs if ro.inputs is not None else [])],
-                [tensor_at(int(i), where=where) for i in (ro.outputs if ro.outputs is not None else [])],  # type: ignore[misc]
-                options_type=int(ro.builtinOptionsType or 0), options=ro.builtinOptions,
-                options2_type=int(ro.builtinOptions2Type or 0), options2=ro.builtinOptions2,
-                custom_options=custom, custom_options_format=int(ro.customOptionsFormat or 0),
-                mutating_variable_inputs=[bool(x) for x in ro.mutatingVariableInputs] if ro.mutatingVariableInputs is not None else None,
-                intermediates=[tensor_at(int(i), where=where) for i in ro.intermediates] if ro.intermediates is not None else None,  # type: ignore[misc]
+                ts.optional(ro.inputs, where),
+                ts.required(ro.outputs, where),
+                options_type=int(ro.builtinOptionsType or 0),
+                options=ro.builtinOptions,
+                options2_type=int(ro.builtinOptions2Type or 0),
+                options2=ro.builtinOptions2,
+                custom_options=custom,
+                custom_options_format=int(ro.customOptionsFormat or 0),
+                mutating_variable_inputs=[bool(x) for x in mutating] if mutating is not None else None,
+                intermediates=ts.required(ro.intermediates, where) if ro.intermediates is not None else None,
                 debug_metadata_index=int(ro.debugMetadataIndex) if ro.debugMetadataIndex is not None else -1,
             )
             for which, opts in (("options", ro.builtinOptions), ("options2", ro.builtinOptions2)):
                 for fld in SUBGRAPH_FIELDS.get(type(opts).__name__, ()):
                     pending_refs.append((op, which, fld, int(getattr(opts, fld))))
             sg.ops.append(op)
-        sg.inputs = [tensor_at(int(i), where=" inputs") for i in (rs.inputs if rs.inputs is not None else [])]  # type: ignore[misc]
-        sg.outputs = [tensor_at(int(i), where=" outputs") for i in (rs.outputs if rs.outputs is not None else [])]  # type: ignore[misc]
+        sg.inputs = ts.required(rs.inputs, " inputs")
+        sg.outputs = ts.required(rs.outputs, " outputs")
         model.subgraphs.append(sg)
     if not model.subgraphs:
         raise ModelFormatError("model has no subgraphs")
@@ -166,17 +191,14 @@ def _from_object_api(raw: Any, buf: Any, size: int) -> Model:
         gi = int(sd.subgraphIndex or 0)
         if not 0 <= gi < len(model.subgraphs):
             raise ModelFormatError(f"signature {_s(sd.signatureKey)!r} refers to subgraph {gi}")
-        sg = model.subgraphs[gi]
+        ts = _Tensors(model.subgraphs[gi].tensors, gi)
 
-        def tmap(lst: Any, sg: Subgraph = sg) -> list[tuple[str, Tensor]]:
-            out = []
-            for tm in lst or []:
-                if not 0 <= int(tm.tensorIndex) < len(sg.tensors):
-                    raise ModelFormatError(f"signature tensor index {tm.tensorIndex} out of range")
-                out.append((_s(tm.name), sg.tensors[int(tm.tensorIndex)]))
-            return out
+        def tmap(maps: Any, ts: _Tensors = ts) -> list[tuple[str, Tensor]]:
+            return [(_s(m.name), ts.at(int(m.tensorIndex), " signature")) for m in (maps or [])]
 
-        model.signatures.append(SignatureDef(_s(sd.signatureKey), sg, tmap(sd.inputs), tmap(sd.outputs)))
+        model.signatures.append(
+            SignatureDef(_s(sd.signatureKey), model.subgraphs[gi], tmap(sd.inputs), tmap(sd.outputs))
+        )
     model.metadata = [(_s(m.name), buffer_at(int(m.buffer or 0))) for m in (raw.metadata or [])]
     model.metadata_buffer = [buffer_at(int(i)) for i in (raw.metadataBuffer if raw.metadataBuffer is not None else [])]
     model.buffer_order = [b for b in buffers if b is not None]
@@ -258,6 +280,52 @@ def _tensor_t(t: Tensor, buffer_index: int) -> Any:
     return rt
 
 
+class _TensorTable:
+    """Tensor -> index while writing; tensors referenced but missing from ``sg.tensors`` are appended."""
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        self.tensors = list(tensors)
+        self._index = {id(t): i for i, t in enumerate(self.tensors)}
+
+    def index(self, t: Tensor | None) -> int:
+        if t is None:
+            return -1
+        i = self._index.get(id(t))
+        if i is None:
+            self.tensors.append(t)
+            i = self._index[id(t)] = len(self.tensors) - 1
+        return i
+
+
+def _tensor_map(name: str, index: int) -> Any:
+    x = S.TensorMapT()
+    x.name, x.tensorIndex = name, index
+    return x
+
+
+def _operator_t(op: Op, tt: _TensorTable, opcode_index: int, sg_index: dict[int, int]) -> Any:
+    ro = S.OperatorT()
+    ro.opcodeIndex = opcode_index
+    ro.inputs = [tt.index(t) for t in op.inputs]
+    ro.outputs = [tt.index(t) for t in op.outputs]
+    ro.builtinOptionsType, ro.builtinOptions = op.options_type, op.options
+    ro.builtinOptions2Type, ro.builtinOptions2 = op.options2_type, op.options2
+    if op.subgraph_refs:  # write the current subgraph indices into copies of the options
+        ro.builtinOptions = clone_options(op.options)
+        ro.builtinOptions2 = clone_options(op.options2)
+        for (which, fld), target in op.subgraph_refs.items():
+            if id(target) not in sg_index:
+                raise ValueError(f"{op.type} refers to a subgraph that is no longer in the model")
+            setattr(ro.builtinOptions if which == "options" else ro.builtinOptions2, fld, sg_index[id(target)])
+    if op.custom_options is not None:
+        ro.customOptions = np.frombuffer(op.custom_options, dtype=np.uint8)
+    ro.customOptionsFormat = op.custom_options_format
+    ro.mutatingVariableInputs = op.mutating_variable_inputs
+    ro.intermediates = [tt.index(t) for t in op.intermediates] if op.intermediates else None
+    ro.debugMetadataIndex = op.debug_metadata_index
+    return ro
+
+
 def _model_t(model: Model, buffers: list[Buffer], offsets: list[int] | None) -> Any:
     buf_index = {id(b): i + 1 for i, b in enumerate(buffers)}
     sg_index = {id(sg): i for i, sg in enumerate(model.subgraphs)}
@@ -278,71 +346,29 @@ def _model_t(model: Model, buffers: list[Buffer], offsets: list[int] | None) -> 
         _BufferOut(b.data, offsets[i] if offsets is not None else 0) for i, b in enumerate(buffers)
     ]
     m.subgraphs = []
+    tables: dict[int, _TensorTable] = {}
     for sg in model.subgraphs:
-        # every tensor an op, signature or interface references must be in the tensor table
-        tensors = list(sg.tensors)
-        t_index = {id(t): i for i, t in enumerate(tensors)}
-
-        def idx(t: Tensor | None) -> int:
-            if t is None:
-                return -1
-            i = t_index.get(id(t))
-            if i is None:
-                tensors.append(t)
-                i = t_index[id(t)] = len(tensors) - 1
-            return i
-
+        tt = tables[id(sg)] = _TensorTable(sg.tensors)
         rs = S.SubGraphT()
         rs.name = sg.name
-        rs.operators = []
-        for op in sg.ops:
-            ro = S.OperatorT()
-            ro.opcodeIndex = code_index[op.opcode]
-            ro.inputs = [idx(t) for t in op.inputs]
-            ro.outputs = [idx(t) for t in op.outputs]
-            ro.builtinOptionsType, ro.builtinOptions = op.options_type, op.options
-            ro.builtinOptions2Type, ro.builtinOptions2 = op.options2_type, op.options2
-            if op.subgraph_refs:
-                ro.builtinOptions = clone_options(op.options)
-                ro.builtinOptions2 = clone_options(op.options2)
-                for (which, fld), target in op.subgraph_refs.items():
-                    if id(target) not in sg_index:
-                        raise ValueError(f"{op.type} refers to a subgraph that is no longer in the model")
-                    setattr(ro.builtinOptions if which == "options" else ro.builtinOptions2, fld, sg_index[id(target)])
-            if op.custom_options is not None:
-                ro.customOptions = np.frombuffer(op.custom_options, dtype=np.uint8)
-            ro.customOptionsFormat = op.custom_options_format
-            ro.mutatingVariableInputs = op.mutating_variable_inputs
-            ro.intermediates = [idx(t) for t in op.intermediates] if op.intermediates else None
-            ro.debugMetadataIndex = op.debug_metadata_index
-            rs.operators.append(ro)
-        rs.inputs = [idx(t) for t in sg.inputs]
-        rs.outputs = [idx(t) for t in sg.outputs]
+        rs.operators = [_operator_t(op, tt, code_index[op.opcode], sg_index) for op in sg.ops]
+        rs.inputs = [tt.index(t) for t in sg.inputs]
+        rs.outputs = [tt.index(t) for t in sg.outputs]
         for s in model.signatures:
             if s.subgraph is sg:
                 for _, t in s.inputs + s.outputs:
-                    idx(t)
-        rs.tensors = [_tensor_t(t, buf_index[id(t.buffer)] if t.buffer is not None else 0) for t in tensors]
+                    tt.index(t)
+        rs.tensors = [_tensor_t(t, buf_index[id(t.buffer)] if t.buffer is not None else 0) for t in tt.tensors]
         rs.debugMetadataIndex = sg.debug_metadata_index
-        sg._written_index = t_index  # type: ignore[attr-defined]  # used below for signatures
         m.subgraphs.append(rs)
     m.signatureDefs = []
     for s in model.signatures:
         sd = S.SignatureDefT()
         sd.signatureKey = s.key
         sd.subgraphIndex = sg_index[id(s.subgraph)]
-        ti = s.subgraph._written_index  # type: ignore[attr-defined]
-
-        def tm(name: str, t: Tensor, ti: dict[int, int] = ti) -> Any:
-            x = S.TensorMapT()
-            x.name, x.tensorIndex = name, ti[id(t)]
-            return x
-
-        sd.inputs = [tm(n, t) for n, t in s.inputs]
-        sd.outputs = [tm(n, t) for n, t in s.outputs]
+        sd.inputs = [_tensor_map(n, tables[id(s.subgraph)].index(t)) for n, t in s.inputs]
+        sd.outputs = [_tensor_map(n, tables[id(s.subgraph)].index(t)) for n, t in s.outputs]
         m.signatureDefs.append(sd)
-    for sg in model.subgraphs:
-        del sg._written_index  # type: ignore[attr-defined]
     m.metadata = []
     for name, b in model.metadata:
         md = S.MetadataT()

@@ -12,13 +12,14 @@ Trade-offs:
 - Empty per-tensor buffers (litert-torch gives each activation its own empty buffer) are dropped: an activation
   tensor has ``buffer is None`` and is written with the sentinel buffer 0, which TFLite treats identically.
 """
+
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -56,7 +57,9 @@ def tflite_type(dtype: Any) -> int:
         raise ValueError(f"no TFLite tensor type for numpy dtype {dtype}") from None
 
 
-BUILTIN_NAMES: dict[int, str] = {v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
+BUILTIN_NAMES: dict[int, str] = {
+    v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)
+}
 BUILTIN_CODES: dict[str, int] = {v: k for k, v in BUILTIN_NAMES.items()}
 CUSTOM = S.BuiltinOperator.CUSTOM
 
@@ -175,7 +178,9 @@ class Tensor:
         arr = np.frombuffer(raw, dtype=dt, count=count)
         shape = self.shape if self.shape is not None else (count,)
         if int(np.prod(shape, dtype=np.int64)) != count:
-            raise ValueError(f"tensor {self.name!r}: buffer holds {count} elements, shape {shape} needs {int(np.prod(shape))}")
+            raise ValueError(
+                f"tensor {self.name!r}: buffer holds {count} elements, shape {shape} needs {int(np.prod(shape))}"
+            )
         return arr.reshape(shape)
 
     def __repr__(self) -> str:
@@ -449,7 +454,9 @@ class Subgraph:
         indeg: dict[int, int] = {}
         users: dict[int, list[Op]] = {}
         for op in self.ops:
-            deps = {id(t.producer) for t in op.inputs if t is not None and t.producer is not None and id(t.producer) in pos}
+            deps = {
+                id(t.producer) for t in op.inputs if t is not None and t.producer is not None and id(t.producer) in pos
+            }
             indeg[id(op)] = len(deps)
             for d in deps:
                 users.setdefault(d, []).append(op)

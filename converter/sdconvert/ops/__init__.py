@@ -1,10 +1,10 @@
 """Fused op definitions (one per file). ``REGISTRY`` maps custom-op name -> :class:`OpSpec`."""
 from __future__ import annotations
 
-from . import attention, gelu, group_norm
+from . import attention, conv2d_winograd, gelu, group_norm
 from .base import OpAttrError, OpSpec
 
-REGISTRY: dict[str, OpSpec] = {s.name: s for s in (attention.SPEC, gelu.SPEC, group_norm.SPEC)}
+REGISTRY: dict[str, OpSpec] = {s.name: s for s in (attention.SPEC, gelu.SPEC, group_norm.SPEC, conv2d_winograd.SPEC)}
 
 
 def register(spec: OpSpec) -> OpSpec:

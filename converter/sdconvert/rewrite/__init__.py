@@ -1,4 +1,5 @@
 """Graph rewriting: the rule engine, the fusion rules and ``fuse_model`` (the ``--fuse`` entry point)."""
+
 from __future__ import annotations
 
 from .engine import Alternative, Check, FusedOp, Match, Rule, RunResult, TensorRef, run_rules

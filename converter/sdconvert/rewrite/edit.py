@@ -5,10 +5,11 @@ op produce it: :func:`take_output` gives the old producer a throw-away tensor in
 dead and the cleanup after each sweep removes it. New ops are inserted just before that old producer, which keeps
 the op list topologically ordered (all pattern inputs are produced earlier, all consumers later).
 """
+
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +33,13 @@ def reshape(sg: Subgraph, x: Tensor, shape: Sequence[int], *, before: Op, out: T
     y = out if out is not None else sg.new_tensor(x.name + ";reshape", shape, x.dtype)
     opts = S.ReshapeOptionsT()
     opts.newShape = list(shape)
-    op = Op(OpCode.of("RESHAPE"), [x, sg.new_constant("shape", np.asarray(shape, np.int32))], [y],
-            options_type=S.BuiltinOptions.ReshapeOptions, options=opts)
+    op = Op(
+        OpCode.of("RESHAPE"),
+        [x, sg.new_constant("shape", np.asarray(shape, np.int32))],
+        [y],
+        options_type=S.BuiltinOptions.ReshapeOptions,
+        options=opts,
+    )
     sg.insert_op(op, before=before)
     return y
 
@@ -42,16 +48,26 @@ def transpose(sg: Subgraph, x: Tensor, perm: Sequence[int], *, before: Op, out: 
     assert x.shape is not None
     shape = tuple(x.shape[p] for p in perm)
     y = out if out is not None else sg.new_tensor(x.name + ";transpose", shape, x.dtype)
-    op = Op(OpCode.of("TRANSPOSE"), [x, sg.new_constant("perm", np.asarray(perm, np.int32))], [y],
-            options_type=S.BuiltinOptions.TransposeOptions, options=S.TransposeOptionsT())
+    op = Op(
+        OpCode.of("TRANSPOSE"),
+        [x, sg.new_constant("perm", np.asarray(perm, np.int32))],
+        [y],
+        options_type=S.BuiltinOptions.TransposeOptions,
+        options=S.TransposeOptionsT(),
+    )
     sg.insert_op(op, before=before)
     return y
 
 
 def custom_op(sg: Subgraph, spec: Any, attrs: Any, inputs: Sequence[Tensor], output: Tensor, *, before: Op) -> Op:
     """Insert a fused custom op defined by an :class:`sdconvert.ops.OpSpec` (flexbuffer options, version)."""
-    op = Op(OpCode.of(spec.name, spec.version), list(inputs), [output], custom_options=spec.encode(attrs),
-            custom_options_format=S.CustomOptionsFormat.FLEXBUFFERS)
+    op = Op(
+        OpCode.of(spec.name, spec.version),
+        list(inputs),
+        [output],
+        custom_options=spec.encode(attrs),
+        custom_options_format=S.CustomOptionsFormat.FLEXBUFFERS,
+    )
     sg.insert_op(op, before=before)
     return op
 

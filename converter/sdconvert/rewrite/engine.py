@@ -15,12 +15,13 @@ its tanh chain, ...). Every alternative has
 :func:`run_rules` sweeps all rules over all executed subgraphs until nothing changes (a fixed point) and returns
 ``{rule_name: count}`` plus the records of every rewrite and the rejection summary.
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -81,9 +82,16 @@ class TensorRef:
         return d
 
 
-def ref(t: Tensor, shape: Sequence[int] | None = None, perm: Sequence[int] | None = None, value: np.ndarray | None = None) -> TensorRef:
-    return TensorRef(t.name, t.source_index, tuple(shape if shape is not None else (t.shape or ())),
-                     tuple(perm) if perm is not None else None, value)
+def ref(
+    t: Tensor, shape: Sequence[int] | None = None, perm: Sequence[int] | None = None, value: np.ndarray | None = None
+) -> TensorRef:
+    return TensorRef(
+        t.name,
+        t.source_index,
+        tuple(shape if shape is not None else (t.shape or ())),
+        tuple(perm) if perm is not None else None,
+        value,
+    )
 
 
 @dataclass
@@ -101,8 +109,13 @@ class FusedOp:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rule": self.rule, "alternative": self.alternative, "op": self.op_type, "attrs": self.attrs,
-            "subgraph": self.subgraph, "inputs": [r.to_dict() for r in self.inputs], "output": self.output.to_dict(),
+            "rule": self.rule,
+            "alternative": self.alternative,
+            "op": self.op_type,
+            "attrs": self.attrs,
+            "subgraph": self.subgraph,
+            "inputs": [r.to_dict() for r in self.inputs],
+            "output": self.output.to_dict(),
             "replaced_ops": self.replaced_ops,
         }
 
@@ -164,13 +177,16 @@ class RunResult:
 
 
 def executed_subgraphs(model: Model) -> list[tuple[int, Subgraph]]:
-    """Subgraphs that run (everything except composite decompositions, which the runtime only uses as fallback)."""
-    decomp = {id(sg) for _, op in model.iter_ops() if op.type == "STABLEHLO_COMPOSITE" for sg in op.subgraph_refs.values()}
+    """Subgraphs to rewrite: all but composite decompositions (those run only as the body of their composite op)."""
+    decomp = {
+        id(sg) for _, op in model.iter_ops() if op.type == "STABLEHLO_COMPOSITE" for sg in op.subgraph_refs.values()
+    }
     return [(i, sg) for i, sg in enumerate(model.subgraphs) if id(sg) not in decomp]
 
 
-def run_rules(model: Model, rules: Iterable[Rule], options: dict[str, Any] | None = None, *,
-              max_sweeps: int = MAX_SWEEPS) -> RunResult:
+def run_rules(
+    model: Model, rules: Iterable[Rule], options: dict[str, Any] | None = None, *, max_sweeps: int = MAX_SWEEPS
+) -> RunResult:
     """Apply ``rules`` until a sweep changes nothing. Dead ops are removed after every rule sweep."""
     rules = list(rules)
     ctx = Context(model, options)

@@ -7,6 +7,7 @@ Targets:
 - ``litert``: a model the stock LiteRT GPU accelerator can run: no custom ops, composites inlined, GroupNorms
   re-emitted without BROADCAST_TO, remaining BROADCAST_TOs folded into implicit broadcasting where shapes allow.
 """
+
 from __future__ import annotations
 
 import time
@@ -48,11 +49,17 @@ class FuseReport:
     def to_dict(self, *, include_ops: bool = True) -> dict[str, Any]:
         """JSON-serialisable form (the manifest stores ``include_ops=False``)."""
         d: dict[str, Any] = {
-            "target": self.target, "attention_variant": self.attention_variant, "counts": dict(self.counts),
-            "by_alternative": dict(self.by_alternative), "passes": dict(self.passes),
-            "ops_before": self.ops_before, "ops_after": self.ops_after,
-            "histogram_before": dict(self.histogram_before), "histogram_after": dict(self.histogram_after),
-            "rejections": {k: dict(v) for k, v in self.rejections.items()}, "seconds": round(self.seconds, 3),
+            "target": self.target,
+            "attention_variant": self.attention_variant,
+            "counts": dict(self.counts),
+            "by_alternative": dict(self.by_alternative),
+            "passes": dict(self.passes),
+            "ops_before": self.ops_before,
+            "ops_after": self.ops_after,
+            "histogram_before": dict(self.histogram_before),
+            "histogram_after": dict(self.histogram_after),
+            "rejections": {k: dict(v) for k, v in self.rejections.items()},
+            "seconds": round(self.seconds, 3),
         }
         if include_ops:
             d["fused"] = [f.to_dict() for f in self.fused]
@@ -62,7 +69,9 @@ class FuseReport:
         """The ``{rule: count}`` table with alternatives, op counts and rejection reasons, for terminals."""
         lines = [f"{'rule':<18}{'fused':>6}  alternatives"]
         for rule, n in self.counts.items():
-            alts = ", ".join(f"{k.split('/', 1)[1]}={v}" for k, v in self.by_alternative.items() if k.startswith(rule + "/"))
+            alts = ", ".join(
+                f"{k.split('/', 1)[1]}={v}" for k, v in self.by_alternative.items() if k.startswith(rule + "/")
+            )
             lines.append(f"{rule:<18}{n:>6}  {alts}")
         for name, n in self.passes.items():
             lines.append(f"{name:<18}{n:>6}  (pass)")
@@ -98,7 +107,9 @@ def fuse(model: Model, *, target: str = "sdgpu", attention_variant: str = "auto"
     if target not in TARGETS:
         raise UserError(f"unknown fusion target {target!r}; choose one of {', '.join(TARGETS)}")
     if attention_variant not in ATTENTION_VARIANTS:
-        raise UserError(f"unknown attention variant {attention_variant!r}; choose one of {', '.join(ATTENTION_VARIANTS)}")
+        raise UserError(
+            f"unknown attention variant {attention_variant!r}; choose one of {', '.join(ATTENTION_VARIANTS)}"
+        )
     opts = {"attention_variant": attention_variant, "target": target}
     passes: dict[str, int] = {}
     result: RunResult | None = None
@@ -122,7 +133,9 @@ def fuse(model: Model, *, target: str = "sdgpu", attention_variant: str = "auto"
     return result, passes
 
 
-def fuse_model(src: Path | str, dst: Path | str, *, target: str = "sdgpu", attention_variant: str = "auto") -> FuseReport:
+def fuse_model(
+    src: Path | str, dst: Path | str, *, target: str = "sdgpu", attention_variant: str = "auto"
+) -> FuseReport:
     """Fuse ``src`` into ``dst`` (``dst`` may equal ``src``; written atomically). User errors raise ``UserError``."""
     t0 = time.perf_counter()
     src, dst = Path(src), Path(dst)
@@ -138,8 +151,19 @@ def fuse_model(src: Path | str, dst: Path | str, *, target: str = "sdgpu", atten
         raise UserError(f"cannot write {dst}: {e.strerror or e}") from None
     hist_after = executed_histogram(model)
     return FuseReport(
-        str(src), str(dst), target, attention_variant, result.counts, result.by_alternative, passes,
-        sum(hist_before.values()), sum(hist_after.values()), hist_before, hist_after, result.rejections, result.fused,
+        str(src),
+        str(dst),
+        target,
+        attention_variant,
+        result.counts,
+        result.by_alternative,
+        passes,
+        sum(hist_before.values()),
+        sum(hist_after.values()),
+        hist_before,
+        hist_after,
+        result.rejections,
+        result.fused,
         time.perf_counter() - t0,
     )
 

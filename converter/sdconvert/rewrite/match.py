@@ -5,10 +5,11 @@ answered with *index maps*: push ``arange(numel)`` through the chain with numpy 
 permutation. That is exact for any combination of reshapes and transposes litert-torch emits, with no case analysis;
 it costs one int32 array per candidate (10 MB for SD1.5's largest attention input).
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 

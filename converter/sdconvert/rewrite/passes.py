@@ -8,6 +8,7 @@
   accelerator fall back to the CPU. Broadcasts feeding other ops (RESHAPE in GroupNorm) are left to
   ``group_norm_stock``.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -25,9 +26,20 @@ def _composite_name(op: Op) -> str:
 
 
 def _clone_tensor(sg: Subgraph, t: Tensor) -> Tensor:
-    return sg.add_tensor(Tensor(t.name, t.shape, t.dtype, t.buffer, shape_signature=t.shape_signature,
-                                quantization=t.quantization, is_variable=t.is_variable, has_rank=t.has_rank,
-                                sparsity=t.sparsity, variant_tensors=t.variant_tensors))
+    return sg.add_tensor(
+        Tensor(
+            t.name,
+            t.shape,
+            t.dtype,
+            t.buffer,
+            shape_signature=t.shape_signature,
+            quantization=t.quantization,
+            is_variable=t.is_variable,
+            has_rank=t.has_rank,
+            sparsity=t.sparsity,
+            variant_tensors=t.variant_tensors,
+        )
+    )
 
 
 def _inline(model: Model, sg: Subgraph, op: Op, dec: Subgraph) -> bool:
@@ -55,12 +67,20 @@ def _inline(model: Model, sg: Subgraph, op: Op, dec: Subgraph) -> bool:
 
     new_ops = []
     for dop in dec.ops:
-        nop = Op(dop.opcode, [None if t is None else get(t) for t in dop.inputs], [get(t) for t in dop.outputs],
-                 options_type=dop.options_type, options=clone_options(dop.options),
-                 options2_type=dop.options2_type, options2=clone_options(dop.options2),
-                 custom_options=dop.custom_options, custom_options_format=dop.custom_options_format,
-                 mutating_variable_inputs=dop.mutating_variable_inputs,
-                 intermediates=[get(t) for t in dop.intermediates], debug_metadata_index=dop.debug_metadata_index)
+        nop = Op(
+            dop.opcode,
+            [None if t is None else get(t) for t in dop.inputs],
+            [get(t) for t in dop.outputs],
+            options_type=dop.options_type,
+            options=clone_options(dop.options),
+            options2_type=dop.options2_type,
+            options2=clone_options(dop.options2),
+            custom_options=dop.custom_options,
+            custom_options_format=dop.custom_options_format,
+            mutating_variable_inputs=dop.mutating_variable_inputs,
+            intermediates=[get(t) for t in dop.intermediates],
+            debug_metadata_index=dop.debug_metadata_index,
+        )
         nop.subgraph_refs = dict(dop.subgraph_refs)
         new_ops.append(nop)
     sg.ops[pos : pos + 1] = new_ops

@@ -7,12 +7,13 @@ the fused op replaced. This validates the rules (attrs, layouts, folded constant
 
 Limitation: only tensors of the signature's subgraph (subgraph 0) can be captured; rewrites elsewhere are skipped.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -53,19 +54,25 @@ def _attention_per_head(spec: Any, args: list[np.ndarray], attrs: Any) -> np.nda
     for b in range(n):
         for h in range(attrs.heads):
             cols = slice(h * d, (h + 1) * d)
-            out[b : b + 1, :, cols] = spec.reference([q[b : b + 1, :, cols], k[b : b + 1, :, cols], v[b : b + 1, :, cols]], one)
+            out[b : b + 1, :, cols] = spec.reference(
+                [q[b : b + 1, :, cols], k[b : b + 1, :, cols], v[b : b + 1, :, cols]], one
+            )
     return out
 
 
-def check_fused(src: Path | str, fused: Sequence[FusedOp], *, seed: int = 0,
-                inputs: dict[int, np.ndarray] | None = None) -> list[SemanticResult]:
+def check_fused(
+    src: Path | str, fused: Sequence[FusedOp], *, seed: int = 0, inputs: dict[int, np.ndarray] | None = None
+) -> list[SemanticResult]:
     """Run ``src`` (the unfused model) and compare each fused op's reference with the captured tensors."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     from .. import ops as sdops
 
-    it = Interpreter(model_path=str(src), experimental_preserve_all_tensors=True,
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it = Interpreter(
+        model_path=str(src),
+        experimental_preserve_all_tensors=True,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    )
     it.allocate_tensors()
     feeds = inputs if inputs is not None else random_inputs(it.get_input_details(), seed)
     for index, value in feeds.items():

@@ -4,6 +4,7 @@ The modules are built on torch's ``meta`` device, so even SD1.5 costs no weight 
 numbers with the fusion table (SD1.5 UNet: 32 attention = 16 transformer blocks x self+cross, 16 GELU = one GEGLU per
 block, 61 GroupNorm = 22 ResNets x 2 + 16 transformer norms + conv_norm_out).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,8 +20,16 @@ def _count(module: Any) -> dict[str, int]:
         name = type(m).__name__
         if name in ("Attention", "CLIPAttention", "CLIPSdpaAttention", "CLIPFlashAttention2"):
             attention += 1
-        elif name in ("GEGLU", "GELU", "ApproximateGELU", "QuickGELUActivation", "GELUActivation",
-                      "NewGELUActivation", "GELUTanh", "GELUPytorchTanh"):
+        elif name in (
+            "GEGLU",
+            "GELU",
+            "ApproximateGELU",
+            "QuickGELUActivation",
+            "GELUActivation",
+            "NewGELUActivation",
+            "GELUTanh",
+            "GELUPytorchTanh",
+        ):
             gelu += 1
         elif isinstance(m, torch.nn.GroupNorm):
             group_norm += 1

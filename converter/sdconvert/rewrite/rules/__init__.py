@@ -1,4 +1,5 @@
 """The fusion rules, one file each. ``rules_for(target)`` is the ordered rule list a target runs."""
+
 from __future__ import annotations
 
 from ..engine import Rule

@@ -19,11 +19,12 @@ The operands of the fused op are the *roots* of the head-split chains ([N,S,H*D]
 exact index maps (:mod:`..match`); a chain that is not a head split falls back to ``heads=1`` on the pre-split
 [N*H,S,D] operands, which the contract allows.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -40,8 +41,14 @@ SCORES_BUDGET_BYTES = 2 * 1024 * 1024
 FLASH_MAX_HEAD_DIM = 128
 
 
-def choose_attention_variant(seq_q: int, seq_k: int, head_dim: int, *, scores_budget: int = SCORES_BUDGET_BYTES,
-                             flash_max_head_dim: int = FLASH_MAX_HEAD_DIM) -> str:
+def choose_attention_variant(
+    seq_q: int,
+    seq_k: int,
+    head_dim: int,
+    *,
+    scores_budget: int = SCORES_BUDGET_BYTES,
+    flash_max_head_dim: int = FLASH_MAX_HEAD_DIM,
+) -> str:
     """``flash`` or ``partial_softmax`` for one attention shape (per head).
 
     Rule: use ``flash`` when one head's fp32 score matrix (seq_q x seq_k x 4 bytes) is larger than ``scores_budget``
@@ -66,8 +73,14 @@ _MATMULS = ("BATCH_MATMUL", "FULLY_CONNECTED")
 
 def _keeps_last2(op: Op) -> bool:
     i, o = op.inputs[0], op.outputs[0]
-    return (i is not None and i.shape is not None and o.shape is not None and len(i.shape) >= 2 and len(o.shape) >= 2
-            and tuple(i.shape[-2:]) == tuple(o.shape[-2:]))
+    return (
+        i is not None
+        and i.shape is not None
+        and o.shape is not None
+        and len(i.shape) >= 2
+        and len(o.shape) >= 2
+        and tuple(i.shape[-2:]) == tuple(o.shape[-2:])
+    )
 
 
 def _pattern(ctx: Context, sm: Op) -> Match | None:
@@ -128,8 +141,12 @@ def _pattern(ctx: Context, sm: Op) -> Match | None:
     if pv is None:
         return None
     alt = f"qk_{qk.type.lower()}+pv_{pv.type.lower()}"
-    return Match(alt, sm, [qk, *score_ops, sm, *prob_ops, pv],
-                 dict(qk=qk, pv=pv, score_ops=score_ops, prob_ops=prob_ops, scale=scale, mask=mask, mask_add=mask_add))
+    return Match(
+        alt,
+        sm,
+        [qk, *score_ops, sm, *prob_ops, pv],
+        dict(qk=qk, pv=pv, score_ops=score_ops, prob_ops=prob_ops, scale=scale, mask=mask, mask_add=mask_add),
+    )
 
 
 # --- check -------------------------------------------------------------------------------------------------------
@@ -189,7 +206,9 @@ def _head_splits(t: Tensor, b: int, s: int, d: int, transposed: bool) -> dict[in
     return found
 
 
-def _head_merges(sg: Any, o: Tensor, b: int, sq: int, d: int, heads: Iterable[int]) -> dict[int, tuple[Tensor, list[Op]]]:
+def _head_merges(
+    sg: Any, o: Tensor, b: int, sq: int, d: int, heads: Iterable[int]
+) -> dict[int, tuple[Tensor, list[Op]]]:
     """Which of ``heads`` make a tensor after ``o`` ([B,Sq,D]) the head merge [N,Sq,H*D]; farthest tensor wins."""
     chain_ts: list[tuple[Tensor, list[Op]]] = [(o, [])]
     cur, ops = o, []
@@ -341,8 +360,9 @@ def _rewrite(ctx: Context, m: Match, p: _Plan) -> FusedOp:
     sg = ctx.sg
     requested = ctx.options.get("attention_variant", "auto")
     variant = choose_attention_variant(p.seq_q, p.seq_k, p.head_dim) if requested == "auto" else requested
-    attrs = AttentionAttrs(heads=p.heads, head_dim=p.head_dim, scale=float(np.float32(p.scale)), causal=p.causal,
-                           variant=variant)
+    attrs = AttentionAttrs(
+        heads=p.heads, head_dim=p.head_dim, scale=float(np.float32(p.scale)), causal=p.causal, variant=variant
+    )
     spec = sdops.get("SdAttention")
     c = p.heads * p.head_dim
     refs = []
@@ -357,8 +377,16 @@ def _rewrite(ctx: Context, m: Match, p: _Plan) -> FusedOp:
         refs.append(ref(s.chain.root, (s.n, seq, s.channels), s.perm))
     emit_to(sg, p.out, (p.n, p.seq_q, c), build)
     replaced = len(m.ops) + len(p.out_ops) + sum(len(s.chain.ops) for s in (p.q, p.k, p.v))
-    return FusedOp("attention", m.alternative, spec.name, {**attrs.__dict__}, ctx.sg_index, refs,
-                   ref(p.out, (p.n, p.seq_q, c)), replaced)
+    return FusedOp(
+        "attention",
+        m.alternative,
+        spec.name,
+        {**attrs.__dict__},
+        ctx.sg_index,
+        refs,
+        ref(p.out, (p.n, p.seq_q, c)),
+        replaced,
+    )
 
 
 def _only(qk_type: str) -> Any:

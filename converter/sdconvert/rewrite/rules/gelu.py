@@ -12,6 +12,7 @@ Alternatives:
 Chains are verified numerically: the matched ops are evaluated in float64 on a grid over [-8, 8] and must equal the
 reference of the chosen ``approximate`` mode within 1e-6 (relative to max(1, |y|)); otherwise the site is rejected.
 """
+
 from __future__ import annotations
 
 import math
@@ -155,7 +156,9 @@ def _rewrite(ctx: Context, m: Match, plan: tuple[str, Tensor, Tensor]) -> FusedO
     attrs = GeluAttrs(approximate=mode)
     spec = sdops.get("SdGelu")
     emit_to(sg, y, x.shape or (), lambda before, out: custom_op(sg, spec, attrs, [x], out, before=before))
-    return FusedOp("gelu", m.alternative, spec.name, {**attrs.__dict__}, ctx.sg_index, [ref(x)], ref(y, x.shape), len(m.ops))
+    return FusedOp(
+        "gelu", m.alternative, spec.name, {**attrs.__dict__}, ctx.sg_index, [ref(x)], ref(y, x.shape), len(m.ops)
+    )
 
 
 RULE = Rule(

@@ -17,6 +17,7 @@ verified) and γ, β are *fitted* per channel by least squares -- a residual abo
 every sign/folding variant without enumerating them. Transposes around the region (NHWC->NCHW->NHWC) are dropped in
 favour of ``channel_axis=-1`` on the NHWC tensor, and a following SiLU becomes ``activation="silu"``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,17 @@ from ...graph.ir import Op, Subgraph, Tensor
 from ...ops.group_norm import GroupNormAttrs
 from ..edit import custom_op, emit_to, take_output, transpose
 from ..engine import Alternative, Check, Context, FusedOp, Match, Rule, ref
-from ..match import FLOAT32, activation, backward_slice, const_value, is_single_exit, perm, scalar, silu_after, sole_consumer
+from ..match import (
+    FLOAT32,
+    activation,
+    backward_slice,
+    const_value,
+    is_single_exit,
+    perm,
+    scalar,
+    silu_after,
+    sole_consumer,
+)
 
 FIT_TOLERANCE = 1e-6
 
@@ -52,12 +63,22 @@ def _pattern(ctx: Context, mean: Op) -> Match | None:
     if axes is None:
         return None
     n, c = x.shape[0], x.shape[1]
-    if len(r.shape) >= 3 and r.shape[0] == n and axes == set(range(2, len(r.shape))) and 1 <= r.shape[1] <= c \
-            and c % r.shape[1] == 0:
+    if (
+        len(r.shape) >= 3
+        and r.shape[0] == n
+        and axes == set(range(2, len(r.shape)))
+        and 1 <= r.shape[1] <= c
+        and c % r.shape[1] == 0
+    ):
         return Match("decomposed", mean, [rop, mean], dict(x=x, groups=int(r.shape[1]), channel_axis=1))
     cl = x.shape[-1]
-    if len(r.shape) == 4 and r.shape[0] == n and axes == {1, 3} and r.shape[2] * r.shape[3] == cl \
-            and r.shape[1] == x.numel // (n * cl):
+    if (
+        len(r.shape) == 4
+        and r.shape[0] == n
+        and axes == {1, 3}
+        and r.shape[2] * r.shape[3] == cl
+        and r.shape[1] == x.numel // (n * cl)
+    ):
         return Match("decomposed", mean, [rop, mean], dict(x=x, groups=int(r.shape[2]), channel_axis=-1))
     return None
 
@@ -131,16 +152,23 @@ def _samples(x: Tensor, axis: int, seed: int = 0) -> list[np.ndarray]:
     return [a, b]
 
 
-def _post(sg: Subgraph, x: Tensor, out: Tensor, channel_axis: int, region: list[Op]
-          ) -> tuple[Tensor, Tensor, int, str, list[Op], tuple[int, ...] | None]:
+def _post(
+    sg: Subgraph, x: Tensor, out: Tensor, channel_axis: int, region: list[Op]
+) -> tuple[Tensor, Tensor, int, str, list[Op], tuple[int, ...] | None]:
     """Fold surrounding NHWC<->NCHW transposes and a following SiLU (also across a TRANSPOSE); pick the input."""
     extra: list[Op] = []
     x_in = x
     if channel_axis == 1 and len(x.shape or ()) == 4 and out.shape == x.shape:
         xp = x.producer
         c = sole_consumer(sg, out)
-        if xp is not None and xp.type == "TRANSPOSE" and perm(xp) == (0, 3, 1, 2) and c is not None \
-                and c.type == "TRANSPOSE" and perm(c) == (0, 2, 3, 1):
+        if (
+            xp is not None
+            and xp.type == "TRANSPOSE"
+            and perm(xp) == (0, 3, 1, 2)
+            and c is not None
+            and c.type == "TRANSPOSE"
+            and perm(c) == (0, 2, 3, 1)
+        ):
             x_in, channel_axis, out = xp.inputs[0], -1, c.outputs[0]
             extra.append(c)
     act = "none"
@@ -160,7 +188,12 @@ def _post(sg: Subgraph, x: Tensor, out: Tensor, channel_axis: int, region: list[
     if channel_axis == 1 and out.shape != x_in.shape:
         for op in region:
             o = op.outputs[0]
-            if op.type == "RESHAPE" and op.inputs[0] is x and o.shape == out.shape and (o.shape or ())[:2] == (x.shape or ())[:2]:
+            if (
+                op.type == "RESHAPE"
+                and op.inputs[0] is x
+                and o.shape == out.shape
+                and (o.shape or ())[:2] == (x.shape or ())[:2]
+            ):
                 x_in = o
                 break
     return x_in, out, channel_axis, act, extra, post_perm
@@ -224,8 +257,22 @@ def _check_decomposed(ctx: Context, m: Match) -> Check:
             out, ops = exits[i]
             ops = sorted(ops, key=ctx.pos)
             x_in, out, ca, act, extra, post_perm = _post(sg, x, out, axis, ops)
-            return Check.accept(_Plan(x_in, out, gamma, beta, groups, float(eps), act, ca, len(ops) + len(extra), ops,
-                                      any(o.type == "BROADCAST_TO" for o in ops), post_perm))
+            return Check.accept(
+                _Plan(
+                    x_in,
+                    out,
+                    gamma,
+                    beta,
+                    groups,
+                    float(eps),
+                    act,
+                    ca,
+                    len(ops) + len(extra),
+                    ops,
+                    any(o.type == "BROADCAST_TO" for o in ops),
+                    post_perm,
+                )
+            )
     return Check.reject(f"region is not a GroupNorm(groups={groups}, eps={eps:g}) (fit residual {resid:.1e})")
 
 
@@ -264,26 +311,56 @@ def _check_composite(ctx: Context, m: Match) -> Check:
     s = silu_after(ctx.sg, out)
     if s is not None:
         act, out = "silu", s[1]
-    return Check.accept(_Plan(x, out, gamma.reshape(-1), beta.reshape(-1), groups, eps, act,
-                              1 if ca == 1 else -1, 1 + (2 if s else 0), [op], False))
+    return Check.accept(
+        _Plan(
+            x,
+            out,
+            gamma.reshape(-1),
+            beta.reshape(-1),
+            groups,
+            eps,
+            act,
+            1 if ca == 1 else -1,
+            1 + (2 if s else 0),
+            [op],
+            False,
+        )
+    )
 
 
 def _record(ctx: Context, m: Match, p: _Plan, attrs: GroupNormAttrs, op_type: str, rule: str) -> FusedOp:
     inv = tuple(int(i) for i in np.argsort(p.post_perm)) if p.post_perm is not None else None
-    return FusedOp(rule, m.alternative, op_type, {**attrs.__dict__}, ctx.sg_index,
-                   [ref(p.x_in), ref(p.x_in, (len(p.gamma),), value=p.gamma.astype(np.float32)),
-                    ref(p.x_in, (len(p.beta),), value=p.beta.astype(np.float32))],
-                   ref(p.out, p.x_in.shape, perm=inv), p.replaced)
+    return FusedOp(
+        rule,
+        m.alternative,
+        op_type,
+        {**attrs.__dict__},
+        ctx.sg_index,
+        [
+            ref(p.x_in),
+            ref(p.x_in, (len(p.gamma),), value=p.gamma.astype(np.float32)),
+            ref(p.x_in, (len(p.beta),), value=p.beta.astype(np.float32)),
+        ],
+        ref(p.out, p.x_in.shape, perm=inv),
+        p.replaced,
+    )
 
 
 def _rewrite(ctx: Context, m: Match, p: _Plan) -> FusedOp:
     sg = ctx.sg
-    attrs = GroupNormAttrs(groups=p.groups, eps=float(np.float32(p.eps)), activation=p.activation, channel_axis=p.channel_axis)
+    attrs = GroupNormAttrs(
+        groups=p.groups, eps=float(np.float32(p.eps)), activation=p.activation, channel_axis=p.channel_axis
+    )
     spec = sdops.get("SdGroupNorm")
     g = sg.new_constant("gamma", p.gamma.astype(np.float32))
     b = sg.new_constant("beta", p.beta.astype(np.float32))
     if p.post_perm is None:
-        emit_to(sg, p.out, p.x_in.shape or (), lambda before, y: custom_op(sg, spec, attrs, [p.x_in, g, b], y, before=before))
+        emit_to(
+            sg,
+            p.out,
+            p.x_in.shape or (),
+            lambda before, y: custom_op(sg, spec, attrs, [p.x_in, g, b], y, before=before),
+        )
     else:
         old = take_output(sg, p.out)
         assert old is not None
@@ -299,7 +376,9 @@ def _rewrite(ctx: Context, m: Match, p: _Plan) -> FusedOp:
 RULE = Rule(
     "group_norm",
     (
-        Alternative("odml_composite", frozenset({"STABLEHLO_COMPOSITE"}), _composite_pattern, _check_composite, _rewrite),
+        Alternative(
+            "odml_composite", frozenset({"STABLEHLO_COMPOSITE"}), _composite_pattern, _check_composite, _rewrite
+        ),
         Alternative("decomposed", frozenset({"MEAN"}), _pattern, _check_decomposed, _rewrite),
     ),
     __doc__ or "",

@@ -6,6 +6,7 @@ instead, ``reshape((R - mean) * rsqrt(var + eps)) * gamma + beta``, where every 
 and gamma/beta are the fitted per-channel constants. Sites that are already broadcast-free are left alone (a silent
 rejection, so the rule reaches a fixed point on its own output).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,9 +21,15 @@ from ..engine import Alternative, Check, Context, FusedOp, Match, Rule
 from .group_norm import _check_decomposed, _pattern, _Plan, _record
 
 
-
-def _builtin(sg: Subgraph, name: str, inputs: list[Tensor], shape: tuple[int, ...], before: Op,
-             options: tuple[int, Any] = (0, None), out: Tensor | None = None) -> Tensor:
+def _builtin(
+    sg: Subgraph,
+    name: str,
+    inputs: list[Tensor],
+    shape: tuple[int, ...],
+    before: Op,
+    options: tuple[int, Any] = (0, None),
+    out: Tensor | None = None,
+) -> Tensor:
     y = out if out is not None else sg.new_tensor(f"gn_{name.lower()}", shape)
     sg.insert_op(Op(OpCode.of(name), inputs, [y], options_type=options[0], options=options[1]), before=before)
     return y
@@ -33,8 +40,11 @@ def _opts(name: str) -> tuple[int, Any]:
         o = S.ReducerOptionsT()
         o.keepDims = True
         return S.BuiltinOptions.ReducerOptions, o
-    cls = {"ADD": (S.BuiltinOptions.AddOptions, S.AddOptionsT), "SUB": (S.BuiltinOptions.SubOptions, S.SubOptionsT),
-           "MUL": (S.BuiltinOptions.MulOptions, S.MulOptionsT)}[name]
+    cls = {
+        "ADD": (S.BuiltinOptions.AddOptions, S.AddOptionsT),
+        "SUB": (S.BuiltinOptions.SubOptions, S.SubOptionsT),
+        "MUL": (S.BuiltinOptions.MulOptions, S.MulOptionsT),
+    }[name]
     return cls[0], cls[1]()
 
 
@@ -66,13 +76,17 @@ def _rewrite_stock(ctx: Context, m: Match, p: _Plan) -> FusedOp:
         axes = sg.new_constant("axes", np.asarray(red, np.int32))
         mean = _builtin(sg, "MEAN", [r, axes], stat, before, _opts("MEAN"))
         d = _builtin(sg, "SUB", [r, mean], gshape, before, _opts("SUB"))
-        var = _builtin(sg, "MEAN", [_builtin(sg, "MUL", [d, d], gshape, before, _opts("MUL")), axes], stat, before, _opts("MEAN"))
+        var = _builtin(
+            sg, "MEAN", [_builtin(sg, "MUL", [d, d], gshape, before, _opts("MUL")), axes], stat, before, _opts("MEAN")
+        )
         eps = sg.new_constant("eps", np.asarray(p.eps, np.float32))
         rs = _builtin(sg, "RSQRT", [_builtin(sg, "ADD", [var, eps], stat, before, _opts("ADD"))], stat, before)
         z = reshape(sg, _builtin(sg, "MUL", [d, rs], gshape, before, _opts("MUL")), flat, before=before)
         gm = sg.new_constant("gamma", p.gamma.astype(np.float32).reshape(cshape))
         bt = sg.new_constant("beta", p.beta.astype(np.float32).reshape(cshape))
-        z = _builtin(sg, "ADD", [_builtin(sg, "MUL", [z, gm], flat, before, _opts("MUL")), bt], flat, before, _opts("ADD"))
+        z = _builtin(
+            sg, "ADD", [_builtin(sg, "MUL", [z, gm], flat, before, _opts("MUL")), bt], flat, before, _opts("ADD")
+        )
         if p.activation == "silu":
             z = _builtin(sg, "MUL", [z, _builtin(sg, "LOGISTIC", [z], flat, before)], flat, before, _opts("MUL"))
         if p.post_perm is None:
@@ -84,7 +98,9 @@ def _rewrite_stock(ctx: Context, m: Match, p: _Plan) -> FusedOp:
     if old is None:
         raise ValueError("group norm output has no producer")
     build(old, p.out)
-    attrs = GroupNormAttrs(groups=p.groups, eps=float(np.float32(p.eps)), activation=p.activation, channel_axis=p.channel_axis)
+    attrs = GroupNormAttrs(
+        groups=p.groups, eps=float(np.float32(p.eps)), activation=p.activation, channel_axis=p.channel_axis
+    )
     return _record(ctx, m, p, attrs, "stock_group_norm", "group_norm_stock")
 
 
