@@ -11,4 +11,7 @@ namespace sdgpu {
 
 Status CreateBackend(const DelegateOptions& options, std::unique_ptr<Backend>* out);
 
+// The backends compiled into this build, e.g. "cpu, opencl" (static storage).
+const char* AvailableBackends();
+
 }  // namespace sdgpu

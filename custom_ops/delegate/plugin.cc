@@ -15,6 +15,7 @@
 #include <string>
 
 #include "abi/tflite_abi.h"
+#include "delegate/backend_factory.h"
 #include "delegate/options.h"
 #include "delegate/sd_delegate.h"
 #include "ops/op_registry.h"
@@ -103,4 +104,7 @@ SDGPU_EXPORT int sdgpu_check_op_options(const char* op_name, const void* data, s
   }
 }
 
-SDGPU_EXPORT const char* sdgpu_version() { return "sdgpu-delegate 0.1.0 (backends: cpu)"; }
+SDGPU_EXPORT const char* sdgpu_version() {
+  static const std::string version = std::string("sdgpu-delegate 0.1.0 (backends: ") + sdgpu::AvailableBackends() + ")";
+  return version.c_str();
+}

@@ -2,9 +2,12 @@
 // x viewed as [N, A, C, B] (channels on axis 2 of the view), group g owns
 // channels [g*cpg, (g+1)*cpg). Two-pass statistics (mean, then centred sum of
 // squares) through local memory, then the normalise+affine+activation write.
+// The work-group size is GN_WG and must equal kGroupNormWg on the host (gpu/sd_ops.cc).
+#define GN_WG 64
 __kernel void group_norm_f32(__global float* y, int yo, __global const float* x, int xo, __global const float* gamma,
                              int go, __global const float* beta, int bo, int A, int C, int B, int G, float eps,
-                             int silu, __local float* scratch) {
+                             int silu) {
+  __local float scratch[GN_WG];
   const int ng = get_group_id(0);
   const int n = ng / G, g = ng % G;
   const int cpg = C / G;

@@ -5,9 +5,10 @@
 // meta m: [rank, out_dims[MAXR], src_strides[MAXR], lo[MAXR], src_dims[MAXR], dst_strides[MAXR]]
 // Output coordinate c reads source coordinate c - lo (zero outside [0, src_dims)).
 
-__kernel void copy_nd(__global uint* y, int yo, __global const uint* x, int xo, __global const int* m, int n) {
+__kernel void copy_nd(__global uint* y, int yo, __global const uint* x, int xo, __global const int* m, int mo, int n) {
   const int i = get_global_id(0);
   if (i >= n) return;
+  m += mo;
   const int rank = m[0];
   int rem = i, src = 0, dst = 0;
   bool inside = true;

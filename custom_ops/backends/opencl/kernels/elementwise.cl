@@ -59,9 +59,10 @@ inline float sd_binary(float a, float b, int op) {
 
 // y = act(a op b) with numpy broadcasting (stride 0 on broadcast dims).
 __kernel void binary_f32(__global float* y, int yo, __global const float* a, int ao, __global const float* b, int bo,
-                         __global const int* m, int n, int op, int act) {
+                         __global const int* m, int mo, int n, int op, int act) {
   const int i = get_global_id(0);
   if (i >= n) return;
+  m += mo;
   const int rank = m[0];
   int rem = i, ia = 0, ib = 0;
   for (int d = rank - 1; d >= 0; --d) {
@@ -76,9 +77,10 @@ __kernel void binary_f32(__global float* y, int yo, __global const float* a, int
 
 // SELECT_V2: y = cond != 0 ? a : b (cond converted to float at prepare), broadcasting.
 __kernel void select_f32(__global float* y, int yo, __global const float* c, int co, __global const float* a, int ao,
-                         __global const float* b, int bo, __global const int* m, int n) {
+                         __global const float* b, int bo, __global const int* m, int mo, int n) {
   const int i = get_global_id(0);
   if (i >= n) return;
+  m += mo;
   const int rank = m[0];
   int rem = i, ic = 0, ia = 0, ib = 0;
   for (int d = rank - 1; d >= 0; --d) {

@@ -1,9 +1,11 @@
 // Reductions with one work-group per output and a local-memory tree.
 // x viewed as [outer, red, inner]; mode 0 = mean, 1 = sum, 2 = max.
-// Requires a power-of-two work-group size (the host uses 64).
+// The work-group size is RED_WG (power of two) and must equal kReduceWg on the host
+// (gpu/reduce_ops.cc): the local tree below is sized by it at compile time.
+#define RED_WG 64
 
-__kernel void reduce_f32(__global float* y, int yo, __global const float* x, int xo, int red, int inner, int mode,
-                         __local float* scratch) {
+__kernel void reduce_f32(__global float* y, int yo, __global const float* x, int xo, int red, int inner, int mode) {
+  __local float scratch[RED_WG];
   const int out = get_group_id(0);
   const int lid = get_local_id(0);
   const int lsz = get_local_size(0);
@@ -24,8 +26,8 @@ __kernel void reduce_f32(__global float* y, int yo, __global const float* x, int
 }
 
 // Row softmax over the last axis: y = exp(beta*(x - max)) / sum. One work-group per row.
-__kernel void softmax_f32(__global float* y, int yo, __global const float* x, int xo, int cols, float beta,
-                          __local float* scratch) {
+__kernel void softmax_f32(__global float* y, int yo, __global const float* x, int xo, int cols, float beta) {
+  __local float scratch[RED_WG];
   const int row = get_group_id(0);
   const int lid = get_local_id(0);
   const int lsz = get_local_size(0);

@@ -1,8 +1,9 @@
-// One OpenCL operation of a partition: builtin TFLite ops and the Sd* fused
-// ops share this interface. Shapes are static per Prepare; everything that
-// depends only on shapes or constant inputs (index metadata, folded weights)
-// is computed and uploaded once in Prepare, so Enqueue only sets arguments
-// and launches (no host round-trips).
+// One device operation of a GPU partition: builtin TFLite ops and the Sd*
+// fused ops share this interface, for every GPU backend (they only talk to
+// gpu::Device). Shapes are static per Prepare; everything that depends only on
+// shapes or constant inputs (index metadata, folded weights) is computed and
+// uploaded once when the op is built, so Enqueue only marshals arguments and
+// launches (no host round-trips).
 #pragma once
 
 #include <memory>
@@ -10,22 +11,22 @@
 #include <vector>
 
 #include "abi/tflite_abi.h"
-#include "backends/opencl/cl_runtime.h"
 #include "common/status.h"
+#include "gpu/device.h"
 #include "ops/op_registry.h"
 #include "ops/tensor_info.h"
 
-namespace sdgpu::ocl {
+namespace sdgpu::gpu {
 
 // A tensor as a kernel sees it: a device buffer plus a byte offset into it.
-struct ClTensorRef {
-  cl_mem mem = nullptr;
+struct TensorRef {
+  const Buffer* buffer = nullptr;
   size_t offset = 0;  // bytes
   int elem_offset(size_t elem_size = 4) const { return static_cast<int>(offset / elem_size); }
 };
 
 // What the op factory knows about a node at partition/prepare time.
-struct ClNodeDesc {
+struct NodeDesc {
   int builtin_code = -1;            // abi::kTfLiteBuiltinCustom for Sd* ops
   std::string name;                 // op name for logs and profiles
   const void* builtin_data = nullptr;
@@ -37,17 +38,18 @@ struct ClNodeDesc {
 // true when the tensor's data is fixed for the interpreter's lifetime (weights, shapes, masks).
 bool IsConstant(const abi::TfLiteTensor* t);
 
-class ClOp {
+class GpuOp {
  public:
-  virtual ~ClOp() = default;
+  virtual ~GpuOp() = default;
   // Inputs the runtime must provide as device tensors. Constant inputs that
   // the op consumes on the host at prepare time (shapes, axes, permutations)
   // are not listed, so they are never uploaded.
   const std::vector<int>& device_inputs() const { return device_inputs_; }
   // Extra device memory this op needs between its own launches (planned in the arena).
   size_t scratch_bytes() const { return scratch_bytes_; }
-  virtual Status Enqueue(const ClRuntime& rt, const std::vector<ClTensorRef>& in, const ClTensorRef& out,
-                         const ClTensorRef& scratch, ClEventHandle* last_event) = 0;
+  // Enqueues the op's launches; `timings` (nullable) collects one Timer per launch when profiling.
+  virtual Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out,
+                         const TensorRef& scratch, Timings* timings) = 0;
 
  protected:
   std::vector<int> device_inputs_;
@@ -56,9 +58,9 @@ class ClOp {
 
 // Validates the node and builds its op (shapes and constants read now).
 // The error message is the one-line reason logged when the node stays on CPU.
-Status CreateClOp(const ClRuntime& rt, const ClNodeDesc& node, std::unique_ptr<ClOp>* out);
+Status CreateGpuOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 
 // Human-readable builtin op name ("CONV_2D"), or "BUILTIN_<code>".
 std::string BuiltinName(int code);
 
-}  // namespace sdgpu::ocl
+}  // namespace sdgpu::gpu

@@ -1,4 +1,4 @@
-#include "backends/opencl/cl_runtime.h"
+#include "backends/opencl/opencl_device.h"
 
 #include <cstdio>
 #include <fstream>
@@ -43,10 +43,56 @@ void MakeDirs(const std::string& path) {
   }
 }
 
+class OpenClBuffer final : public gpu::Buffer {
+ public:
+  OpenClBuffer(ClMemHandle mem, size_t bytes) : mem_(std::move(mem)), bytes_(bytes) {}
+  size_t bytes() const override { return bytes_; }
+  cl_mem mem() const { return mem_.get(); }
+
+ private:
+  ClMemHandle mem_;
+  size_t bytes_;  // as requested (the allocation is at least 64 bytes)
+};
+
+class OpenClKernel final : public gpu::Kernel {
+ public:
+  OpenClKernel(ClKernelHandle k, std::string name) : k_(std::move(k)), name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  cl_kernel get() const { return k_.get(); }
+
+ private:
+  ClKernelHandle k_;
+  std::string name_;
+};
+
+// Device time of one launch from its event (queue created with CL_QUEUE_PROFILING_ENABLE).
+class OpenClTimer final : public gpu::Timer {
+ public:
+  OpenClTimer(const ClApi* api, ClEventHandle ev) : api_(api), ev_(std::move(ev)) {}
+  Status ElapsedMs(double* ms) const override {
+    cl_ulong t0 = 0, t1 = 0;
+    SDGPU_RETURN_IF_ERROR(ClCheck(
+        api_->clGetEventProfilingInfo(ev_.get(), CL_PROFILING_COMMAND_START, sizeof(t0), &t0, nullptr),
+        "clGetEventProfilingInfo"));
+    SDGPU_RETURN_IF_ERROR(ClCheck(
+        api_->clGetEventProfilingInfo(ev_.get(), CL_PROFILING_COMMAND_END, sizeof(t1), &t1, nullptr),
+        "clGetEventProfilingInfo"));
+    *ms = static_cast<double>(t1 - t0) * 1e-6;
+    return Status::Ok();
+  }
+
+ private:
+  const ClApi* api_;
+  ClEventHandle ev_;
+};
+
+cl_mem MemOf(const gpu::Buffer* b) { return b == nullptr ? nullptr : static_cast<const OpenClBuffer*>(b)->mem(); }
+
 }  // namespace
 
-Status ClRuntime::Create(const ClRuntimeOptions& options, const Logger& logger, std::unique_ptr<ClRuntime>* out) {
-  std::unique_ptr<ClRuntime> rt(new ClRuntime());
+Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& logger,
+                            std::unique_ptr<OpenClDevice>* out) {
+  std::unique_ptr<OpenClDevice> rt(new OpenClDevice());
   rt->options_ = options;
   SDGPU_RETURN_IF_ERROR(LoadClApi(&rt->api_));
   const ClApi& api = *rt->api_;
@@ -94,7 +140,7 @@ Status ClRuntime::Create(const ClRuntimeOptions& options, const Logger& logger, 
   return Status::Ok();
 }
 
-Status ClRuntime::BuildProgram(const Logger& logger) {
+Status OpenClDevice::BuildProgram(const Logger& logger) {
   const ClApi& api = *api_;
   const std::string source = KernelSource();
   char key[32];
@@ -162,50 +208,91 @@ Status ClRuntime::BuildProgram(const Logger& logger) {
   return Status::Ok();
 }
 
-Status ClRuntime::CreateKernel(const char* name, ClKernelHandle* out) const {
-  cl_int err = CL_SUCCESS;
-  cl_kernel k = api_->clCreateKernel(program_.get(), name, &err);
-  SDGPU_RETURN_IF_ERROR(ClCheck(err, (std::string("clCreateKernel(") + name + ")").c_str()));
-  *out = ClKernelHandle(api_, k);
+Status OpenClDevice::GetKernel(const std::string& name, const gpu::Kernel** out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = kernels_.find(name);
+  if (it == kernels_.end()) {
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = api_->clCreateKernel(program_.get(), name.c_str(), &err);
+    SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clCreateKernel(" + name + ")").c_str()));
+    it = kernels_.emplace(name, std::make_unique<OpenClKernel>(ClKernelHandle(api_, k), name)).first;
+  }
+  *out = it->second.get();
   return Status::Ok();
 }
 
-Status ClRuntime::CreateBuffer(size_t bytes, ClMemHandle* out) const {
+Status OpenClDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const {
   cl_int err = CL_SUCCESS;
   cl_mem m = api_->clCreateBuffer(context(), CL_MEM_READ_WRITE, bytes == 0 ? 64 : bytes, nullptr, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clCreateBuffer(" + std::to_string(bytes) + " bytes)").c_str()));
-  *out = ClMemHandle(api_, m);
+  *out = std::make_unique<OpenClBuffer>(ClMemHandle(api_, m), bytes);
   return Status::Ok();
 }
 
-Status ClRuntime::Upload(cl_mem mem, size_t offset, size_t bytes, const void* src, bool blocking) const {
+Status OpenClDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src,
+                            bool blocking) const {
   if (bytes == 0) return Status::Ok();
-  return ClCheck(api_->clEnqueueWriteBuffer(queue(), mem, blocking ? CL_TRUE : CL_FALSE, offset, bytes, src, 0,
-                                            nullptr, nullptr),
+  return ClCheck(api_->clEnqueueWriteBuffer(queue(), MemOf(&buffer), blocking ? CL_TRUE : CL_FALSE, offset, bytes,
+                                            src, 0, nullptr, nullptr),
                  "clEnqueueWriteBuffer");
 }
 
-Status ClRuntime::Download(cl_mem mem, size_t offset, size_t bytes, void* dst) const {
+Status OpenClDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const {
   if (bytes == 0) return Status::Ok();
-  return ClCheck(api_->clEnqueueReadBuffer(queue(), mem, CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
+  return ClCheck(api_->clEnqueueReadBuffer(queue(), MemOf(&buffer), CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
                  "clEnqueueReadBuffer");
 }
 
-Status ClRuntime::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
+Status OpenClDevice::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
 
-Status ClRuntime::Launch(cl_kernel kernel, const std::vector<size_t>& global, const std::vector<size_t>& local,
-                         ClEventHandle* event) const {
-  std::vector<size_t> g = global;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (g[i] == 0) return Status::Ok();  // empty tensor: nothing to do
-    if (!local.empty()) g[i] = (g[i] + local[i] - 1) / local[i] * local[i];
+Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global,
+                            const gpu::Dim3& local, gpu::Timings* timings) const {
+  size_t g[3], l[3];
+  cl_uint dims = 1;
+  for (cl_uint i = 0; i < 3; ++i) {
+    if (global[i] == 0) return Status::Ok();  // empty tensor: nothing to do
+    l[i] = local[i] == 0 ? 1 : local[i];
+    g[i] = (global[i] + l[i] - 1) / l[i] * l[i];
+    if (global[i] != 1 || local[i] > 1) dims = i + 1;
   }
+  const cl_kernel k = static_cast<const OpenClKernel&>(kernel).get();
+  std::lock_guard<std::mutex> lock(mu_);
+  cl_uint index = 0;
+  auto set = [&](size_t size, const void* value) -> Status {
+    const cl_int err = api_->clSetKernelArg(k, index, size, value);
+    if (err != CL_SUCCESS) {
+      return ClCheck(err, ("clSetKernelArg(" + kernel.name() + " #" + std::to_string(index) + ")").c_str());
+    }
+    ++index;
+    return Status::Ok();
+  };
+  for (const gpu::Arg& a : args.items()) {
+    switch (a.kind) {
+      case gpu::Arg::Kind::kBuffer: {
+        const cl_mem mem = MemOf(a.buffer);
+        const cl_int offset = a.i;
+        SDGPU_RETURN_IF_ERROR(set(sizeof(mem), &mem));
+        SDGPU_RETURN_IF_ERROR(set(sizeof(offset), &offset));
+        break;
+      }
+      case gpu::Arg::Kind::kInt: {
+        const cl_int v = a.i;
+        SDGPU_RETURN_IF_ERROR(set(sizeof(v), &v));
+        break;
+      }
+      case gpu::Arg::Kind::kFloat: {
+        const cl_float v = a.f;
+        SDGPU_RETURN_IF_ERROR(set(sizeof(v), &v));
+        break;
+      }
+    }
+  }
+  const bool timed = options_.profiling && timings != nullptr;
   cl_event ev = nullptr;
-  const cl_int err = api_->clEnqueueNDRangeKernel(queue(), kernel, static_cast<cl_uint>(g.size()), nullptr, g.data(),
-                                                  local.empty() ? nullptr : local.data(), 0, nullptr,
-                                                  options_.profiling && event != nullptr ? &ev : nullptr);
-  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clEnqueueNDRangeKernel"));
-  if (ev != nullptr) *event = ClEventHandle(api_, ev);
+  const cl_int err =
+      api_->clEnqueueNDRangeKernel(queue(), k, dims, nullptr, g, l, 0, nullptr, timed ? &ev : nullptr);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clEnqueueNDRangeKernel(" + kernel.name() + ")").c_str()));
+  if (ev != nullptr) timings->push_back(std::make_unique<OpenClTimer>(api_, ClEventHandle(api_, ev)));
   return Status::Ok();
 }
 

@@ -1,5 +1,5 @@
 // Layouts of the TFLite builtin-op parameter structs (node->builtin_data) and
-// builtin operator codes the OpenCL backend reads, declared from the public
+// builtin operator codes the GPU ops read, declared from the public
 // TFLite `builtin_op_data.h` / schema (we never include TFLite headers).
 // Only leading fields are declared: we never read past them.
 #pragma once
@@ -8,7 +8,7 @@
 
 #include "abi/tflite_abi.h"
 
-namespace sdgpu::ocl {
+namespace sdgpu::gpu {
 
 enum BuiltinCode : int {
   kAdd = 0, kConcatenation = 2, kConv2D = 3, kDequantize = 6, kEmbeddingLookup = 7, kFullyConnected = 9,
@@ -38,4 +38,4 @@ struct StridedSliceParams { int begin_mask, end_mask, ellipsis_mask, new_axis_ma
 struct FloatArray { int size; float data[]; };
 struct AffineQuantization { FloatArray* scale; abi::TfLiteIntArray* zero_point; int32_t quantized_dimension; };
 
-}  // namespace sdgpu::ocl
+}  // namespace sdgpu::gpu

@@ -1,5 +1,6 @@
-// OpenCL device, context, queue and the one program holding every kernel of
-// the backend, with RAII ownership of every cl_* handle.
+// gpu::Device on OpenCL: device, context, in-order queue and the one program
+// holding every kernel of the backend, with RAII ownership of every cl_* handle.
+// Everything above the device (ops, partition, planning) lives in gpu/.
 //
 // The program is compiled once per delegate (all .cl sources concatenated);
 // when a cache directory is set the device binary is stored there, keyed by a
@@ -9,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "backends/opencl/cl_api.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "gpu/device.h"
 
 namespace sdgpu::ocl {
 
@@ -59,42 +63,41 @@ using ClProgramHandle = ClHandle<cl_program, &ClApi::clReleaseProgram>;
 using ClKernelHandle = ClHandle<cl_kernel, &ClApi::clReleaseKernel>;
 using ClEventHandle = ClHandle<cl_event, &ClApi::clReleaseEvent>;
 
-struct ClRuntimeOptions {
-  bool profiling = false;     // queue with CL_QUEUE_PROFILING_ENABLE
+struct OpenClDeviceOptions {
+  bool profiling = false;     // queue with CL_QUEUE_PROFILING_ENABLE; launches record event Timers
   std::string cache_dir;      // "" = no program-binary cache
 };
 
-class ClRuntime {
+class OpenClDevice final : public gpu::Device {
  public:
   // Picks the first GPU device of any platform, else the first device of any
   // type (PoCL exposes a CPU device), compiles the kernels.
-  static Status Create(const ClRuntimeOptions& options, const Logger& logger, std::unique_ptr<ClRuntime>* out);
+  static Status Create(const OpenClDeviceOptions& options, const Logger& logger, std::unique_ptr<OpenClDevice>* out);
 
-  const ClApi& api() const { return *api_; }
-  cl_context context() const { return context_.get(); }
-  cl_command_queue queue() const { return queue_.get(); }
-  cl_device_id device() const { return device_; }
-  const std::string& device_name() const { return device_name_; }
-  bool profiling() const { return options_.profiling; }
+  const char* backend_name() const override { return "opencl"; }
+  const std::string& name() const override { return device_name_; }
+  size_t max_work_group_size() const override { return max_wg_; }
+  bool profiling() const override { return options_.profiling; }
+
+  Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
+  Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
+  Status Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const override;
+  Status GetKernel(const std::string& name, const gpu::Kernel** out) const override;
+  // Sets the arguments (a buffer entry fills two parameters: cl_mem, int offset) and
+  // enqueues; serialised by a mutex because cached cl_kernel objects are shared by ops.
+  Status Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global, const gpu::Dim3& local,
+                gpu::Timings* timings) const override;
+  Status Finish() const override;
+
   bool program_from_cache() const { return program_from_cache_; }
-  size_t max_work_group_size() const { return max_wg_; }
-
-  Status CreateKernel(const char* name, ClKernelHandle* out) const;
-  Status CreateBuffer(size_t bytes, ClMemHandle* out) const;
-  Status Upload(cl_mem mem, size_t offset, size_t bytes, const void* src, bool blocking) const;
-  Status Download(cl_mem mem, size_t offset, size_t bytes, void* dst) const;
-  Status Finish() const;
-
-  // Enqueues `kernel` over `global` (rounded up to multiples of `local` when
-  // given); returns the event when profiling (else *event stays null).
-  Status Launch(cl_kernel kernel, const std::vector<size_t>& global, const std::vector<size_t>& local,
-                ClEventHandle* event) const;
 
  private:
-  ClRuntime() = default;
+  OpenClDevice() = default;
   Status BuildProgram(const Logger& logger);
+  cl_context context() const { return context_.get(); }
+  cl_command_queue queue() const { return queue_.get(); }
 
-  ClRuntimeOptions options_;
+  OpenClDeviceOptions options_;
   const ClApi* api_ = nullptr;
   cl_platform_id platform_ = nullptr;
   cl_device_id device_ = nullptr;
@@ -105,36 +108,8 @@ class ClRuntime {
   ClQueueHandle queue_;
   ClProgramHandle program_;
   bool program_from_cache_ = false;
-};
-
-// Sets kernel arguments in order; stops at the first failure.
-class ArgSetter {
- public:
-  ArgSetter(const ClApi& api, cl_kernel k) : api_(api), k_(k) {}
-  template <typename T>
-  ArgSetter& operator()(const T& v) {
-    if (status_.ok()) {
-      const cl_int err = api_.clSetKernelArg(k_, index_, sizeof(T), &v);
-      if (err != CL_SUCCESS) status_ = ClCheck(err, ("clSetKernelArg #" + std::to_string(index_)).c_str());
-    }
-    ++index_;
-    return *this;
-  }
-  ArgSetter& Local(size_t bytes) {
-    if (status_.ok()) {
-      const cl_int err = api_.clSetKernelArg(k_, index_, bytes, nullptr);
-      if (err != CL_SUCCESS) status_ = ClCheck(err, "clSetKernelArg (local)");
-    }
-    ++index_;
-    return *this;
-  }
-  Status status() const { return status_; }
-
- private:
-  const ClApi& api_;
-  cl_kernel k_;
-  cl_uint index_ = 0;
-  Status status_;
+  mutable std::mutex mu_;  // guards kernels_ and argument setting + enqueue
+  mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
 };
 
 // The concatenated OpenCL C sources (generated from the *.cl files at build time).

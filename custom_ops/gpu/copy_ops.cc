@@ -1,0 +1,281 @@
+// Layout ops (kernels in backends/<backend>/kernels/copy.*): TRANSPOSE,
+// BROADCAST_TO, SLICE/STRIDED_SLICE, PAD, CONCATENATION and RESHAPE are all one
+// strided N-d copy (copy_nd); GATHER/EMBEDDING_LOOKUP and
+// RESIZE_NEAREST_NEIGHBOR have their own index maps.
+#include <algorithm>
+
+#include "gpu/builtin_params.h"
+#include "gpu/op_factories.h"
+#include "gpu/op_util.h"
+
+namespace sdgpu::gpu {
+namespace {
+
+// A copy from `src` into (a region of) `dst`, described in output coordinates.
+struct CopyPlan {
+  Dims out_dims;      // iteration shape
+  Dims src_strides;   // per iteration dim
+  Dims lo;            // zero padding before (PAD)
+  Dims src_dims;      // bounds for PAD (defaults to out_dims)
+  Dims dst_strides;   // per iteration dim
+  int64_t src_base = 0, dst_base = 0;  // elements
+};
+
+// copy_nd(y, yo, x, xo, meta, mo, int n), one launch per plan (CONCATENATION: one per input).
+// meta: [rank, out_dims[MAXR], src_strides[MAXR], lo[MAXR], src_dims[MAXR], dst_strides[MAXR]]
+class CopyOp final : public GpuOp {
+ public:
+  static Status Create(const Device& dev, std::vector<CopyPlan> plans, std::vector<int> inputs,
+                       std::unique_ptr<GpuOp>* out) {
+    auto u = std::make_unique<CopyOp>();
+    for (CopyPlan& p : plans) {
+      SDGPU_RETURN_IF_ERROR(Need(p.out_dims.size() <= kMaxRank, "rank above 6"));
+      if (p.out_dims.empty()) {
+        p.out_dims = {1};
+        p.src_strides = {1};
+        p.dst_strides = {1};
+      }
+      if (p.lo.empty()) p.lo.assign(p.out_dims.size(), 0);
+      if (p.src_dims.empty()) p.src_dims = p.out_dims;
+      std::vector<int32_t> meta(1 + 5 * kMaxRank, 0);
+      meta[0] = static_cast<int32_t>(p.out_dims.size());
+      for (size_t d = 0; d < p.out_dims.size(); ++d) {
+        meta[1 + d] = static_cast<int32_t>(p.out_dims[d]);
+        meta[1 + kMaxRank + d] = static_cast<int32_t>(p.src_strides[d]);
+        meta[1 + 2 * kMaxRank + d] = static_cast<int32_t>(p.lo[d]);
+        meta[1 + 3 * kMaxRank + d] = static_cast<int32_t>(p.src_dims[d]);
+        meta[1 + 4 * kMaxRank + d] = static_cast<int32_t>(p.dst_strides[d]);
+      }
+      Part part;
+      part.n = static_cast<int>(NumElements(p.out_dims));
+      part.src_base = static_cast<int>(p.src_base);
+      part.dst_base = static_cast<int>(p.dst_base);
+      SDGPU_RETURN_IF_ERROR(UploadConstant(dev, meta.data(), meta.size() * 4, &part.meta));
+      u->parts_.push_back(std::move(part));
+    }
+    u->device_inputs_ = std::move(inputs);
+    SDGPU_RETURN_IF_ERROR(dev.GetKernel("copy_nd", &u->k_));
+    *out = std::move(u);
+    return Status::Ok();
+  }
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+                 Timings* timings) override {
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const Part& p = parts_[i];
+      const TensorRef& src = in[device_inputs_[i]];
+      Args a;
+      a.Buf(out.buffer, out.elem_offset() + p.dst_base).Buf(src.buffer, src.elem_offset() + p.src_base);
+      a.Buf(p.meta.get(), 0).Int(p.n);
+      SDGPU_RETURN_IF_ERROR(Launch1D(dev, *k_, a, p.n, timings));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  struct Part {
+    int n = 0, src_base = 0, dst_base = 0;
+    std::unique_ptr<Buffer> meta;
+  };
+  const Kernel* k_ = nullptr;
+  std::vector<Part> parts_;
+};
+
+CopyPlan Contiguous(const Dims& out) {
+  CopyPlan p;
+  p.out_dims = out;
+  p.src_strides = StridesOf(out);
+  p.dst_strides = StridesOf(out);
+  return p;
+}
+
+// gather_rows(y, yo, params, po, idx, io, int axis_dim, int nidx, int inner, int n)
+class GatherOp final : public GpuOp {
+ public:
+  using GpuOp::device_inputs_;  // filled by the factory below
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+                 Timings* timings) override {
+    const TensorRef& p = in[params_];
+    const TensorRef& i = in[1 - params_];
+    Args a;
+    a.Buf(out.buffer, out.elem_offset()).Buf(p.buffer, p.elem_offset()).Buf(i.buffer, i.elem_offset());
+    a.Int(axis_dim_).Int(nidx_).Int(inner_).Int(n_);
+    return Launch1D(dev, *k_, a, n_, timings);
+  }
+
+  const Kernel* k_ = nullptr;
+  int params_ = 0, outer_ = 1, axis_dim_ = 1, inner_ = 1, nidx_ = 0, n_ = 0;
+};
+
+// resize_nearest(y, yo, x, xo, int ih, int iw, int c, int oh, int ow, int align, int half_px, int n)
+class ResizeNearestOp final : public GpuOp {
+ public:
+  using GpuOp::device_inputs_;  // filled by the factory below
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+                 Timings* timings) override {
+    Args a;
+    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
+    for (int v : v_) a.Int(v);
+    return Launch1D(dev, *k_, a, v_.back(), timings);
+  }
+
+  const Kernel* k_ = nullptr;
+  std::vector<int> v_;
+};
+
+}  // namespace
+
+Status MakeReshape(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(Need(Is4Byte(node.inputs[0]), "only 4-byte element types are supported"));
+  const int64_t n = NumElements(DimsOf(node.outputs[0]));
+  SDGPU_RETURN_IF_ERROR(Need(n == NumElements(DimsOf(node.inputs[0])), "element count mismatch"));
+  return CopyOp::Create(dev, {Contiguous({n})}, {0}, out);
+}
+
+Status MakeTranspose(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(Need(Is4Byte(node.inputs[0]), "only 4-byte element types are supported"));
+  SDGPU_RETURN_IF_ERROR(Need(IsConstant(node.inputs[1]), "permutation must be constant"));
+  const std::vector<int32_t> perm = ConstInts(node.inputs[1]);
+  const Dims in = DimsOf(node.inputs[0]);
+  SDGPU_RETURN_IF_ERROR(Need(perm.size() == in.size(), "permutation rank mismatch"));
+  const Dims is = StridesOf(in);
+  CopyPlan p = Contiguous(DimsOf(node.outputs[0]));
+  for (size_t d = 0; d < perm.size(); ++d) {
+    SDGPU_RETURN_IF_ERROR(Need(perm[d] >= 0 && perm[d] < static_cast<int>(in.size()), "bad permutation"));
+    p.src_strides[d] = is[perm[d]];
+  }
+  return CopyOp::Create(dev, {p}, {0}, out);
+}
+
+Status MakeBroadcastTo(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(Need(Is4Byte(node.inputs[0]), "only 4-byte element types are supported"));
+  const Dims in = DimsOf(node.inputs[0]), o = DimsOf(node.outputs[0]);
+  SDGPU_RETURN_IF_ERROR(Need(CanBroadcast(in, o), "not broadcastable"));
+  CopyPlan p = Contiguous(o);
+  p.src_strides = BroadcastStrides(in, o);
+  return CopyOp::Create(dev, {p}, {0}, out);
+}
+
+Status MakeSlice(const Device& dev, const NodeDesc& node, bool strided, std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(Need(Is4Byte(node.inputs[0]), "only 4-byte element types are supported"));
+  const Dims in = DimsOf(node.inputs[0]), o = DimsOf(node.outputs[0]);
+  for (size_t i = 1; i < node.inputs.size(); ++i) {
+    SDGPU_RETURN_IF_ERROR(Need(IsConstant(node.inputs[i]), "begin/size/strides must be constant"));
+  }
+  const std::vector<int32_t> begin = ConstInts(node.inputs[1]);
+  SDGPU_RETURN_IF_ERROR(Need(begin.size() == in.size(), "begin rank mismatch"));
+  std::vector<int32_t> step(in.size(), 1);
+  if (strided) {
+    const auto* prm = static_cast<const StridedSliceParams*>(node.builtin_data);
+    SDGPU_RETURN_IF_ERROR(Need(prm != nullptr && prm->ellipsis_mask == 0 && prm->new_axis_mask == 0 &&
+                                   prm->shrink_axis_mask == 0 && !prm->offset,
+                               "only plain strided slices (no ellipsis/new-axis/shrink masks) are supported"));
+    step = ConstInts(node.inputs[3]);
+    SDGPU_RETURN_IF_ERROR(Need(step.size() == in.size(), "strides rank mismatch"));
+    std::vector<int32_t> b = begin;
+    for (size_t d = 0; d < in.size(); ++d) {
+      if (prm->begin_mask & (1 << d)) b[d] = step[d] > 0 ? 0 : static_cast<int32_t>(in[d]) - 1;
+      else if (b[d] < 0) b[d] += static_cast<int32_t>(in[d]);
+      SDGPU_RETURN_IF_ERROR(Need(step[d] > 0, "negative strides are not supported"));
+    }
+    SDGPU_RETURN_IF_ERROR(Need(o.size() == in.size(), "rank-changing strided slice"));
+    const Dims is = StridesOf(in);
+    CopyPlan p = Contiguous(o);
+    for (size_t d = 0; d < in.size(); ++d) {
+      p.src_strides[d] = is[d] * step[d];
+      p.src_base += b[d] * is[d];
+    }
+    return CopyOp::Create(dev, {p}, {0}, out);
+  }
+  SDGPU_RETURN_IF_ERROR(Need(o.size() == in.size(), "rank mismatch"));
+  const Dims is = StridesOf(in);
+  CopyPlan p = Contiguous(o);
+  for (size_t d = 0; d < in.size(); ++d) {
+    SDGPU_RETURN_IF_ERROR(Need(begin[d] >= 0 && begin[d] + o[d] <= in[d], "slice out of range"));
+    p.src_strides[d] = is[d];
+    p.src_base += begin[d] * is[d];
+  }
+  return CopyOp::Create(dev, {p}, {0}, out);
+}
+
+Status MakePad(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(Need(Is4Byte(node.inputs[0]), "only 4-byte element types are supported"));
+  SDGPU_RETURN_IF_ERROR(Need(node.inputs.size() == 2, "PADV2 constant values are not supported"));
+  SDGPU_RETURN_IF_ERROR(Need(IsConstant(node.inputs[1]), "paddings must be constant"));
+  const std::vector<int32_t> pads = ConstInts(node.inputs[1]);
+  const Dims in = DimsOf(node.inputs[0]), o = DimsOf(node.outputs[0]);
+  SDGPU_RETURN_IF_ERROR(Need(pads.size() == 2 * in.size() && o.size() == in.size(), "paddings shape mismatch"));
+  CopyPlan p = Contiguous(o);
+  p.src_strides = StridesOf(in);
+  p.src_dims = in;
+  p.lo.resize(in.size());
+  for (size_t d = 0; d < in.size(); ++d) {
+    SDGPU_RETURN_IF_ERROR(Need(pads[2 * d] >= 0 && pads[2 * d + 1] >= 0, "negative padding"));
+    p.lo[d] = pads[2 * d];
+  }
+  return CopyOp::Create(dev, {p}, {0}, out);
+}
+
+Status MakeConcat(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  const auto* prm = static_cast<const ConcatenationParams*>(node.builtin_data);
+  SDGPU_RETURN_IF_ERROR(Need(prm != nullptr && prm->activation == 0, "fused activation on CONCATENATION"));
+  const Dims o = DimsOf(node.outputs[0]);
+  const int axis = prm->axis < 0 ? prm->axis + static_cast<int>(o.size()) : prm->axis;
+  SDGPU_RETURN_IF_ERROR(Need(axis >= 0 && axis < static_cast<int>(o.size()), "bad axis"));
+  const Dims os = StridesOf(o);
+  std::vector<CopyPlan> plans;
+  std::vector<int> inputs;
+  int64_t at = 0;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    SDGPU_RETURN_IF_ERROR(Need(Is4Byte(node.inputs[i]), "only 4-byte element types are supported"));
+    const Dims in = DimsOf(node.inputs[i]);
+    CopyPlan p = Contiguous(in);
+    p.dst_strides = os;
+    p.dst_base = at * os[axis];
+    at += in[axis];
+    plans.push_back(p);
+    inputs.push_back(static_cast<int>(i));
+  }
+  SDGPU_RETURN_IF_ERROR(Need(at == o[axis], "concatenated size mismatch"));
+  return CopyOp::Create(dev, plans, inputs, out);
+}
+
+Status MakeGather(const Device& dev, const NodeDesc& node, int params_input, int axis, std::unique_ptr<GpuOp>* out) {
+  const abi::TfLiteTensor* p = node.inputs[params_input];
+  const abi::TfLiteTensor* idx = node.inputs[1 - params_input];
+  SDGPU_RETURN_IF_ERROR(Need(Is4Byte(p) && idx->type == abi::kTfLiteInt32, "only 4-byte params and int32 indices"));
+  const Dims pd = DimsOf(p);
+  if (axis < 0) axis += static_cast<int>(pd.size());
+  SDGPU_RETURN_IF_ERROR(Need(axis >= 0 && axis < static_cast<int>(pd.size()), "bad axis"));
+  auto u = std::make_unique<GatherOp>();
+  u->outer_ = 1;
+  for (int d = 0; d < axis; ++d) u->outer_ *= static_cast<int>(pd[d]);
+  u->axis_dim_ = static_cast<int>(pd[axis]);
+  u->inner_ = 1;
+  for (size_t d = axis + 1; d < pd.size(); ++d) u->inner_ *= static_cast<int>(pd[d]);
+  u->nidx_ = static_cast<int>(NumElements(DimsOf(idx)));
+  u->n_ = u->outer_ * u->nidx_ * u->inner_;
+  SDGPU_RETURN_IF_ERROR(Need(u->n_ == NumElements(DimsOf(node.outputs[0])), "output size mismatch"));
+  u->params_ = params_input;
+  u->device_inputs_ = {0, 1};
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel("gather_rows", &u->k_));
+  *out = std::move(u);
+  return Status::Ok();
+}
+
+Status MakeResizeNearest(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  const auto* prm = static_cast<const ResizeNearestParams*>(node.builtin_data);
+  const Dims in = DimsOf(node.inputs[0]), o = DimsOf(node.outputs[0]);
+  SDGPU_RETURN_IF_ERROR(Need(prm != nullptr && in.size() == 4 && o.size() == 4 && in[0] == o[0] && in[3] == o[3] &&
+                                 Is4Byte(node.inputs[0]),
+                             "expects NHWC 4-byte input"));
+  auto u = std::make_unique<ResizeNearestOp>();
+  u->v_ = {static_cast<int>(in[1]), static_cast<int>(in[2]), static_cast<int>(in[3]), static_cast<int>(o[1]),
+           static_cast<int>(o[2]), prm->align_corners ? 1 : 0, prm->half_pixel_centers ? 1 : 0,
+           static_cast<int>(NumElements(o))};
+  u->device_inputs_ = {0};
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel("resize_nearest", &u->k_));
+  *out = std::move(u);
+  return Status::Ok();
+}
+
+}  // namespace sdgpu::gpu

@@ -1,0 +1,134 @@
+// The device interface every GPU backend implements (OpenCL today, GL ES 3.1
+// next). Everything above it -- op validation, argument marshalling, the
+// partition kernel, arena planning, profiling JSON -- lives in gpu/ and is
+// written only against this header; a backend contributes a Device plus
+// kernel sources with the SAME kernel names and parameter lists.
+//
+// Kernel parameter convention (all backends, all kernels):
+//   * parameters are positional, in the order the op appends them to gpu::Args;
+//   * every buffer parameter is immediately followed by an `int` element
+//     offset into that buffer (`__global float* y, int yo, ...`): tensors live
+//     at offsets inside shared arena buffers, and neither OpenCL 1.2 sub-buffers
+//     nor GL SSBO range bindings allow arbitrary (unaligned) offsets; the offset
+//     is in elements of the type the kernel reads (float/uint: 4 bytes, half: 2);
+//   * scalars are int32 or float; there are no local-memory (`__local`)
+//     parameters: shared arrays have compile-time sizes in the kernel source,
+//     and the host launches with the matching local size (see the op's comment).
+// Backend mapping: OpenCL sets clSetKernelArg in that order (a buffer entry
+// takes two slots: the cl_mem, then the offset). GL binds the k-th buffer
+// entry to SSBO binding k and the scalars -- offsets included, in order -- to
+// the shader's uniforms by position.
+//
+// Work sizes: `global` counts work-items per dimension and is rounded UP to a
+// multiple of `local` by the device (kernels bounds-check), a zero extent
+// launches nothing; unused dimensions are 1.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sdgpu::gpu {
+
+// A device allocation (RAII: destroying it frees the device memory).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual size_t bytes() const = 0;
+};
+
+// A compiled kernel; owned and cached by its Device, valid for the Device's lifetime.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual const std::string& name() const = 0;
+};
+
+// One kernel argument: a buffer + element offset (two kernel parameters), an int32 or a float.
+struct Arg {
+  enum class Kind { kBuffer, kInt, kFloat };
+  Kind kind = Kind::kInt;
+  const Buffer* buffer = nullptr;  // kBuffer
+  int32_t i = 0;                   // kInt value, or the element offset of a kBuffer
+  float f = 0.0f;                  // kFloat
+};
+
+// Ordered kernel arguments, built fluently: Args().Buf(y, yo).Buf(x, xo).Int(n).Float(eps).
+class Args {
+ public:
+  Args& Buf(const Buffer* buffer, int elem_offset) {
+    Arg a;
+    a.kind = Arg::Kind::kBuffer;
+    a.buffer = buffer;
+    a.i = elem_offset;
+    items_.push_back(a);
+    return *this;
+  }
+  Args& Int(int32_t v) {
+    Arg a;
+    a.kind = Arg::Kind::kInt;
+    a.i = v;
+    items_.push_back(a);
+    return *this;
+  }
+  Args& Float(float v) {
+    Arg a;
+    a.kind = Arg::Kind::kFloat;
+    a.f = v;
+    items_.push_back(a);
+    return *this;
+  }
+  const std::vector<Arg>& items() const { return items_; }
+
+ private:
+  std::vector<Arg> items_;
+};
+
+using Dim3 = std::array<size_t, 3>;
+
+// The device time of one launch; only valid after Device::Finish() returned.
+// OpenCL: event start/end; GL: timer queries (or finish + host clock).
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual Status ElapsedMs(double* ms) const = 0;
+};
+
+// Launches timed for one node; Launch appends one Timer per launch while profiling.
+using Timings = std::vector<std::unique_ptr<Timer>>;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // Backend name as the delegate option spells it ("opencl", "gl"); prefixes log lines and errors.
+  virtual const char* backend_name() const = 0;
+  // Human-readable device name (profile JSON, logs).
+  virtual const std::string& name() const = 0;
+  virtual size_t max_work_group_size() const = 0;
+  // True when launches record Timers (delegate option profile_path set).
+  virtual bool profiling() const = 0;
+
+  virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
+  // blocking = false: the copy may still be in flight on return; `src` must stay valid until
+  // the next blocking call (Download / Finish). Commands execute in submission order.
+  virtual Status Upload(const Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const = 0;
+  // Blocking: waits for every earlier command, then copies into `dst`.
+  virtual Status Download(const Buffer& buffer, size_t offset, size_t bytes, void* dst) const = 0;
+
+  // The kernel called `name`, compiled once per device (cached; repeated calls are cheap).
+  virtual Status GetKernel(const std::string& name, const Kernel** out) const = 0;
+  // Enqueues one launch (see the header comment for args and work sizes). When profiling()
+  // and `timings` is non-null, appends this launch's Timer to it.
+  virtual Status Launch(const Kernel& kernel, const Args& args, const Dim3& global, const Dim3& local,
+                        Timings* timings) const = 0;
+  // Waits until every enqueued command has completed.
+  virtual Status Finish() const = 0;
+};
+
+}  // namespace sdgpu::gpu

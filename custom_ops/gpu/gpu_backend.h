@@ -1,0 +1,42 @@
+// A GPU backend = this class + one gpu::Device implementation. Unlike the cpu
+// backend (Sd* ops only, builtins left to XNNPACK), it claims builtin ops too,
+// so a whole SD model runs as one delegated partition on the device (see
+// gpu/partition.h). It implements the Backend interface's whole-graph hook
+// (Backend::PrepareGraph); the per-op BackendKernel path is not used.
+//
+// backends/<name>/ only provides the Device (and its kernel sources); e.g.
+// backends/opencl/opencl_backend.cc builds GpuBackend(OpenClDevice, "SdGpuOpenCL").
+#pragma once
+
+#include <memory>
+
+#include "delegate/backend.h"
+#include "delegate/options.h"
+#include "gpu/device.h"
+
+namespace sdgpu::gpu {
+
+class GpuBackend final : public Backend {
+ public:
+  // `registration_name` (static storage): the delegate kernel's custom_name in TFLite's graph.
+  GpuBackend(const DelegateOptions& options, std::unique_ptr<Device> device, const char* registration_name)
+      : options_(options), device_(std::move(device)), registration_name_(registration_name) {}
+
+  const char* name() const override { return device_->backend_name(); }
+  Status Supports(const ParsedOp& op, const std::vector<TensorInfo>& inputs) const override;
+  Status CreateKernel(const ParsedOp& op, std::unique_ptr<BackendKernel>* out) override;
+  Status AllocateArena(size_t bytes, std::unique_ptr<Arena>* out) override;
+  // Claims every node CreateGpuOp accepts (logging the reason for each other
+  // node) and replaces them with GpuPartition kernels.
+  Status PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegate, bool* handled) override;
+
+  const Device& device() const { return *device_; }
+  const DelegateOptions& options() const { return options_; }
+
+ private:
+  DelegateOptions options_;
+  std::unique_ptr<Device> device_;
+  const char* registration_name_;
+};
+
+}  // namespace sdgpu::gpu

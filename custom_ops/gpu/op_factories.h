@@ -1,0 +1,41 @@
+// Per-role op constructors behind CreateGpuOp (gpu/ops.cc). Each validates its
+// node and returns a one-line reason when the node cannot run on the device.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "gpu/ops.h"
+
+namespace sdgpu::gpu {
+
+// elementwise_ops.cc. `op` is the kernel's operation code (sd_unary / sd_binary in elementwise.cl).
+Status MakeUnary(const Device& dev, int op, int64_t n, std::unique_ptr<GpuOp>* out);
+Status MakeBinary(const Device& dev, const NodeDesc& node, int op, int act, std::unique_ptr<GpuOp>* out);
+Status MakeSelect(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+
+// copy_ops.cc: layout ops (one strided N-d copy each) and index maps.
+Status MakeReshape(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+Status MakeTranspose(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+Status MakeBroadcastTo(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+Status MakeSlice(const Device& dev, const NodeDesc& node, bool strided, std::unique_ptr<GpuOp>* out);
+Status MakePad(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+Status MakeConcat(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+// params_input: 0 for GATHER (params, indices), 1 for EMBEDDING_LOOKUP (indices, params).
+Status MakeGather(const Device& dev, const NodeDesc& node, int params_input, int axis, std::unique_ptr<GpuOp>* out);
+Status MakeResizeNearest(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+
+// reduce_ops.cc. mode 0 = mean, 1 = sum, 2 = max.
+Status MakeReduce(const Device& dev, const NodeDesc& node, int mode, std::unique_ptr<GpuOp>* out);
+Status MakeSoftmax(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+
+// matmul_ops.cc
+Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+Status MakeBatchMatMul(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+
+// sd_ops.cc
+Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+Status MakeSdOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+
+}  // namespace sdgpu::gpu

@@ -1,0 +1,38 @@
+// Helpers shared by the op files of gpu/ (not part of the public op interface).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abi/tflite_abi.h"
+#include "common/status.h"
+#include "gpu/device.h"
+#include "ops/tensor_info.h"
+
+namespace sdgpu::gpu {
+
+constexpr int kMaxRank = 6;   // MAXR in the kernels (metadata arrays are sized by it)
+constexpr size_t kWg1D = 64;  // work-group size of the 1-D elementwise/copy launches (not a correctness constant)
+
+Dims DimsOf(const abi::TfLiteTensor* t);
+Dims StridesOf(const Dims& d);
+// Values of a constant int32/int64 tensor (int64 narrowed); empty when it has no data.
+std::vector<int32_t> ConstInts(const abi::TfLiteTensor* t);
+bool Is4Byte(const abi::TfLiteTensor* t);
+// Broadcast strides of `in` against `out` (right-aligned), padded to out rank.
+Dims BroadcastStrides(const Dims& in, const Dims& out);
+bool CanBroadcast(const Dims& in, const Dims& out);
+
+inline Status Need(bool ok, const std::string& why) { return ok ? Status::Ok() : Status::Error(why); }
+
+// A device buffer holding `bytes` of host data, uploaded once (blocking, so `data` may die after).
+Status UploadConstant(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out);
+
+// 1-D launch over n work-items in kWg1D-wide groups.
+inline Status Launch1D(const Device& dev, const Kernel& k, const Args& args, size_t n, Timings* timings) {
+  return dev.Launch(k, args, {n, 1, 1}, {kWg1D, 1, 1}, timings);
+}
+
+}  // namespace sdgpu::gpu

@@ -1,0 +1,93 @@
+// The TFLite kernel of one GPU partition (any mix of builtin and Sd* nodes),
+// for every GPU backend: it only talks to gpu::Device.
+//
+// init(): builds one GpuOp per node (node registrations are only readable
+//   while the delegate partitions; the SD graphs have static shapes).
+// prepare(): re-checks the output sizes, uploads constant inputs once (kept
+//   across prepares, keyed by tensor), plans ONE device arena for every tensor
+//   that lives only inside the partition plus per-node scratch
+//   (delegate/memory_planner.h: buffers with disjoint lifetimes share bytes),
+//   and gives each partition input/output its own device buffer.
+// invoke(): uploads the partition inputs, enqueues every node in order (no host
+//   synchronisation in between), reads the outputs back with blocking reads.
+//   With profiling on, the device times of all launches of a node are summed
+//   per node and written as JSON to the profile path.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "abi/tflite_abi.h"
+#include "delegate/memory_planner.h"
+#include "gpu/ops.h"
+
+namespace sdgpu {
+
+class Backend;
+class SdDelegate;
+
+namespace gpu {
+
+class GpuBackend;
+
+// Everything CreateGpuOp needs for one node; `parsed` backs desc.sd_op.
+struct NodeView {
+  NodeDesc desc;
+  ParsedOp parsed;
+};
+
+// Reads node `node_index` of the context into `view`; the reason when the node
+// cannot run on a GPU backend at all (foreign custom op, bad Sd* options).
+Status ViewNode(abi::TfLiteContext* context, const Backend& backend, int node_index, NodeView* view);
+
+class GpuPartition {
+ public:
+  // `custom_name` (static storage) names the delegate kernel in TFLite's graph ("SdGpuOpenCL").
+  static abi::TfLiteRegistration Registration(const char* custom_name);
+
+ private:
+  struct Step {
+    int node_index = -1;
+    std::string name;
+    std::vector<int> inputs;  // tensor indices (-1 = omitted)
+    int output = -1;
+    std::unique_ptr<GpuOp> op;
+    int scratch_request = -1;
+    size_t output_bytes = 0;
+    double total_ms = 0.0;
+  };
+
+  GpuPartition(SdDelegate* d, GpuBackend* b) : delegate_(d), backend_(b) {}
+  Status Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);
+  Status Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node);
+  Status Invoke(abi::TfLiteContext* context);
+  Status Ref(int tensor, TensorRef* out) const;
+  Status NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const;
+  Status WriteProfile() const;
+  const Device& device() const;
+
+  static void* InitThunk(abi::TfLiteContext* context, const char* buffer, size_t length);
+  static void FreeThunk(abi::TfLiteContext* context, void* buffer);
+  static abi::TfLiteStatus PrepareThunk(abi::TfLiteContext* context, abi::TfLiteNode* node);
+  static abi::TfLiteStatus InvokeThunk(abi::TfLiteContext* context, abi::TfLiteNode* node);
+
+  SdDelegate* delegate_;
+  GpuBackend* backend_;
+  Status init_status_;
+  std::vector<Step> steps_;
+  MemoryPlanner planner_;
+  std::unique_ptr<Buffer> arena_;
+  std::unordered_map<int, int> internal_;                       // tensor -> planner request
+  std::unordered_map<int, std::unique_ptr<Buffer>> constants_;  // uploaded once
+  std::map<int, std::unique_ptr<Buffer>> externals_;            // partition inputs/outputs
+  std::vector<int> inputs_to_upload_;
+  std::vector<int> outputs_;
+  long long invocations_ = 0;
+  bool prepared_ = false;
+};
+
+}  // namespace gpu
+}  // namespace sdgpu

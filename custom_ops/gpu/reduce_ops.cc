@@ -1,0 +1,104 @@
+// Reductions (kernels in backends/<backend>/kernels/reduce.*): MEAN/SUM/
+// REDUCE_MAX over adjacent axes and row SOFTMAX, one work-group per output
+// (row) with a shared-memory tree.
+#include <algorithm>
+
+#include "gpu/builtin_params.h"
+#include "gpu/op_factories.h"
+#include "gpu/op_util.h"
+
+namespace sdgpu::gpu {
+namespace {
+
+// Work-group size of reduce_f32 / softmax_f32. Correctness constant: the
+// kernels size their shared tree by RED_WG (= this) at compile time.
+constexpr size_t kReduceWg = 64;
+
+// reduce_f32(y, yo, x, xo, int red, int inner, int mode); x viewed as [outer, red, inner].
+class ReduceOp final : public GpuOp {
+ public:
+  using GpuOp::device_inputs_;  // filled by the factory below
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+                 Timings* timings) override {
+    Args a;
+    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset()).Int(red_).Int(inner_).Int(mode_);
+    return dev.Launch(*k_, a, {static_cast<size_t>(outer_) * inner_ * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
+  }
+
+  const Kernel* k_ = nullptr;
+  int outer_ = 1, red_ = 1, inner_ = 1, mode_ = 0;
+};
+
+// softmax_f32(y, yo, x, xo, int cols, float beta)
+class SoftmaxOp final : public GpuOp {
+ public:
+  using GpuOp::device_inputs_;  // filled by the factory below
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+                 Timings* timings) override {
+    Args a;
+    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset()).Int(cols_).Float(beta_);
+    return dev.Launch(*k_, a, {static_cast<size_t>(rows_) * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
+  }
+
+  const Kernel* k_ = nullptr;
+  int rows_ = 0, cols_ = 0;
+  float beta_ = 1.0f;
+};
+
+}  // namespace
+
+Status MakeReduce(const Device& dev, const NodeDesc& node, int mode, std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(Need(node.inputs[0]->type == abi::kTfLiteFloat32, "only float32"));
+  SDGPU_RETURN_IF_ERROR(Need(IsConstant(node.inputs[1]), "axes must be constant"));
+  const Dims in = DimsOf(node.inputs[0]);
+  const int rank = static_cast<int>(in.size());
+  std::vector<bool> red(rank, false);
+  for (int32_t a : ConstInts(node.inputs[1])) {
+    const int ax = a < 0 ? a + rank : a;
+    SDGPU_RETURN_IF_ERROR(Need(ax >= 0 && ax < rank, "bad axis"));
+    red[ax] = true;
+  }
+  int first = rank, last = -1;
+  for (int d = 0; d < rank; ++d) {
+    if (red[d] && in[d] != 1) {
+      first = std::min(first, d);
+      last = std::max(last, d);
+    }
+  }
+  auto u = std::make_unique<ReduceOp>();
+  u->outer_ = 1;
+  u->red_ = 1;
+  u->inner_ = 1;
+  if (last >= 0) {
+    for (int d = first; d <= last; ++d) {
+      SDGPU_RETURN_IF_ERROR(Need(red[d] || in[d] == 1, "reduced axes must be adjacent"));
+    }
+    for (int d = 0; d < first; ++d) u->outer_ *= static_cast<int>(in[d]);
+    for (int d = first; d <= last; ++d) u->red_ *= static_cast<int>(in[d]);
+    for (int d = last + 1; d < rank; ++d) u->inner_ *= static_cast<int>(in[d]);
+  } else {
+    u->outer_ = static_cast<int>(NumElements(in));
+  }
+  u->mode_ = mode;
+  u->device_inputs_ = {0};
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel("reduce_f32", &u->k_));
+  *out = std::move(u);
+  return Status::Ok();
+}
+
+Status MakeSoftmax(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  const auto* prm = static_cast<const SoftmaxParams*>(node.builtin_data);
+  SDGPU_RETURN_IF_ERROR(Need(prm != nullptr && node.inputs[0]->type == abi::kTfLiteFloat32, "only float32"));
+  const Dims in = DimsOf(node.inputs[0]);
+  SDGPU_RETURN_IF_ERROR(Need(!in.empty(), "scalar softmax"));
+  auto u = std::make_unique<SoftmaxOp>();
+  u->cols_ = static_cast<int>(in.back());
+  u->rows_ = static_cast<int>(NumElements(in) / std::max<int64_t>(1, in.back()));
+  u->beta_ = prm->beta;
+  u->device_inputs_ = {0};
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel("softmax_f32", &u->k_));
+  *out = std::move(u);
+  return Status::Ok();
+}
+
+}  // namespace sdgpu::gpu
