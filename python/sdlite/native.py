@@ -14,6 +14,12 @@ Trade-off: :func:`stats` and :func:`check_op_options` reach the library
 through ``ctypes`` (a second ``dlopen`` of the same file returns the same
 handle, so they see the delegate objects created by ``load``); they are
 diagnostics, not part of the inference path.
+
+:func:`extra_options` adds options (e.g. ``profile_path``) to every delegate
+created inside a ``with`` block, through whichever caller ends up in
+:func:`load` (``sdlite.runner`` builds delegates from ``BackendOptions``, which
+carry no diagnostics). It is a context variable, so it is scoped to the block
+and to the current thread / asyncio task, never process-wide.
 """
 from __future__ import annotations
 
@@ -21,6 +27,9 @@ import ctypes
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +53,11 @@ class DelegateOptions:
 
     ``num_threads=None`` lets the delegate pick (hardware concurrency, capped at 8).
     ``attention_block_q/k`` override the SdAttention CPU tile sizes (mainly for tests).
+    ``profile_path`` (GPU backends): the delegate writes per-node device kernel times (JSON, averaged over
+    all invocations so far) to this file after every invoke; it also turns on queue profiling.
+    ``opencl_cache_dir``: program-binary cache ("none" = off; unset = the delegate's default).
+    ``weights_fp16`` (GPU backends): store the constant GEMM/conv/Winograd weights as half on the device
+    (half the weight memory; fp32 arithmetic, ~1e-3 relative error).
     """
 
     backend: str = "cpu"
@@ -51,6 +65,9 @@ class DelegateOptions:
     num_threads: int | None = None
     attention_block_q: int | None = None
     attention_block_k: int | None = None
+    profile_path: str | None = None
+    opencl_cache_dir: str | None = None
+    weights_fp16: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -61,6 +78,8 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise NativeDelegateError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.weights_fp16, bool):
+            raise NativeDelegateError(f"weights_fp16 must be a bool, got {self.weights_fp16!r}")
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -69,7 +88,33 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None:
                 out[name] = str(value)
+        for name in ("profile_path", "opencl_cache_dir"):
+            value = getattr(self, name)
+            if value:
+                out[name] = str(value)
+        if self.weights_fp16:
+            out["weights_fp16"] = "1"
         return out
+
+
+_EXTRA_OPTIONS: ContextVar[dict[str, Any]] = ContextVar("sdgpu_extra_options", default={})
+
+
+@contextmanager
+def extra_options(**opts: Any) -> Iterator[None]:
+    """Add :class:`DelegateOptions` fields to every :func:`load` inside the block (explicit arguments win).
+
+    ``with native.extra_options(profile_path="/tmp/p.json"): runner = open_runner(...)`` profiles the
+    delegate of that runner only. Unknown option names are rejected here, not at the first load.
+    """
+    unknown = sorted(set(opts) - set(DelegateOptions.__dataclass_fields__) - {"backend"})
+    if unknown:
+        raise NativeDelegateError(f"unknown delegate option(s): {', '.join(unknown)}")
+    token = _EXTRA_OPTIONS.set({**_EXTRA_OPTIONS.get(), **opts})
+    try:
+        yield
+    finally:
+        _EXTRA_OPTIONS.reset(token)
 
 
 def _package_dirs() -> list[Path]:
@@ -108,9 +153,11 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
     """Create a delegate for ``Interpreter(..., experimental_delegates=[...])``.
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
-    attention_block_q, attention_block_k). Returns the ``ai_edge_litert``
-    delegate object; keep it alive as long as the interpreter.
+    attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16),
+    on top of those of an enclosing :func:`extra_options` block. Returns the
+    ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """
+    opts = {**{k: v for k, v in _EXTRA_OPTIONS.get().items() if k != "backend"}, **opts}
     unknown = sorted(set(opts) - set(DelegateOptions.__dataclass_fields__) - {"backend"})
     if unknown:
         raise NativeDelegateError(f"unknown delegate option(s): {', '.join(unknown)}")

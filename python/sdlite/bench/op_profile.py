@@ -46,11 +46,17 @@ class OpTiming:
 
 @dataclass
 class OpProfile:
+    """Per-node timings. ``kind``: ``isolated`` (this module) or ``device`` (the delegate's device events,
+    see :mod:`sdlite.bench.device_profile`); ``overhead_us``/``distinct`` only mean something for isolation."""
+
     ops: list[OpTiming] = field(default_factory=list)
     overhead_us: float = 0.0
     distinct: int = 0
     skipped: dict[int, str] = field(default_factory=dict)  # op index -> why it could not be timed
     method: str = METHOD
+    kind: str = "isolated"
+    device: str = ""  # device name reported by the delegate (device kind)
+    runs_averaged: int = 0  # timed invocations the device averages cover (device kind)
 
     @property
     def total_us(self) -> float:

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from sdlite.bench.run import BenchResult
 
 RULE = "=" * 30
+MB = float(1 << 20)  # benchmark_model's "MB" (2^20 bytes)
 
 
 def _section(title: str) -> str:
@@ -34,9 +35,16 @@ def _op_rows(ops: list[OpTiming], total_us: float) -> list[str]:
 def profile_sections(prof: OpProfile, whole_model_avg_us: float, top: int = 10) -> list[str]:
     """The "Run Order", "Top by Computation Time" and "Summary by node type" sections."""
     total = prof.total_us
-    note = (f"Note: {prof.method}. Sum of node times {total / 1e3:.3f} ms vs whole-model avg "
-            f"{whole_model_avg_us / 1e3:.3f} ms; invoke overhead {prof.overhead_us:.2f} us subtracted; "
-            f"{prof.distinct} distinct nodes timed.")
+    if prof.kind == "device":
+        share = 100.0 * total / whole_model_avg_us if whole_model_avg_us > 0 else 0.0
+        note = (f"Note: {prof.method}. Device: {prof.device or '?'}; {prof.runs_averaged} timed runs averaged. "
+                f"Sum of node times {total / 1e3:.3f} ms = {share:.1f}% of the whole-model avg "
+                f"{whole_model_avg_us / 1e3:.3f} ms (the rest: host launch/queue overhead, input upload, "
+                "output download).")
+    else:
+        note = (f"Note: {prof.method}. Sum of node times {total / 1e3:.3f} ms vs whole-model avg "
+                f"{whole_model_avg_us / 1e3:.3f} ms; invoke overhead {prof.overhead_us:.2f} us subtracted; "
+                f"{prof.distinct} distinct nodes timed.")
     lines = [note]
     if prof.skipped:
         lines.append(f"Not timed ({len(prof.skipped)} nodes): " + "; ".join(
@@ -63,6 +71,16 @@ def profile_sections(prof: OpProfile, whole_model_avg_us: float, top: int = 10) 
     return lines
 
 
+def device_memory_line(r: "BenchResult") -> str:
+    """``Delegate: 1 partition, 0 CPU nodes; arena 12.3 MB; GPU weights 860.1 MB (source)``."""
+    d = r.device
+    assert d is not None
+    parts = "?" if d.partitions < 0 else str(d.partitions)
+    return (f"Delegate: {parts} partition{'s' if d.partitions != 1 else ''}, {d.cpu_nodes} CPU node"
+            f"{'s' if d.cpu_nodes != 1 else ''}; intermediate arena {d.arena_bytes / MB:.2f} MB "
+            f"(delegate stats max_arena_bytes); GPU weights {d.weight_bytes / MB:.2f} MB ({d.weight_source})")
+
+
 def model_report(r: "BenchResult", top: int = 10) -> str:
     hist = ", ".join(f"{k} {v}" for k, v in list(r.op_histogram.items())[:8])
     more = "" if len(r.op_histogram) <= 8 else f", ... ({len(r.op_histogram)} types)"
@@ -74,6 +92,7 @@ def model_report(r: "BenchResult", top: int = 10) -> str:
         f"Memory (bytes): weights={r.weight_bytes} (sum of constant buffers) "
         f"peak_activations_estimate={r.peak_activation_bytes} (liveness over graph order; "
         "the runtime reports no arena size)",
+        *([device_memory_line(r)] if r.device is not None else []),
         f"Inference timings in us: Init: {r.load_s * 1e6:.0f}, First inference: {r.first_run_us:.0f}, "
         f"Warmup (avg): {r.warmup_avg_us:.0f}, Inference (avg): {r.stats.avg:.1f}",
     ]

@@ -3,23 +3,32 @@
 A target spec is ``PATH`` or ``PATH@BACKEND`` (``@`` because backends never contain it and paths rarely
 do). A folder expands to its manifest's models. Timing is of ``invoke`` only (inputs are set once, as in
 benchmark_model): synthetic inputs - floats standard-normal, token ids a fixed CLIP prompt, other ints 0.
+
+Per-node profiles: on the GPU backends (``opencl``, ``gl``) the delegate's own device timings of the same
+runs (:mod:`sdlite.bench.device_profile`); elsewhere each node timed alone (:mod:`sdlite.bench.op_profile`).
+On the GPU backends the result also carries the delegate's memory figures (:class:`DeviceFigures`).
 """
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sdlite.backends import BACKENDS, BackendOptions
+from sdlite.backends import BACKENDS, DELEGATE_NAME, BackendOptions
+from sdlite.bench.device_profile import DEVICE_BACKENDS, ProfileSnapshot, device_op_profile
 from sdlite.bench.op_profile import OpProfile, profile_ops
 from sdlite.bench.stats import TimingStats
 from sdlite.errors import SdliteError
 from sdlite.manifest import MANIFEST_NAME, load_manifest
+from sdlite.placement import Placement
 from sdlite.runner import ModelRunner, open_runner
+from sdlite.tflite_info import ModelInfo
 
 # "a photo of a cat" in CLIP ids, EOS-padded: realistic ids for text encoders (any int input of length 77).
 _PROMPT_IDS = [49406, 320, 1125, 539, 320, 2368, 49407]
@@ -31,6 +40,58 @@ class BenchTarget:
     path: Path
     options: BackendOptions
     group: str  # rows with the same group are compared with each other
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    """What our GPU delegate holds for one loaded model (backends ``opencl`` / ``gl``).
+
+    ``arena_bytes`` is the delegate's planned intermediate arena (stats ``max_arena_bytes``: every tensor
+    living only inside a partition plus kernel scratch, with reuse). ``weight_bytes`` is the delegate's own
+    count of uploaded constants when its stats have one (``device_weight_bytes``); otherwise it is computed
+    from the model - the bytes of the distinct constant tensors that delegated nodes read - and
+    ``weight_source`` says so (device copies can differ: e.g. filters a kernel re-lays out at load time).
+    """
+
+    partitions: int  # delegate kernels (-1: unknown)
+    delegated_nodes: int
+    cpu_nodes: int  # model nodes left to the CPU (XNNPACK / builtin kernels)
+    arena_bytes: int
+    weight_bytes: int
+    weight_source: str
+
+
+def delegated_constant_bytes(info: ModelInfo, placement: Placement) -> int:
+    """Bytes of the distinct constant tensors read by nodes our delegate runs."""
+    seen: set[int] = set()
+    for op, executor in zip(info.ops, placement.node_executor):
+        if executor == DELEGATE_NAME:
+            seen.update(t for t in op.inputs if t >= 0 and info.tensors[t].constant)
+    return sum(info.tensors[t].nbytes for t in seen)
+
+
+def device_figures(runner: ModelRunner) -> DeviceFigures | None:
+    """Memory/placement figures of our delegate in ``runner`` (None when it has none)."""
+    from sdlite import native
+
+    delegates = getattr(runner, "_delegates", None) or []  # InterpreterRunner keeps them alive there
+    if not delegates:
+        return None
+    stats = native.stats(delegates[0])
+    info, placement = runner.info, runner.placement
+    delegated = sum(1 for ex in placement.node_executor if ex == DELEGATE_NAME)
+    if "device_weight_bytes" in stats:
+        weights, source = int(stats["device_weight_bytes"]), "delegate stats device_weight_bytes"
+    else:
+        weights = delegated_constant_bytes(info, placement)
+        source = "computed from the model: constant tensors read by delegated nodes"
+    partitions = int(stats.get("partitions", -1))
+    if partitions < 0:
+        partitions = placement.partitions.get(DELEGATE_NAME, -1)
+    return DeviceFigures(
+        partitions=partitions, delegated_nodes=delegated, cpu_nodes=len(info.ops) - delegated,
+        arena_bytes=int(stats.get("max_arena_bytes", 0)), weight_bytes=weights, weight_source=source,
+    )
 
 
 @dataclass
@@ -50,13 +111,24 @@ class BenchResult:
     weight_bytes: int
     peak_activation_bytes: int
     profile: OpProfile | None = None
+    device: DeviceFigures | None = None  # GPU backends only
+    outputs: dict[str, np.ndarray] | None = None  # outputs of the last timed run (keep_outputs=True)
+    profile_error: str = ""  # why the delegate's device profile could not be read (GPU backends)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("stats", "profile", "path")}
+        skip = ("stats", "profile", "path", "device", "outputs")
+        d = {k: getattr(self, k) for k in (f.name for f in dataclasses.fields(self)) if k not in skip}
+        d["op_histogram"] = dict(self.op_histogram)
         d["path"] = str(self.path)
         d["timings_us"] = self.stats.to_dict()
+        if self.device is not None:
+            d["device"] = {**dataclasses.asdict(self.device),
+                           "arena_mb": self.device.arena_bytes / 2**20, "weight_mb": self.device.weight_bytes / 2**20}
         if self.profile is not None:
             d["op_profile"] = {
+                "kind": self.profile.kind,
+                "device": self.profile.device,
+                "runs_averaged": self.profile.runs_averaged,
                 "method": self.profile.method,
                 "overhead_us": self.profile.overhead_us,
                 "total_us": self.profile.total_us,
@@ -112,38 +184,77 @@ def expand(spec: str, default: BackendOptions, models: tuple[str, ...] | None = 
 
 
 def bench_target(target: BenchTarget, num_runs: int, warmup_runs: int, op_profiling: bool = False,
-                 seed: int = 0) -> BenchResult:
+                 seed: int = 0, keep_outputs: bool = False, isolated_fallback: bool = True) -> BenchResult:
+    """Time ``target``: one first run, ``warmup_runs`` untimed, ``num_runs`` timed (``invoke`` only).
+
+    With ``op_profiling`` on a GPU backend the delegate profiles these very runs on the device; elsewhere the
+    nodes are timed in isolation after the model is closed (see the module docstring). When the delegate
+    writes no profile, ``isolated_fallback`` decides between isolation (slow on big models) and no profile;
+    either way ``profile_error`` says why.
+    """
     if num_runs < 1:
         raise SdliteError(f"--num_runs must be >= 1, got {num_runs}")
     if warmup_runs < 0:
         raise SdliteError(f"--warmup_runs must be >= 0, got {warmup_runs}")
-    runner = open_runner(target.path, target.options)
-    try:
+    on_device = op_profiling and target.options.name in DEVICE_BACKENDS
+    profile: OpProfile | None = None
+    with ExitStack() as stack:
+        profile_file: Path | None = None
+        if on_device:
+            from sdlite import native
+
+            profile_file = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sdlite-profile-")))
+            profile_file = profile_file / "profile.json"
+            with native.extra_options(profile_path=str(profile_file)):
+                runner = open_runner(target.path, target.options)
+        else:
+            runner = open_runner(target.path, target.options)
+        stack.callback(runner.close)
+        snapshots: list[ProfileSnapshot] = []
+        unavailable = ""
+
+        def snapshot() -> None:
+            nonlocal unavailable
+            if profile_file is not None and not unavailable:
+                try:
+                    snapshots.append(ProfileSnapshot.read(profile_file))
+                except SdliteError as exc:
+                    unavailable = str(exc)
+
         runner.set_inputs(synthetic_inputs(runner, seed))
         t0 = time.perf_counter()
         runner.invoke()
         first_us = (time.perf_counter() - t0) * 1e6
+        snapshot()
         warm = []
         for _ in range(warmup_runs):
             t0 = time.perf_counter()
             runner.invoke()
             warm.append(time.perf_counter() - t0)
+        snapshot()
         samples = []
         for _ in range(num_runs):
             t0 = time.perf_counter()
             runner.invoke()
             samples.append(time.perf_counter() - t0)
+        snapshot()
         info = runner.info
+        placement = runner.placement
         result = BenchResult(
             label=target.label, path=target.path, backend=target.options.name, threads=target.options.threads,
             group=target.group, stats=TimingStats.from_seconds(samples), load_s=runner.load_s,
             first_run_us=first_us, warmup_avg_us=float(np.mean(warm)) * 1e6 if warm else 0.0,
-            placement=runner.placement.summary(info), num_ops=len(info.ops), op_histogram=info.op_histogram,
+            placement=placement.summary(info), num_ops=len(info.ops), op_histogram=info.op_histogram,
             weight_bytes=info.weight_bytes, peak_activation_bytes=info.peak_activation_bytes(),
+            device=device_figures(runner) if target.options.name in DEVICE_BACKENDS else None,
+            outputs=runner.get_outputs() if keep_outputs else None,
         )
-        placement = runner.placement
-    finally:
-        runner.close()
-    if op_profiling:
-        result.profile = profile_ops(target.path, info, placement, target.options, num_runs, warmup_runs, seed)
+        if on_device and not unavailable:
+            profile = device_op_profile(info, placement, *snapshots)
+    result.profile_error = unavailable
+    if op_profiling and profile is None and (isolated_fallback or not on_device):
+        profile = profile_ops(target.path, info, placement, target.options, num_runs, warmup_runs, seed)
+        if unavailable:
+            profile.method += f" (device events unavailable: {unavailable})"
+    result.profile = profile
     return result

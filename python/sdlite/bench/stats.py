@@ -17,6 +17,7 @@ class TimingStats:
     max: float
     avg: float
     std: float
+    median: float = 0.0  # not in benchmark_model's line; robust to a stray slow run (used by comparisons)
 
     @classmethod
     def from_seconds(cls, samples: list[float]) -> "TimingStats":
@@ -24,7 +25,7 @@ class TimingStats:
             raise ValueError("no samples")
         us = np.asarray(samples, dtype=np.float64) * 1e6
         return cls(len(us), float(us[0]), float(us[-1]), float(us.min()), float(us.max()), float(us.mean()),
-                   float(us.std()))
+                   float(us.std()), float(np.median(us)))
 
     def line(self) -> str:
         """``Timings (microseconds): count=50 first=4070 curr=3856 min=3721 max=4690 avg=3893.4 std=157``."""

@@ -1,0 +1,239 @@
+"""The markdown for BENCHMARKS.md and the derived numbers (parity, ratios, targets) of an H200 run.
+
+Every number comes from ``results.json`` rows of one work dir; rows from earlier calls of the same warm
+machine are included and each row says when it ran. Times are medians over the timed runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit import MODELS, TITLES, Variant
+
+BACKEND_TITLES = {"opencl": "OpenCL", "gl": "GL ES 3.1"}
+TARGET_MS = {"unet_b1": 126.0}  # issue #5: PyTorch fp32 UNet step on the H200 (measured in this run if present)
+
+
+def row_ids(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(row id, label)`` in table order for the run plan (backends, variants, cpu variants)."""
+    out = []
+    for backend in plan["backends"]:
+        for v in plan["variants"]:
+            out.append((f"ours-{backend}-{v}", f"ours {BACKEND_TITLES.get(backend, backend)}, {Variant(v).title}"))
+    threads = plan.get("cpu_threads", "all")
+    for v in plan["cpu_variants"]:
+        suffix = "" if v == "plain" else f", {Variant(v).title}"
+        out.append((f"litert-cpu-{v}", f"LiteRT CPU (XNNPACK, {threads} threads){suffix}"))
+    out.append(("litert-gpu-plain", "LiteRT GPU (stock accelerator)"))
+    dev = "CUDA" if plan.get("torch_device", "cuda").startswith("cuda") else plan.get("torch_device", "cpu").upper()
+    out.append(("torch-fp32", f"PyTorch {dev} fp32 (TF32 off)"))
+    out.append(("torch-fp16", f"PyTorch {dev} fp16"))
+    return out
+
+
+def median_ms(row: dict[str, Any] | None) -> float | None:
+    if not row or row.get("status") != "ok":
+        return None
+    if "median_ms" in row:
+        return float(row["median_ms"])
+    t = row.get("timings_us", {})
+    return float(t.get("median") or t.get("avg")) / 1e3 if t else None
+
+
+def parity(work_outputs: Path, a: str, b: str) -> dict[str, Any] | None:
+    """``||a-b|| / ||b||`` over all outputs of two rows' saved npz files (None if either is missing)."""
+    fa, fb = work_outputs / f"{a}.npz", work_outputs / f"{b}.npz"
+    if not fa.is_file() or not fb.is_file():
+        return None
+    with np.load(fa) as xa, np.load(fb) as xb:
+        if sorted(xa.files) != sorted(xb.files) or any(xa[k].shape != xb[k].shape for k in xb.files):
+            return {"error": f"outputs differ in names/shapes ({sorted(xa.files)} vs {sorted(xb.files)})"}
+        x = np.concatenate([xa[k].astype(np.float64).ravel() for k in sorted(xb.files)])
+        y = np.concatenate([xb[k].astype(np.float64).ravel() for k in sorted(xb.files)])
+    den = float(np.linalg.norm(y))
+    return {"rel": float(np.linalg.norm(x - y)) / den if den > 0 else float("nan"),
+            "max_abs": float(np.max(np.abs(x - y))) if x.size else 0.0, "reference": b,
+            "finite": bool(np.isfinite(x).all())}
+
+
+def derive(results: dict[str, Any], plan: dict[str, Any], work_root: Path) -> dict[str, Any]:
+    """Parity per our row, ratios per model, target checks."""
+    rows = results.get("rows", {})
+    out: dict[str, Any] = {"parity": {}, "ratios": {}, "targets": {}}
+    for model in plan["models"]:
+        outputs = work_root / "outputs" / model
+        for backend in plan["backends"]:
+            for v in plan["variants"]:
+                rid = f"ours-{backend}-{v}"
+                ok = {r for r in (rid, f"litert-cpu-{v}", "litert-cpu-plain")
+                      if (rows.get(f"{model}|{r}") or {}).get("status") == "ok"}  # never a stale npz
+                ref = f"litert-cpu-{v}" if f"litert-cpu-{v}" in ok else "litert-cpu-plain"
+                if rid not in ok or ref not in ok:
+                    continue
+                p = parity(outputs, rid, ref)
+                if p is not None:
+                    out["parity"][f"{model}|{rid}"] = p
+        ms = {rid: median_ms(rows.get(f"{model}|{rid}")) for rid, _ in row_ids(plan)}
+        ratios: dict[str, dict[str, Any]] = {}
+        for backend in plan["backends"]:
+            base = ms.get(f"ours-{backend}-plain")
+            for v in plan["variants"]:
+                t = ms.get(f"ours-{backend}-{v}")
+                if v != "plain" and base and t:
+                    ratios[f"ours {backend}: {v} / unfused"] = {"ratio": t / base}
+        ours = {rid: t for rid, t in ms.items() if rid.startswith("ours-") and t}
+        out["ratios"][model] = ratios
+        if not ours:
+            continue
+        best = min(ours, key=ours.get)
+        for ref in ("torch-fp32", "torch-fp16"):
+            if ms.get(ref):
+                ratios[f"best ours / PyTorch {ref.split('-')[1]}"] = {"ratio": ours[best] / ms[ref], "best": best}
+        if model in TARGET_MS:  # measured PyTorch fp32 of this run when there is one, else the issue's number
+            target, source = (ms["torch-fp32"], "PyTorch fp32 measured") if ms.get("torch-fp32") else (
+                TARGET_MS[model], "issue #5")
+            out["targets"][f"{model}: best ours <= PyTorch fp32"] = {
+                "best": best, "ms": ours[best], "target_ms": target, "target_source": source,
+                "met": ours[best] <= target}
+        for backend in plan["backends"]:
+            base = ms.get(f"ours-{backend}-plain")
+            for v in plan["variants"]:
+                if Variant(v).winograd != "off" and base and ms.get(f"ours-{backend}-{v}"):
+                    speedup = base / ms[f"ours-{backend}-{v}"]
+                    out["targets"][f"{model}: {v} >= 2x faster than unfused ({backend})"] = {
+                        "speedup": speedup, "met": speedup >= 2.0}
+    for key, p in out["parity"].items():
+        if key.startswith("unet") and "rel" in p:
+            out["targets"][f"{key.split('|')[0]}: parity {key.split('|')[1]} <= 1e-3"] = {
+                "rel": p["rel"], "met": bool(p["rel"] <= 1e-3)}
+    return out
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    status = row.get("status")
+    if status == "ok":
+        text = f"{median_ms(row):.1f}"
+        if "fully accelerated: no" in str(row.get("placement", "")):
+            text += " (CPU fallback)"
+        return text
+    return {"error": "error", "timeout": "timeout", "crashed": "crashed", "skipped": "skipped"}.get(status, str(status))
+
+
+def _fmt_ratio(r: dict[str, Any] | None) -> str:
+    if not r:
+        return "-"
+    x = r["ratio"]
+    speed = f"{1 / x:.2f}x faster" if x < 1 else f"{x:.2f}x slower"
+    best = f"; {r['best'].removeprefix('ours-')}" if "best" in r else ""
+    return f"{x:.2f} ({speed}{best})"
+
+
+def markdown(results: dict[str, Any], plan: dict[str, Any], derived: dict[str, Any]) -> str:
+    env = results.get("env", {})
+    rows = results.get("rows", {})
+    models = [m for m in MODELS if m in plan["models"]]
+    gpu = env.get("gpu", {})
+    config = {"sd15": "SD1.5"}.get(env.get("config", ""), env.get("config", "?"))
+    precision = "/".join(sorted({str(m.get("precision")) for m in plan.get("kit_models", {}).values()})) or "?"
+    lines = [f"### {config} random-weight {precision} on {gpu.get('name', env.get('opencl', {}).get('name', '?'))} "
+             f"({env.get('date', '?')})", ""]
+    lines.append(f"- Command: `{env.get('command', '?')}`")
+    if gpu:
+        lines.append(f"- GPU: {gpu.get('name')} (driver {gpu.get('driver')}, {gpu.get('memory')})")
+    cl = env.get("opencl", {})
+    lines.append(f"- OpenCL: {cl.get('name', cl.get('error', '?'))}"
+                 + (f" ({cl.get('platform')}, driver {cl.get('driver_version')})" if "name" in cl else ""))
+    packages = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items())
+    lines.append(f"- CPU: {env.get('cpu', '?')} ({env.get('cpu_count', '?')} cores); "
+                 f"python {env.get('python', '?')}; {packages}")
+    git = env.get("git", {})
+    lines.append(f"- Code: commit {str(git.get('commit', '?'))[:12]}{' (dirty)' if git.get('dirty') else ''}; "
+                 f"models: {env.get('config', '?')} config, random weights N(0, 0.02) refilled with seed "
+                 f"{plan.get('seed', 0)}; Winograd profile {plan.get('winograd_profile')}")
+    calls = results.get("calls", [])
+    if len(calls) > 1:
+        lines.append(f"- Rows merged from {len(calls)} calls on the same machine ({calls[0].get('started')} .. "
+                     f"{calls[-1].get('started')}); each row's `run_at` is in h200.json")
+    lines.append("")
+    head = "| Implementation | " + " | ".join(f"{TITLES[m]} (ms)" for m in models) + " |"
+    lines += [head, "|---|" + "---:|" * len(models)]
+    for rid, label in row_ids(plan):
+        cells = [_cell(rows.get(f"{m}|{rid}")) for m in models]
+        if all(c == "-" for c in cells):
+            continue
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    profiled = ("with the delegate profiling every kernel (device events) during timing"
+                if plan.get("profile") == "inline" else "without device profiling")
+    clock = "CUDA events" if plan.get("torch_device", "cuda").startswith("cuda") else "perf_counter"
+    lines.append(f"Median of the timed runs after warm-up. Ours and LiteRT: wall time of `invoke` measured by "
+                 f"`sdlite bench` (bench_target), inputs set once; our rows {profiled}. "
+                 f"PyTorch: diffusers modules of the same config, {clock} per call.")
+    ratio_rows = []
+    keys = list(dict.fromkeys(k for m in models for k in derived["ratios"].get(m, {})))
+    for k in keys:
+        cells = [derived["ratios"].get(m, {}).get(k) for m in models]
+        ratio_rows.append(f"| {k} | " + " | ".join(_fmt_ratio(c) for c in cells) + " |")
+    if ratio_rows:
+        lines += ["", "Time ratios (same machine, same model files):", "", "| Ratio | " + " | ".join(TITLES[m] for m in models) + " |",
+                  "|---|" + "---:|" * len(models), *ratio_rows]
+    mem = []
+    for m in models:
+        for rid, label in row_ids(plan):
+            r = rows.get(f"{m}|{rid}")
+            if not rid.startswith("ours-") or not r or r.get("status") != "ok":
+                continue
+            d = r.get("device") or {}
+            p = derived["parity"].get(f"{m}|{rid}", {})
+            rel = f"{p['rel']:.2e} vs {p['reference']}" if "rel" in p else p.get("error", "-")
+            mem.append(f"| {TITLES[m]} | {label} | {d.get('partitions', '?')} | {d.get('cpu_nodes', '?')} | "
+                       f"{d.get('arena_mb', 0):.1f} | {d.get('weight_mb', 0):.1f} | {rel} | "
+                       f"{r.get('load_s', 0):.1f} | {r.get('first_run_us', 0) / 1e3:.0f} |")
+    if mem:
+        src = next((r.get("device", {}).get("weight_source") for r in rows.values()
+                    if isinstance(r, dict) and r.get("device")), "?")
+        lines += ["", "Delegate memory, placement and parity (rel = ||ours - ref|| / ||ref|| on the same inputs):", "",
+                  "| Model | Implementation | partitions | CPU nodes | arena MB | GPU weights MB | parity | load s "
+                  "| first run ms |", "|---|---|---:|---:|---:|---:|---|---:|---:|", *mem, "",
+                  f"Arena: the delegate's planned intermediate buffer (stats max_arena_bytes). GPU weights: {src}."]
+    top = []
+    for m in models:
+        for rid, label in row_ids(plan):
+            r = rows.get(f"{m}|{rid}")
+            prof = (r or {}).get("profile")
+            if not prof or r.get("status") != "ok":
+                continue
+            for i, o in enumerate(prof.get("top", [])[:5], 1):
+                top.append(f"| {TITLES[m]} | {label} | {i} | {o['op']} | {o['node']} | {o['avg_ms']:.3f} | "
+                           f"{o['pct']:.1f}% |")
+            top.append(f"| {TITLES[m]} | {label} | sum | all {prof['nodes_timed']} nodes | | "
+                       f"{prof['total_ms']:.2f} | 100% |")
+    if top:
+        lines += ["", "Slowest five ops per implementation (delegate device profile, averaged over the timed runs; "
+                  "multi-launch nodes count their last launch):", "",
+                  "| Model | Implementation | # | op | node | device ms | % of device time |",
+                  "|---|---|---:|---|---:|---:|---:|", *top]
+    if derived["targets"]:
+        lines += ["", "Targets (issue #5):", ""]
+        for k, t in derived["targets"].items():
+            detail = ", ".join(f"{a}={b:.4g}" if isinstance(b, float) else f"{a}={b}"
+                               for a, b in t.items() if a != "met")
+            lines.append(f"- {k}: {'met' if t['met'] else 'NOT met'} ({detail})")
+    notes = []
+    for m in models:
+        for rid, label in row_ids(plan):
+            r = rows.get(f"{m}|{rid}")
+            if r and r.get("status") != "ok":
+                notes.append(f"- {TITLES[m]}, {label}: {r.get('status')}: {str(r.get('error', ''))[:300]}")
+            elif r and rid == "litert-gpu-plain":
+                notes.append(f"- {TITLES[m]}, {label}: ran; {r.get('placement', '')}")
+            elif r and rid.startswith("ours-") and r.get("profile_error"):
+                notes.append(f"- {TITLES[m]}, {label}: no device profile: {r['profile_error'][:200]}")
+    notes += [f"- bench.py error: {e.strip().splitlines()[-1][:300]}" for e in results.get("bench_errors", [])]
+    if notes:
+        lines += ["", "Failures and attempts:", "", *notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,118 @@
+"""``sdlite bench`` on the GPU backends (PoCL in CI): per-node device-event profiles, the delegate's memory figures."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_bench_cli import check_timings, run_cli, section
+
+from sdlite.bench.device_profile import ProfileSnapshot, window_average_ms
+from sdlite.errors import SdliteError
+from sdlite.tflite_info import read_model_info
+
+RUNS = ["--num_runs", "3", "--warmup_runs", "1"]
+
+
+def distinct_constant_bytes(path: Path) -> int:
+    info = read_model_info(path)
+    consts = {t for op in info.ops for t in op.inputs if t >= 0 and info.tensors[t].constant}
+    return sum(info.tensors[t].nbytes for t in consts)
+
+
+def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> None:
+    path = tiny_export / "unet.tflite"
+    info = read_model_info(path)
+    rc, out, err = run_cli(capsys, "bench", str(path), "--backend", "opencl", "--enable_op_profiling", "--json", *RUNS)
+    assert rc == 0, err
+    (r,) = json.loads(out)["results"]
+    prof = r["op_profile"]
+    assert r["profile_error"] == ""
+    assert prof["kind"] == "device" and prof["method"].startswith("method: device events")
+    assert prof["runs_averaged"] == 3 and prof["device"]
+    assert prof["skipped"] == {}
+    # every node is delegated (one partition) and has its own device time
+    assert [o["index"] for o in prof["ops"]] == list(range(len(info.ops)))
+    assert [o["op_name"] for o in prof["ops"]] == [op.op_name for op in info.ops]
+    assert all(o["executor"] == "sdgpu" for o in prof["ops"])
+    assert all(o["avg_us"] > 0 and o["first_us"] > 0 for o in prof["ops"])
+    # device time of the nodes fits inside the wall time of a run (which adds uploads, downloads, launches)
+    total = sum(o["avg_us"] for o in prof["ops"])
+    assert total == pytest.approx(prof["total_us"])
+    assert 0 < total <= r["timings_us"]["avg"] * 1.02
+    dev = r["device"]
+    assert dev["partitions"] == 1 and dev["cpu_nodes"] == 0 and dev["delegated_nodes"] == len(info.ops)
+    assert dev["arena_bytes"] > 0 and dev["arena_mb"] == pytest.approx(dev["arena_bytes"] / 2**20)
+    if dev["weight_source"].startswith("computed"):
+        assert dev["weight_bytes"] == distinct_constant_bytes(path)
+    assert dev["weight_mb"] > 0
+
+
+def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:
+    path = tiny_export / "vae_decoder.tflite"
+    info = read_model_info(path)
+    rc, out, err = run_cli(capsys, "bench", str(path), "--backend", "opencl", "--enable_op_profiling", "--top", "5",
+                           *RUNS)
+    assert rc == 0, err
+    assert re.findall(r"^=+ (.+?) =+$", out, re.M) == ["Run Order", "Top by Computation Time", "Summary by node type"]
+    assert "Note: method: device events" in out and "3 timed runs averaged" in out
+    run_order = section(out, "Run Order")
+    assert len(run_order) == len(info.ops)
+    assert {row.split("\t")[2].strip() for row in run_order} == {"sdgpu"}
+    top = [float(row.split("\t")[4]) for row in section(out, "Top by Computation Time")]
+    assert len(top) == 5 and top == sorted(top, reverse=True)
+    counts = {row.split("\t")[1].strip(): int(row.split("\t")[2]) for row in section(out, "Summary by node type")}
+    assert counts == info.op_histogram
+    m = re.search(r"^Delegate: 1 partition, 0 CPU nodes; intermediate arena ([\d.]+) MB .*; GPU weights ([\d.]+) MB",
+                  out, re.M)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0
+    share = re.search(r"Sum of node times ([\d.]+) ms = ([\d.]+)% of the whole-model avg ([\d.]+) ms", out)
+    assert share and 0 < float(share.group(2)) <= 102
+    assert len(check_timings(out, 3)) == 1
+
+
+def test_window_average_recovers_the_timed_runs() -> None:
+    # 2 untimed runs at 1 ms then 4 timed runs at 3 ms for node 0; node 5 only appears later (0 before)
+    before = ProfileSnapshot("d", 2, {0: ("CONV_2D", 1.0)})
+    after = ProfileSnapshot("d", 6, {0: ("CONV_2D", (2 * 1.0 + 4 * 3.0) / 6), 5: ("ADD", 0.5)})
+    avg = window_average_ms(before, after)
+    assert avg[0] == pytest.approx(3.0) and avg[5] == pytest.approx(0.5 * 6 / 4)
+    with pytest.raises(SdliteError, match="did not advance"):
+        window_average_ms(after, after)
+
+
+def test_missing_or_bad_profile_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SdliteError, match="wrote no profile"):
+        ProfileSnapshot.read(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"invocations": 1}')
+    with pytest.raises(SdliteError, match="unexpected format"):
+        ProfileSnapshot.read(bad)
+
+
+def test_extra_delegate_options_are_scoped_and_checked(tmp_path: Path) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+    from sdlite_models import fused_gelu_model
+
+    from sdlite import native
+
+    assert native.DelegateOptions(backend="opencl", profile_path="/p.json").as_strings() == {
+        "backend": "opencl", "log_level": "warning", "profile_path": "/p.json"}
+    with pytest.raises(native.NativeDelegateError, match="unknown delegate option"):
+        with native.extra_options(profile_file="x"):
+            pass
+    profile = tmp_path / "p.json"
+    for inside in (True, False):  # only a delegate created inside the block gets the profile path
+        profile.unlink(missing_ok=True)
+        if inside:
+            with native.extra_options(profile_path=str(profile)):
+                delegate = native.load("opencl")
+        else:
+            delegate = native.load("opencl")
+        runner = Interpreter(model_content=fused_gelu_model(), experimental_delegates=[delegate]).get_signature_runner()
+        runner(**{n: np.ones(d["shape"], d["dtype"]) for n, d in runner.get_input_details().items()})
+        assert profile.exists() == inside
+        if inside:
+            assert [op for op, _ in ProfileSnapshot.read(profile).nodes.values()] == ["ADD", "SdGelu", "MUL"]

@@ -1,0 +1,127 @@
+"""The H200 benchmark kit (scripts/h200) end to end on the tiny export: PoCL stands in for the GPU, CPU torch for
+CUDA. Guards the kit against rot between device sessions: packing, weight refill, every row kind, the JSON/markdown."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdlite import native
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = ROOT / "scripts" / "h200"
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT / "python"), str(ROOT / "converter"), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "SDLITE_DELEGATE_PATH": str(native.delegate_path()),
+            "PYTHON": sys.executable}
+
+
+def _run(*cmd: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, f"{cmd}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+    return r
+
+
+def test_weights_zero_and_refill_keep_the_model_outside_the_holes(tmp_path: Path, tiny_export: Path) -> None:
+    src = tiny_export / "unet.tflite"
+    gz = tmp_path / "unet.tflite.gz"
+    _run(sys.executable, KIT / "weights.py", "zero", src, gz)
+    doc = json.loads(Path(f"{gz}.json").read_text())
+    original = np.fromfile(src, np.uint8)
+    assert doc["bytes"] == original.size and doc["hole_bytes"] == sum(h[1] for h in doc["holes"])
+    assert doc["hole_bytes"] > 0.7 * original.size  # the float weights are most of the file...
+    assert gz.stat().st_size < 0.1 * original.size  # ...and do not travel
+    outs = []
+    for seed in (0, 0, 1):
+        out = tmp_path / f"unet-{len(outs)}.tflite"
+        _run(sys.executable, KIT / "weights.py", "refill", gz, out, "--seed", str(seed))
+        outs.append(np.fromfile(out, np.uint8))
+    keep = np.ones(original.size, bool)
+    for offset, n, dtype in doc["holes"]:
+        keep[offset:offset + n] = False
+        values = outs[0][offset:offset + n].view("<" + dtype)
+        assert np.isfinite(values).all() and 0.01 < values.std() < 0.03
+    np.testing.assert_array_equal(outs[0][keep], original[keep])
+    np.testing.assert_array_equal(outs[0], outs[1])  # seeded
+    assert (outs[0][~keep] != outs[2][~keep]).mean() > 0.5
+
+
+def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Path) -> None:
+    dest = tmp_path / "kit"
+    r = _run("bash", KIT / "prepare.sh", "--b1", tiny_export, "--b2", tiny_export, "--dest", dest, "--models",
+             "unet_b1", "--skip-downloads", "--wheels", tmp_path / "whl", "--debs", tmp_path / "debs")
+    assert "TOTAL" in r.stdout
+    kit = json.loads((dest / "models" / "kit.json").read_text())
+    assert kit["config"] == "tiny" and list(kit["models"]) == ["unet_b1"]
+    assert (dest / "models" / "unet_b1.tflite.gz").is_file() and (dest / "models" / "manifest_b1.json").is_file()
+    assert (dest / "lib" / "libsdgpu_delegate.so").stat().st_size == native.delegate_path().stat().st_size
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    args = ["--models-dir", dest / "models", "--work", work, "--out", out, "--quick", "--torch-device", "cpu",
+            "--variants", "plain,fused+wino4", "--deadline-s", "400"]
+    r = _run(sys.executable, KIT / "bench.py", *args)
+    md = (out / "h200.md").read_text()
+    assert r.stdout.rstrip().endswith(md.rstrip())  # the markdown is printed last
+    data = json.loads((out / "h200.json").read_text())
+    rows = data["rows"]
+    # what the device returns: few files, plain names, shallow (see bench.py DETAILS)
+    assert sorted(p.name for p in out.iterdir()) == ["h200-details.tar.gz", "h200.json", "h200.md"]
+    with tarfile.open(out / "h200-details.tar.gz") as tar:
+        details = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+    details = {k: json.loads(v) if k.endswith(".json") else v for k, v in details.items()}
+    assert details["results.json"]["rows"] == rows
+    ours = ["ours-opencl-plain", "ours-opencl-fused+wino4"]
+    assert set(rows) == {f"unet_b1|{r}" for r in
+                         [*ours, "litert-cpu-plain", "litert-gpu-plain", "torch-fp32", "torch-fp16"]}
+    assert data["prepare"]["unet_b1"]["status"] == "ok"
+    assert set(data["prepare"]["unet_b1"]["variants"]) == {"plain", "fused", "fused+wino4"}
+    for rid in [*ours, "litert-cpu-plain", "torch-fp32"]:
+        assert rows[f"unet_b1|{rid}"]["status"] == "ok", rows[f"unet_b1|{rid}"]
+    gpu = rows["unet_b1|litert-gpu-plain"]
+    assert gpu["status"] in ("ok", "error", "crashed", "timeout") and (gpu["status"] == "ok" or gpu["error"])
+    for rid in ours:
+        row = rows[f"unet_b1|{rid}"]
+        assert row["backend"] == "opencl" and row["timings_us"]["count"] == 2 and row["timings_us"]["median"] > 0
+        dev = row["device"]
+        assert dev["partitions"] == 1 and dev["cpu_nodes"] == 0 and dev["arena_mb"] > 0 and dev["weight_mb"] > 0
+        prof = row["profile"]
+        assert prof["kind"] == "device" and prof["nodes_timed"] == row["num_ops"] and len(prof["top"]) == 5
+        assert [t["avg_ms"] for t in prof["top"]] == sorted((t["avg_ms"] for t in prof["top"]), reverse=True)
+        assert 0 < prof["total_ms"] <= row["timings_us"]["avg"] / 1e3 * 1.02
+        assert details[f"profiles/unet_b1/{rid}.json"]["nodes_timed"] == row["num_ops"]
+        assert details[f"reports/unet_b1/{rid}.txt"].startswith("Model: ")
+        parity = data["derived"]["parity"][f"unet_b1|{rid}"]
+        assert parity["reference"] == "litert-cpu-plain" and parity["rel"] < 1e-4
+    assert rows["unet_b1|ours-opencl-fused+wino4"]["op_histogram"].get("SdConv2DWinograd", 0) > 0
+    ratios = data["derived"]["ratios"]["unet_b1"]
+    assert set(ratios) == {"ours opencl: fused+wino4 / unfused", "best ours / PyTorch fp32", "best ours / PyTorch fp16"}
+    plain_ms = rows["unet_b1|ours-opencl-plain"]["timings_us"]["median"]
+    wino_ms = rows["unet_b1|ours-opencl-fused+wino4"]["timings_us"]["median"]
+    assert ratios["ours opencl: fused+wino4 / unfused"]["ratio"] == pytest.approx(wino_ms / plain_ms)
+
+    table = md.split("| Implementation |", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert table[0].strip() == "UNet step b1 (ms) |"
+    labels = [line.split("|")[1].strip() for line in table[2:]]
+    assert labels == ["ours OpenCL, unfused", "ours OpenCL, fused + Winograd F4",
+                      f"LiteRT CPU (XNNPACK, {data['plan']['cpu_threads']} threads)", "LiteRT GPU (stock accelerator)",
+                      "PyTorch CPU fp32 (TF32 off)", "PyTorch CPU fp16"]
+    assert float(table[2].split("|")[2]) == pytest.approx(plain_ms / 1e3, abs=0.06)
+    assert md.startswith("### tiny random-weight fp32 on ")
+    for heading in ("- Command: `", "Time ratios (same machine, same model files):", "Delegate memory, placement and parity",
+                    "Slowest five ops per implementation", "Targets (issue #5):"):
+        assert heading in md
+
+    # a second call of the same warm machine adds rows and keeps the earlier ones
+    r = _run(sys.executable, KIT / "bench.py", *args, "--stages", "cpu", "--cpu-variants", "fused+wino4")
+    again = json.loads((out / "h200.json").read_text())
+    assert again["rows"]["unet_b1|ours-opencl-plain"] == rows["unet_b1|ours-opencl-plain"]
+    assert again["rows"]["unet_b1|litert-cpu-fused+wino4"]["status"] == "ok"
+    assert len(again["calls"]) == 2
