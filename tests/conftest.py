@@ -47,3 +47,14 @@ def tiny_diffusers_dir(tmp_path_factory, tiny_modules, tiny_export) -> Path:
     root = tmp_path_factory.mktemp("diffusers") / "tiny-sd"
     pipe.save_pretrained(root, safe_serialization=True)
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_fused_export(tmp_path_factory, tiny_export) -> Path:
+    """``tiny_export`` with every model fused (``sdconvert optimize tiny_export --fuse``): same weights, no re-export."""
+    from sdconvert.export.optimize import GraphOptions
+    from sdconvert.optimize_cli import optimize_folder
+
+    out = tmp_path_factory.mktemp("tiny-fused") / "sd-tiny-fused"
+    optimize_folder(tiny_export, out, GraphOptions(fuse=True))
+    return out

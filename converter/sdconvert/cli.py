@@ -1,4 +1,5 @@
-"""``sdconvert``: convert a Stable Diffusion 1.4/1.5 pipeline to TFLite; ``sdconvert inspect FILE`` to look inside.
+"""``sdconvert``: convert a Stable Diffusion 1.4/1.5 pipeline to TFLite; ``sdconvert inspect FILE`` to look inside;
+``sdconvert optimize IN -o OUT`` to fuse / Winograd-plan an existing .tflite or converted folder.
 
 Exit codes: 0 ok, 1 parity over tolerance, 2 user error (one line on stderr, never a traceback).
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sdconvert.errors import ParityError, UserError
+from sdconvert.export.optimize import add_graph_arguments
 
 EPILOG = """examples:
   sdconvert --random-weights tiny --verify -o out/tiny
@@ -18,6 +20,8 @@ EPILOG = """examples:
   sdconvert path/to/stable-diffusion-v1-5 --precision fp16 --cfg-batch 2 -o out/sd15
   sdconvert --checkpoint v1-5-pruned-emaonly.safetensors -o out/sd15
   sdconvert inspect out/sd15/unet.tflite
+  sdconvert optimize out/sd15/unet.tflite --fuse --winograd auto -o out/unet-fused.tflite
+  sdconvert optimize out/sd15 --fuse -o out/sd15-fused
 """
 
 
@@ -36,17 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cfg-batch", type=int, default=1, choices=(1, 2), help="UNet batch: 2 runs both CFG branches in one call")
     ap.add_argument("--models", default="text_encoder,unet,vae_decoder,vae_encoder", help="comma list of models to export")
     ap.add_argument("--verify", action="store_true", help="compare each .tflite with torch on random inputs; exit 1 if over tolerance")
-    g = ap.add_argument_group("graph optimisation")
-    g.add_argument("--fuse", action="store_true", help="rewrite attention / GELU / GroupNorm subgraphs into fused Sd* ops")
-    g.add_argument("--target", default="sdgpu", choices=("sdgpu", "litert"),
-                   help="sdgpu: our delegate's Sd* ops (default); litert: forms the stock LiteRT GPU accelerator accepts")
-    g.add_argument("--attention-variant", default="auto", choices=("auto", "partial_softmax", "flash"),
-                   help="SdAttention kernel: auto picks per shape (see sdconvert.rewrite.rules.attention)")
-    g.add_argument("--winograd", default="off", choices=("off", "2", "4", "6", "auto"),
-                   help="3x3 conv tiles: force F(m x m,3x3) where suitable, or let the cost model choose (auto)")
-    g.add_argument("--device-profile", default="adreno740", help="device profile for the Winograd cost model")
-    g.add_argument("--memory-budget", help="budget for Winograd weights + intermediates, e.g. 1GiB (auto mode)")
-    g.add_argument("--tune", action="store_true", help="time candidate tiles on this machine through our delegate (auto mode)")
+    add_graph_arguments(ap)
     ap.add_argument("--seed", type=int, default=0, help="seed for random weights and verify inputs")
     ap.add_argument("--clip-bpe", type=Path, help="CLIP bpe_simple_vocab_16e6.txt.gz (default: ~/.cache/sdconvert)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
@@ -73,9 +67,7 @@ def convert_main(argv: Sequence[str]) -> int:
         checkpoint=args.checkpoint, allow_pickle=args.allow_pickle, precision=args.precision, height=args.height,
         width=args.width, cfg_batch=args.cfg_batch, models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
         verify=args.verify, seed=args.seed, overwrite=args.overwrite, quiet=args.quiet or args.json, clip_bpe=args.clip_bpe,
-        graph=GraphOptions(fuse=args.fuse, target=args.target, attention_variant=args.attention_variant,
-                           winograd=args.winograd, device_profile=args.device_profile,
-                           memory_budget=args.memory_budget, tune=args.tune),
+        graph=GraphOptions.from_args(args),
     )
     result = run(opts)
     m = result.manifest
@@ -103,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sdconvert.inspect import main as inspect_main
 
             return inspect_main(argv[1:])
+        if argv[:1] == ["optimize"]:
+            from sdconvert.optimize_cli import main as optimize_main
+
+            return optimize_main(argv[1:])
         return convert_main(argv)
     except UserError as e:
         print(f"sdconvert: error: {e}", file=sys.stderr)

@@ -6,9 +6,10 @@ import json
 import platform
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .tflite_info import op_histogram, signature_io
+if TYPE_CHECKING:
+    from sdlite.tflite_info import ModelInfo
 
 FORMAT = "sdconvert-manifest"
 VERSION = 1
@@ -34,15 +35,55 @@ def tool_versions() -> dict[str, str]:
 
 
 def model_entry(path: Path) -> dict[str, Any]:
-    hist = op_histogram(path)
+    """File facts for ``manifest["models"][name]``: checksum, size, first signature's I/O, op histogram.
+
+    Op facts come from :func:`sdlite.tflite_info.read_model_info` (the runtime's own reader, mmap, no weight copies),
+    so the manifest describes the model exactly as ``sdlite`` sees it: the main subgraph, i.e. what runs.
+    """
+    from sdlite.tflite_info import read_model_info
+
+    info = read_model_info(path)
+    hist = info.op_histogram
     return {
         "file": path.name,
         "sha256": sha256(path),
         "bytes": path.stat().st_size,
-        **signature_io(path),
+        **signature_io(path, info),
         "num_ops": sum(hist.values()),
         "op_histogram": dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))),
     }
+
+
+def signature_io(path: Path, info: ModelInfo | None = None) -> dict[str, Any]:
+    """``{"signature": key, "inputs": [{name, shape, dtype}], "outputs": [...]}`` of the first signature.
+
+    ``sdlite``'s :class:`~sdlite.tflite_info.ModelInfo` knows the main subgraph's tensors but not the signature's
+    name -> tensor maps, so only those maps are read here (flatbuffer reader over an mmap); shapes and dtypes
+    come from ``info``.
+    """
+    import mmap
+
+    from ai_edge_litert import schema_py_generated as S  # noqa: N812 - generated schema module
+
+    from sdlite.tflite_info import read_model_info
+
+    info = info if info is not None else read_model_info(path)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        m = S.Model.GetRootAs(mm, 0)
+        if m.SignatureDefsLength() < 1:
+            raise ValueError(f"{path} has no signature")
+        sig = m.SignatureDefs(0)
+        if sig.SubgraphIndex() != 0:
+            raise ValueError(f"{path}: signature {sig.SignatureKey()!r} runs subgraph {sig.SubgraphIndex()}, not 0")
+        key = sig.SignatureKey().decode()
+        ins = [(sig.Inputs(i).Name().decode(), sig.Inputs(i).TensorIndex()) for i in range(sig.InputsLength())]
+        outs = [(sig.Outputs(i).Name().decode(), sig.Outputs(i).TensorIndex()) for i in range(sig.OutputsLength())]
+        del m, sig
+
+    def io(pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        return [{"name": n, "shape": list(info.tensors[t].shape), "dtype": info.tensors[t].dtype} for n, t in pairs]
+
+    return {"signature": key, "inputs": io(ins), "outputs": io(outs)}
 
 
 def write(path: Path, manifest: dict[str, Any]) -> None:

@@ -3,9 +3,13 @@
 Same weights (``tiny_modules`` are what ``tiny_export`` converted), same tokenizer files, same initial
 latents and - for stochastic samplers and img2img - the same random numbers: our pipeline draws from
 torch generators wrapped as noise streams, one per image, exactly like diffusers with a generator list.
+
+The plain export and its fused variants (``--fuse``, ``--fuse --winograd 4``, made from it by ``sdconvert optimize``)
+must all reach the same PSNR bound; the fused ones run their ``Sd*`` ops in our native delegate (backend ``cpu``).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import diffusers
@@ -13,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from sdconvert.export.configs import TINY
+from sdconvert.rewrite import expected_sites
 from sdlite.backends import BackendOptions
 from sdlite.pipeline import GenerationParams, StableDiffusionPipeline
 
@@ -190,5 +196,90 @@ def test_batch2_unet_matches_diffusers(cfg2_export: Path, tiny_modules, tokenize
             assert theirs.std() > 5.0 and psnr(ours, theirs) >= MIN_PSNR_DB
         items = num_images * (2 if guidance > 1 else 1)
         assert result.timings.unet_calls == 5 * ((items + 1) // 2)  # PNDM: 5 evaluations, 2 items per call
+    finally:
+        pipe.close()
+
+
+# ------------------------------------------------------------------ fused models (issue #6 acceptance 2, fused half)
+
+@pytest.fixture(scope="module")
+def fused_winograd_export(tiny_export: Path, tmp_path_factory) -> Path:
+    """``sdconvert optimize tiny_export --fuse --winograd 4``: Sd* ops plus SdConv2DWinograd for every 3x3 conv."""
+    from sdconvert.export.optimize import GraphOptions
+    from sdconvert.optimize_cli import optimize_folder
+
+    out = tmp_path_factory.mktemp("tiny-fw") / "sd-tiny-fused-wino4"
+    optimize_folder(tiny_export, out, GraphOptions(fuse=True, winograd="4"))
+    return out
+
+
+FUSED_VARIANTS = {"fused": "tiny_fused_export", "fused_winograd4": "fused_winograd_export"}
+FUSED_OPS = {"attention": "SdAttention", "gelu": "SdGelu", "group_norm": "SdGroupNorm"}
+
+
+def assert_sd_ops_ran_in_delegate(pipe, names: tuple[str, ...]) -> int:
+    """Every ``Sd*`` op of the loaded models ran in our delegate (``sdgpu``); returns how many there were."""
+    total = 0
+    for name in names:
+        runner = pipe.interpreter.runner(name)
+        fused = {op: n for op, n in runner.info.op_histogram.items() if op.startswith("Sd")}
+        assert fused, f"{name} has no fused ops"
+        ran = runner.placement.ops_by_executor(runner.info).get("sdgpu", {})
+        assert {op: ran.get(op, 0) for op in fused} == fused, name
+        total += sum(fused.values())
+    return total
+
+
+@pytest.mark.parametrize("variant", FUSED_VARIANTS)
+def test_fused_txt2img_matches_diffusers(request, variant: str, tiny_modules, tokenizer, tiny_export: Path) -> None:
+    folder = request.getfixturevalue(FUSED_VARIANTS[variant])
+    ref = diffusers_pipe(diffusers.StableDiffusionPipeline, tiny_modules, tokenizer, tiny_export, "pndm")
+    latents = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(42))
+    with torch.no_grad():
+        expected = ref(prompt=PROMPT, negative_prompt=NEGATIVE, num_inference_steps=8, guidance_scale=7.5,
+                       latents=latents.clone(), height=64, width=64, output_type="np").images
+    pipe = StableDiffusionPipeline.from_folder(folder, BackendOptions("cpu", num_threads=1))
+    try:
+        result = pipe(GenerationParams(prompt=PROMPT, negative_prompt=NEGATIVE, steps=8, guidance_scale=7.5),
+                      latents=latents.numpy(), progress=False)
+        theirs = reference_images(expected)[0]
+        assert theirs.std() > 5.0
+        db = psnr(result.images[0], theirs)
+        print(f"\n  txt2img {variant}: PSNR {db:.1f} dB vs diffusers")
+        assert db >= MIN_PSNR_DB
+        names = ("text_encoder", "unet", "vae_decoder")
+        assert_sd_ops_ran_in_delegate(pipe, names)
+        plan = json.loads((folder / "manifest.json").read_text()).get("winograd", {})
+        sites = expected_sites(TINY)  # counted from the diffusers modules (tests/converter/test_rules.py pins them)
+        for name in names:  # every attention / GELU / GroupNorm site fused; every suitable 3x3 conv in Winograd form
+            hist = pipe.interpreter.runner(name).info.op_histogram
+            assert {r: hist.get(op, 0) for r, op in FUSED_OPS.items()} == sites[name]
+            assert hist.get("SdConv2DWinograd", 0) == (plan[name]["summary"]["suitable"] if plan else 0)
+        if variant == "fused_winograd4":
+            assert pipe.interpreter.runner("unet").info.op_histogram["SdConv2DWinograd"] == 26
+    finally:
+        pipe.close()
+
+
+def test_fused_img2img_matches_diffusers(tiny_fused_export: Path, tiny_modules, tokenizer, tiny_export: Path) -> None:
+    """img2img on the fused folder: the fused VAE encoder (1 attention, 14 GroupNorms) runs too."""
+    ref = diffusers_pipe(diffusers.StableDiffusionImg2ImgPipeline, tiny_modules, tokenizer, tiny_export, "ddim")
+    yy, xx = np.mgrid[0:64, 0:64].astype(np.float32) / 63.0
+    image01 = np.stack([xx, yy, 1 - xx * yy])[None]
+    with torch.no_grad():
+        expected = ref(prompt=PROMPT, negative_prompt=NEGATIVE, image=torch.from_numpy(image01), strength=0.6,
+                       num_inference_steps=10, guidance_scale=7.5, output_type="np",
+                       generator=[torch.Generator().manual_seed(7)]).images
+    pipe = StableDiffusionPipeline.from_folder(tiny_fused_export, BackendOptions("cpu", num_threads=1))
+    try:
+        params = GenerationParams(prompt=PROMPT, negative_prompt=NEGATIVE, steps=10, guidance_scale=7.5,
+                                  scheduler="ddim", strength=0.6)
+        result = pipe(params, init_image=image01 * 2 - 1, noise=[TorchNoise(7)], progress=False)
+        theirs = reference_images(expected)[0]
+        assert theirs.std() > 5.0
+        db = psnr(result.images[0], theirs)
+        print(f"\n  img2img fused: PSNR {db:.1f} dB vs diffusers")
+        assert db >= MIN_PSNR_DB
+        assert assert_sd_ops_ran_in_delegate(pipe, ("vae_encoder", "unet")) == 15 + 51
     finally:
         pipe.close()

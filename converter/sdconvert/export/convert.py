@@ -15,7 +15,9 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
+
+import numpy as np
 
 from sdconvert.errors import ParityError, UserError
 
@@ -172,7 +174,7 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     entries: dict[str, dict[str, Any]] = {}
     graph_info: dict[str, dict[str, Any]] = {}
     bar = tqdm(total=len(opts.models), desc="export", unit="model", file=term, disable=opts.quiet)
-    for name in opts.models:
+    for position, name in enumerate(opts.models):
         bar.set_description(f"export {name}")
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(opts.seed + 1)
@@ -191,6 +193,19 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
             raise UserError(f"litert-torch failed to convert {name}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__} "
                             f"(see the log tail:\n{litert.tail(log_path)})") from None
         timed(f"export {name}", t0)
+        # The torch reference is computed now and the torch module dropped before the graph stages and the .tflite
+        # run: otherwise the verify step holds the torch weights, the interpreter's packed copy and (Winograd) the
+        # delegate's transformed filters at once -- three copies of a 3.4 GB fp32 SD1.5 UNet.
+        ref: dict[str, np.ndarray] = {}
+        ref_s = 0.0
+        if opts.verify:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                ref = {k: v.numpy() for k, v in wrapper(**inputs).items()}
+            ref_s = time.perf_counter() - t0
+        del wrapper
+        release_modules(loaded.modules, done=name, remaining=opts.models[position + 1:])
+        gc.collect()
         if opts.graph.active:
             t0 = time.perf_counter()
             graph_info[name] = optimize(fp32_path, opts.graph, say)
@@ -208,15 +223,14 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
             fp32_path.unlink()
             timed(f"{opts.precision} {name}", t0)
         if opts.verify:
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                ref = {k: v.numpy() for k, v in wrapper(**inputs).items()}
+            t0 = time.perf_counter() - ref_s  # the stage's time covers the torch reference as well
             got = verify.run_tflite(path, {k: v.numpy() for k, v in inputs.items()}, delegates=_delegates_for(path))
             for out_name, r in ref.items():
                 parity.append(verify.compare(name, got[out_name], r, verify.TOLERANCE[opts.precision]))
+            del got
             timed(f"verify {name}", t0)
         entries[name] = {}
-        del wrapper
+        del ref
         gc.collect()
         bar.update(1)
     bar.close()
@@ -250,6 +264,17 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     if bad:
         raise ParityError("parity check failed:\n" + verify.format_table(parity))
     return ConvertResult(out=tmp, manifest=manifest, parity=parity, stages=stages)
+
+
+#: The torch module (key of ``LoadedPipeline.modules``) each exported model's wrapper runs; see ``build_wrapper``.
+MODULE_OF = {"text_encoder": "text_encoder", "unet": "unet", "vae_decoder": "vae", "vae_encoder": "vae"}
+
+
+def release_modules(modules: dict[str, Any], done: str, remaining: Sequence[str]) -> None:
+    """Drop ``done``'s torch module from ``modules`` unless a model still to export uses it (the VAE serves two)."""
+    key = MODULE_OF.get(done)
+    if key is not None and key not in {MODULE_OF.get(m) for m in remaining}:
+        modules.pop(key, None)
 
 
 def _write_tokenizer(tmp: Path, loaded: sources.LoadedPipeline, opts: ConvertOptions) -> None:
@@ -286,9 +311,9 @@ def copy_tokenizer(src: Path, dst: Path) -> None:
 
 def _delegates_for(path: Path) -> list[Any]:
     """Our native delegate (CPU kernels) when the model holds fused ``Sd*`` custom ops, else none."""
-    from sdconvert.tflite_info import op_histogram
+    from sdlite.tflite_info import read_model_info
 
-    if not any(op.startswith("Sd") for op in op_histogram(path)):
+    if not read_model_info(path).fused_ops:
         return []
     try:
         from sdlite import native

@@ -1,0 +1,252 @@
+"""``sdconvert optimize IN -o OUT``: a conversion's graph stages (``--fuse``, ``--winograd``) on an existing export.
+
+``IN`` is a .tflite file or a folder written by ``sdconvert`` (with ``manifest.json``). For a file, ``OUT`` is the
+optimized .tflite. For a folder, ``OUT`` is a new folder: every model listed in the manifest optimized, everything
+else (tokenizer, scheduler, log) copied, and the manifest updated (model entries, fusion tables, Winograd plans), so
+``sdlite generate --model OUT`` runs it as it is. This is how one shipped plain model becomes its fused and
+fused+Winograd variants on the target machine, without torch or the original weights.
+
+The output appears only on success (temporary sibling, then rename). The stages are the ones ``sdconvert --fuse
+--winograd ...`` runs (:func:`sdconvert.export.optimize.optimize`, same flags, same tables), with one difference: a
+conversion runs them on the fp32 graph before the weight-precision pass, while here the input may already be fp16/int8.
+Fusion still works there, but the Winograd rewrite needs a constant filter, so convs whose weights are DEQUANTIZE
+outputs stay direct (the plan table says why). Optimize an fp32 export to get Winograd convs.
+
+Exit codes: 0 ok, 2 user error (one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from sdconvert.errors import UserError
+from sdconvert.export.optimize import GraphOptions, add_graph_arguments, format_fusion, optimize
+
+if TYPE_CHECKING:
+    from sdlite.tflite_info import ModelInfo
+
+PROG = "sdconvert optimize"
+EPILOG = """examples:
+  sdconvert optimize out/sd15/unet.tflite --fuse -o out/unet-fused.tflite
+  sdconvert optimize out/sd15/unet.tflite --fuse --winograd auto --device-profile h200 -o out/unet-fw.tflite
+  sdconvert optimize out/sd15 --fuse --winograd 4 -o out/sd15-fused-wino4
+"""
+
+
+@dataclass
+class ModelResult:
+    """One optimized model: its output file and what the stages did."""
+
+    name: str
+    file: Path
+    bytes: int
+    num_ops_before: int
+    num_ops: int
+    fusion: dict[str, Any] | None = None
+    winograd: dict[str, Any] | None = None
+    winograd_table: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"file": str(self.file), "bytes": self.bytes, "num_ops_before": self.num_ops_before,
+                "num_ops": self.num_ops, "fusion": self.fusion, "winograd": self.winograd}
+
+
+@dataclass
+class OptimizeResult:
+    input: Path
+    out: Path
+    options: GraphOptions
+    models: list[ModelResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"input": str(self.input), "out": str(self.out), "options": asdict(self.options),
+                "models": {m.name: m.as_json() for m in self.models}, "seconds": round(self.seconds, 3)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, epilog=EPILOG,
+                                 description="Run a conversion's graph stages (--fuse, --winograd) on an existing "
+                                             ".tflite or sdconvert output folder.",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("input", type=Path, help="a .tflite model, or a folder written by sdconvert (with manifest.json)")
+    ap.add_argument("-o", "--out", type=Path, required=True,
+                    help="output .tflite (file input) or folder (folder input)")
+    add_graph_arguments(ap)
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing output (may be the input itself)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    ap.add_argument("--json", action="store_true", help="print a JSON summary on stdout instead of the tables")
+    return ap
+
+
+def _model_facts(path: Path) -> ModelInfo:
+    """``sdlite``'s read-only model facts; any unreadable file becomes a one-line :class:`UserError`."""
+    from sdlite.errors import SdliteError
+    from sdlite.tflite_info import read_model_info
+
+    try:
+        return read_model_info(path)
+    except SdliteError as e:
+        raise UserError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - a corrupt flatbuffer may fail anywhere in the reader
+        raise UserError(f"{path} is not a readable .tflite model (truncated or corrupt: {type(e).__name__})") from None
+
+
+def _check_out(out: Path, overwrite: bool, is_dir: bool) -> None:
+    if out.exists() and not overwrite:
+        raise UserError(f"output {out} already exists; pass --overwrite to replace it")
+    if out.exists() and out.is_dir() != is_dir:
+        raise UserError(f"output {out} is a {'folder' if out.is_dir() else 'file'}; "
+                        f"give a {'folder' if is_dir else '.tflite file'} path for this input")
+
+
+def _tmp_sibling(out: Path) -> Path:
+    return out.parent / f".{out.name}.tmp-{os.getpid()}"
+
+
+def _optimize_one(name: str, src: Path, dst: Path, opts: GraphOptions, say: Callable[[str], None]) -> ModelResult:
+    before = _model_facts(src)
+    graph = optimize(src, opts, say, dst=dst)
+    after = _model_facts(dst)
+    return ModelResult(name=name, file=dst, bytes=dst.stat().st_size, num_ops_before=len(before.ops),
+                       num_ops=len(after.ops), fusion=graph.get("fusion"), winograd=graph.get("winograd"),
+                       winograd_table=graph.get("winograd_table", ""))
+
+
+def optimize_file(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool = False,
+                  say: Callable[[str], None] = lambda _: None) -> OptimizeResult:
+    """Optimize one .tflite into ``out`` (atomic: a temporary sibling renamed into place on success)."""
+    t0 = time.perf_counter()
+    _check_out(out, overwrite, is_dir=False)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(out)
+    try:
+        model = _optimize_one(src.stem, src, tmp, opts, say)
+        os.replace(tmp, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    model.file = out
+    return OptimizeResult(src, out, opts, [model], time.perf_counter() - t0)
+
+
+def optimize_folder(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool = False,
+                    say: Callable[[str], None] = lambda _: None) -> OptimizeResult:
+    """Optimize every model of an ``sdconvert`` output folder into a new folder with an updated manifest."""
+    from sdconvert import manifest as mf
+
+    t0 = time.perf_counter()
+    try:
+        manifest = mf.read(src)
+    except FileNotFoundError:
+        raise UserError(f"{src} is not an sdconvert output folder (no manifest.json)") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {src}/manifest.json: {e}") from None
+    files = {name: str(entry["file"]) for name, entry in manifest.get("models", {}).items()}
+    if not files:
+        raise UserError(f"{src}/manifest.json lists no models")
+    for f in files.values():
+        if not (src / f).is_file():
+            raise UserError(f"{src}/manifest.json lists {f}, which is missing")
+    _check_out(out, overwrite, is_dir=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    result = OptimizeResult(src, out, opts)
+    try:
+        shutil.copytree(src, tmp, ignore=lambda d, names: [n for n in names if Path(d) == src and n in files.values()])
+        for name, f in files.items():
+            say(f"optimizing {name}")
+            result.models.append(_optimize_one(name, src / f, tmp / f, opts, say))
+        for m in result.models:
+            manifest["models"][m.name] = mf.model_entry(m.file)
+            if m.fusion is not None:
+                manifest.setdefault("fusion", {})[m.name] = m.fusion
+            if m.winograd is not None:
+                manifest.setdefault("winograd", {})[m.name] = m.winograd
+            m.file = out / m.file.name
+        # parity in the manifest stays the conversion's (plain model vs torch); this records what changed since
+        manifest["optimized"] = {"source": str(src.absolute()), "options": asdict(opts)}
+        mf.write(tmp / "manifest.json", manifest)
+        _replace_dir(tmp, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an existing ``out`` (possibly the input folder) is moved aside first, then removed."""
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def run(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool = False,
+        say: Callable[[str], None] = lambda _: None) -> OptimizeResult:
+    """Validate the options and input, then :func:`optimize_file` or :func:`optimize_folder`."""
+    if not opts.active:
+        raise UserError("nothing to do: pass --fuse and/or --winograd {2,4,6,auto}")
+    opts.validate()
+    if not src.exists():
+        raise UserError(f"{src}: no such file or folder")
+    if src.is_dir():
+        return optimize_folder(src, out, opts, overwrite=overwrite, say=say)
+    _model_facts(src)  # a missing TFL3 identifier is a one-line error here, before any work
+    return optimize_file(src, out, opts, overwrite=overwrite, say=say)
+
+
+def render(result: OptimizeResult) -> str:
+    """The fusion table(s) and Winograd plan table(s), as ``sdconvert --fuse --winograd`` prints them, plus sizes."""
+    blocks = []
+    for m in result.models:
+        if m.fusion is not None:
+            blocks.append(format_fusion(m.name, m.fusion))
+        if m.winograd is not None and m.winograd.get("convs"):
+            blocks.append(f"{m.name} Winograd plan:\n{m.winograd_table}")
+    for m in result.models:
+        blocks.append(f"  {m.file.name:<22}{m.bytes / 2**20:>9.1f} MiB{m.num_ops_before:>7} -> {m.num_ops} ops")
+    blocks.append(f"done in {result.seconds:.1f} s; wrote {result.out}")
+    return "\n".join(blocks)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(list(argv) if argv is not None else None)
+    except SystemExit as e:  # argparse already printed usage
+        return 2 if e.code else 0
+
+    def say(msg: str) -> None:
+        if not (args.quiet or args.json):
+            print(f"{PROG}: {msg}", file=sys.stderr)
+
+    try:
+        result = run(args.input, args.out, GraphOptions.from_args(args), overwrite=args.overwrite, say=say)
+    except UserError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; no output written", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+    elif not args.quiet:
+        print(render(result))
+    return 0
+
+
+__all__ = ["ModelResult", "OptimizeResult", "build_parser", "main", "optimize_file", "optimize_folder", "run"]
