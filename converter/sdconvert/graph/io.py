@@ -394,6 +394,10 @@ def write_model(model: Model, path: str | os.PathLike[str], *, offset_buffers: b
     graph_hint = 256 * sum(len(sg.ops) + len(sg.tensors) for sg in model.subgraphs) + (1 << 20)
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=dst.name + ".", suffix=".part", dir=dst.parent)
+    # mkstemp creates 0600; give the model the permissions a plain open() would (umask applied).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
     try:
         with os.fdopen(fd, "wb") as f:
             if not offset_buffers:
