@@ -64,4 +64,12 @@ void ThreadPool::ParallelFor(size_t num_tasks, const std::function<void(size_t, 
   job_ = nullptr;
 }
 
+void ThreadPool::ParallelForIf(bool parallel, size_t num_tasks, const std::function<void(size_t, int)>& fn) {
+  if (parallel) {
+    ParallelFor(num_tasks, fn);
+    return;
+  }
+  for (size_t t = 0; t < num_tasks; ++t) fn(t, 0);
+}
+
 }  // namespace sdgpu

@@ -32,6 +32,11 @@ class ThreadPool {
   // `fn` must not throw (kernels are noexcept by construction).
   void ParallelFor(size_t num_tasks, const std::function<void(size_t task, int worker)>& fn);
 
+  // ParallelFor when `parallel`, else the same tasks in order on the calling thread as worker 0. Waking and
+  // joining the workers costs tens of microseconds (more on a busy machine): kernels pass parallel = false for
+  // work that one core finishes in about that time.
+  void ParallelForIf(bool parallel, size_t num_tasks, const std::function<void(size_t task, int worker)>& fn);
+
  private:
   void WorkerLoop(int worker);
   void RunTasks(int worker);

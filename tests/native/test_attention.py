@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cpu_isa import ENV as ISA_ENV
+from cpu_isa import available_isas
 from harness import assert_close, run
 from sdconvert.ops import attention as A
 from tflite_models import attention_model
@@ -60,11 +62,14 @@ def test_peaky_softmax_is_stable(rng, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_thread_count_does_not_change_bits(rng, variant):
-    attrs = A.AttentionAttrs(heads=4, head_dim=8, scale=0.3, causal=True, variant=variant)
-    q, k, v = _inputs(rng, 2, 50, 50, 32)
-    model = attention_model(2, 50, 50, 4, 8, A.SPEC.encode(attrs))
-    outs = [run(model, {"q": q, "k": k, "v": v}, num_threads=t, attention_block_q=8).outputs["o"] for t in (1, 2, 5)]
+    # 20 MFLOP: above the size the kernel runs on the calling thread alone, so 2 and 5 threads really split it.
+    attrs = A.AttentionAttrs(heads=4, head_dim=24, scale=0.3, causal=True, variant=variant)
+    q, k, v = _inputs(rng, 2, 150, 170, 96)
+    model = attention_model(2, 150, 170, 4, 24, A.SPEC.encode(attrs))
+    outs = [run(model, {"q": q, "k": k, "v": v}, num_threads=t, attention_block_q=8, attention_block_k=40).outputs["o"]
+            for t in (1, 2, 5)]
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+    assert_close(outs[0], A.reference([q, k, v], attrs))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -83,3 +88,47 @@ def test_sd_sized_self_attention(rng, variant):
     assert out.shape == (n, s, heads * head_dim)
     rows = np.sort(rng.choice(s, size=192, replace=False))
     assert_close(out[:, rows], A.reference([q[:, rows], k, v], attrs))
+
+
+@pytest.mark.parametrize("isa", available_isas())
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "n, sq, sk, heads, head_dim, block_q, block_k",
+    [
+        (1, 37, 41, 2, 13, 16, 8),      # odd sizes, many key tiles, D not a multiple of the head-dim register group
+        (2, 50, 19, 3, 40, 64, 128),    # Sq > Sk, one key tile (partial softmax keeps its scores), SD1.5's D=40
+        (1, 21, 100, 1, 80, 17, 33),    # heads=1 (pre-split layout), Sq < Sk, 17 queries = one vector + 1 lane
+        (1, 100, 64, 2, 24, 100, 64),   # 100 query lanes: register chunks of 3+2+2 (AVX-512) vectors
+        (1, 9, 300, 1, 160, 48, 128),   # SD1.5's D=160, a partial last key tile
+    ],
+)
+def test_every_instruction_set_matches_reference(monkeypatch, rng, isa, n, sq, sk, heads, head_dim, block_q,
+                                                 block_k, variant, causal):
+    monkeypatch.setenv(ISA_ENV, isa)
+    _check(rng, n, sq, sk, heads, head_dim, variant, causal, attention_block_q=block_q, attention_block_k=block_k,
+           num_threads=2)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_vae_single_wide_head(rng, variant):
+    # The VAE mid-block attention: one head of 512 dims (64 register groups of 8 head dims).
+    _check(rng, 1, 64, 64, 1, 512, variant, False, num_threads=2)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_instruction_sets_differ_only_by_fma(monkeypatch, rng, variant):
+    # Every reduction runs down a SIMD lane, so the vector width cannot change a result: AVX2 and AVX-512 agree
+    # bit for bit. The portable path multiplies and adds separately where they fuse (FMA): different bits, same
+    # tolerance. Also guards against SDGPU_CPU_ISA being ignored (all the per-ISA tests would run one path).
+    attrs = A.AttentionAttrs(heads=3, head_dim=40, scale=40**-0.5, causal=True, variant=variant)
+    q, k, v = _inputs(rng, 2, 130, 130, 120)
+    model = attention_model(2, 130, 130, 3, 40, A.SPEC.encode(attrs))
+    outs = {}
+    for isa in available_isas():
+        monkeypatch.setenv(ISA_ENV, isa)
+        outs[isa] = run(model, {"q": q, "k": k, "v": v}, num_threads=2, attention_block_k=48).outputs["o"]
+        assert_close(outs[isa], A.reference([q, k, v], attrs))
+    fma_paths = [outs[isa] for isa in available_isas() if isa != "generic"]
+    assert all(np.array_equal(fma_paths[0], o) for o in fma_paths)
+    assert not any(np.array_equal(outs["generic"], o) for o in fma_paths)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cpu_isa import ENV as ISA_ENV
+from cpu_isa import available_isas
 from harness import assert_close, run
 from sdconvert.ops import gelu as G
 from tflite_models import gelu_model
@@ -38,3 +40,18 @@ def test_modes_differ():
     ys = [run(gelu_model((1,), G.SPEC.encode(G.GeluAttrs(m))), {"x": x}).outputs["y"][0] for m in MODES]
     assert len({float(v) for v in ys}) == 3
     assert ys == pytest.approx([0.8413447, 0.8411920, 0.8457957], abs=2e-6)
+
+
+@pytest.mark.parametrize("isa", available_isas())
+@pytest.mark.parametrize("mode", MODES)
+def test_every_instruction_set(monkeypatch, rng, isa, mode):
+    # 3 x 40000 + 7: 4 threads' chunks plus a tail shorter than any vector; extremes appended at the end.
+    monkeypatch.setenv(ISA_ENV, isa)
+    x = np.concatenate([(3.0 * rng.standard_normal(120_007)).astype(np.float32),
+                        np.float32([0.0, -0.0, 1e-30, -8.0, 8.0, 30.0, -30.0, 1e4, -1e4, 3e38, -3e38])])
+    attrs = G.GeluAttrs(approximate=mode)
+    y = run(gelu_model(x.shape, G.SPEC.encode(attrs)), {"x": x}, num_threads=4).outputs["y"]
+    with np.errstate(over="ignore"):
+        expected = G.reference([x], attrs)
+    assert_close(y[:-11], expected[:-11])
+    assert_close(y[-11:], expected[-11:])

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cpu_isa import ENV as ISA_ENV
+from cpu_isa import available_isas
 from harness import assert_close, run
 from sdconvert.ops import group_norm as GN
 from tflite_models import group_norm_model
@@ -62,3 +64,29 @@ def test_default_attrs_from_minimal_options(rng):
     gamma, beta = np.ones(8, np.float32), np.zeros(8, np.float32)
     y = run(group_norm_model(shape, gamma, beta, flex({"groups": 2})), {"x": x}).outputs["y"]
     assert_close(y, GN.reference([x, gamma, beta], GN.GroupNormAttrs(groups=2)))
+
+
+@pytest.mark.parametrize("isa", available_isas())
+@pytest.mark.parametrize("activation", ["none", "silu"])
+@pytest.mark.parametrize(
+    "shape, groups, channel_axis",
+    [
+        ((2, 8, 8, 320), 32, -1),     # channels-last, 10-channel groups: slices of 8 groups = 80 channels
+        ((1, 6, 5, 306), 9, -1),      # 34-channel groups: lcm(34, 16) > 256, slices of 7 groups + a last of 2
+        ((1, 4, 4, 600), 2, -1),      # 300-channel groups: too wide for a slice, per-group runs of 300
+        ((2, 96, 5, 7), 32, 1),       # NCHW, runs of 3 x 35 (not a multiple of any vector width)
+        ((1, 8, 64, 5), 4, 2),        # A and B both > 1
+    ],
+)
+def test_every_instruction_set(monkeypatch, rng, isa, shape, groups, channel_axis, activation):
+    monkeypatch.setenv(ISA_ENV, isa)
+    _check(rng, shape, groups, channel_axis, activation, offset=50.0)
+
+
+def test_thread_count_does_not_change_bits(rng):
+    attrs = GN.GroupNormAttrs(groups=32, activation="silu", channel_axis=-1)
+    x = rng.standard_normal((2, 12, 12, 640)).astype(np.float32)
+    gamma, beta = rng.standard_normal(640).astype(np.float32), rng.standard_normal(640).astype(np.float32)
+    model = group_norm_model(x.shape, gamma, beta, GN.SPEC.encode(attrs))
+    outs = [run(model, {"x": x}, num_threads=t).outputs["y"] for t in (1, 2, 3)]
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cpu_isa import ENV as ISA_ENV
+from cpu_isa import available_isas
 from sdconvert.winograd.accuracy import SMALL_SHAPES, measure, random_problem
 from sdconvert.winograd.buffers import kernel_buffers
 from sdconvert.winograd.convspec import ConvSpec
@@ -164,3 +166,16 @@ def test_direct_kernel(lib: ctypes.CDLL, kernel: int, stride: int, dilation: int
 def test_direct_kernel_without_bias(lib: ctypes.CDLL) -> None:
     x, w, _ = random_problem((1, 6, 6, 5, 7), seed=4)
     np.testing.assert_allclose(native_direct(lib, x, w, None), direct_conv2d(x, w), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", available_isas())
+@pytest.mark.parametrize("m", [2, 4, 6])
+def test_every_instruction_set_within_bound(lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, isa: str,
+                                            m: int) -> None:
+    # The batched GEMM's register tiles: 70 output channels = full vector panels + a partial last vector on
+    # every width (4/8/16); 2 x 9 x 10 pixels give tile counts that are not multiples of the 4/8-row groups.
+    monkeypatch.setenv(ISA_ENV, isa)
+    x, w, b = random_problem((2, 9, 10, 37, 70), seed=3)
+    got = native_winograd(lib, x, w, b, m, "SAME", threads=3)
+    want = direct_conv2d(x, w, b, "SAME")
+    assert (np.abs(got - want) <= winograd_error_bound(x, w, b, m, "SAME")).all()

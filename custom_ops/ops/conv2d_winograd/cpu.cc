@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/cpu_simd.h"
+
 namespace sdgpu {
 namespace {
 
@@ -11,9 +13,8 @@ namespace {
 
 constexpr int kMaxAlpha = 8;
 constexpr int64_t kChannelBlock = 64;  // channels per transform task (vectorised inner loop)
-constexpr int64_t kGemmRows = 4;       // tiles sharing one pass over a U row
-constexpr int64_t kGemmCols = 256;     // output channels per accumulator block
-constexpr int64_t kGemmRowsPerTask = 32;
+constexpr int64_t kGemmCols = 256;     // output channels per accumulator block (direct conv)
+constexpr int64_t kGemmRowsPerTask = 32;  // tiles per batched-GEMM task (cpu_gemm.inc)
 
 struct Matrices {
   const double* at;  // m x a
@@ -117,36 +118,6 @@ void InputTransform(const WinogradGeometry& g, const SparseRows& bt, const float
   });
 }
 
-void BatchedGemm(const WinogradGeometry& g, const float* v, const float* u, float* mout, ThreadPool* pool) {
-  const int64_t a2 = int64_t{g.alpha} * g.alpha;
-  const int64_t row_blocks = (g.num_tiles + kGemmRowsPerTask - 1) / kGemmRowsPerTask;
-  pool->ParallelFor(static_cast<size_t>(a2 * row_blocks), [&](size_t task, int) {
-    const int64_t k = static_cast<int64_t>(task) / row_blocks;
-    const int64_t r_begin = (static_cast<int64_t>(task) % row_blocks) * kGemmRowsPerTask;
-    const int64_t r_end = std::min(r_begin + kGemmRowsPerTask, g.num_tiles);
-    const float* vk = v + k * g.num_tiles * g.cin;
-    const float* uk = u + k * g.cin * g.cout;
-    float* mk = mout + k * g.num_tiles * g.cout;
-    alignas(64) float acc[kGemmRows][kGemmCols];
-    for (int64_t r0 = r_begin; r0 < r_end; r0 += kGemmRows) {
-      const int64_t nr = std::min(kGemmRows, r_end - r0);
-      for (int64_t co0 = 0; co0 < g.cout; co0 += kGemmCols) {
-        const int64_t nc = std::min(kGemmCols, g.cout - co0);
-        for (int64_t r = 0; r < nr; ++r) std::fill(acc[r], acc[r] + nc, 0.0f);
-        for (int64_t ci = 0; ci < g.cin; ++ci) {
-          const float* urow = uk + ci * g.cout + co0;
-          for (int64_t r = 0; r < nr; ++r) {
-            const float vv = vk[(r0 + r) * g.cin + ci];
-            float* __restrict ar = acc[r];
-            for (int64_t c = 0; c < nc; ++c) ar[c] += vv * urow[c];
-          }
-        }
-        for (int64_t r = 0; r < nr; ++r) std::memcpy(mk + (r0 + r) * g.cout + co0, acc[r], sizeof(float) * nc);
-      }
-    }
-  });
-}
-
 void OutputTransform(const Conv2DWinogradAttrs& attrs, const WinogradGeometry& g, const SparseRows& at,
                      const float* mbuf, const float* bias, float* y, ThreadPool* pool) {
   const int a = g.alpha;
@@ -184,6 +155,57 @@ void OutputTransform(const Conv2DWinogradAttrs& attrs, const WinogradGeometry& g
       }
     }
   });
+}
+
+namespace generic {
+using Isa = simd::Generic;
+#include "ops/conv2d_winograd/cpu_gemm.inc"
+}  // namespace generic
+
+}  // namespace
+}  // namespace sdgpu
+
+#if SDGPU_SIMD_X86
+SDGPU_SIMD_AVX2_BEGIN
+namespace sdgpu {
+namespace {
+namespace avx2 {
+using Isa = simd::Avx2;
+#include "ops/conv2d_winograd/cpu_gemm.inc"
+}  // namespace avx2
+}  // namespace
+}  // namespace sdgpu
+SDGPU_SIMD_END
+
+SDGPU_SIMD_AVX512_BEGIN
+namespace sdgpu {
+namespace {
+namespace avx512 {
+using Isa = simd::Avx512;
+#include "ops/conv2d_winograd/cpu_gemm.inc"
+}  // namespace avx512
+}  // namespace
+}  // namespace sdgpu
+SDGPU_SIMD_END
+#endif
+
+namespace sdgpu {
+namespace {
+
+void BatchedGemm(const WinogradGeometry& g, const float* v, const float* u, float* mout, ThreadPool* pool) {
+  switch (ActiveCpuIsa()) {
+#if SDGPU_SIMD_X86
+    case CpuIsa::kAvx512:
+      avx512::RunBatchedGemm(g, v, u, mout, pool);
+      return;
+    case CpuIsa::kAvx2:
+      avx2::RunBatchedGemm(g, v, u, mout, pool);
+      return;
+#endif
+    default:
+      generic::RunBatchedGemm(g, v, u, mout, pool);
+      return;
+  }
 }
 
 }  // namespace

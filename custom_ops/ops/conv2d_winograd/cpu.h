@@ -10,7 +10,9 @@
 // with T = N * ceil(Ho/m) * ceil(Wo/m). Trade-off: whole-tensor V/M (not tile-blocked) costs cache
 // locality on CPU but mirrors a 3-dispatch GPU implementation and keeps the memory accounting exact.
 // Accumulation is in float32 in a fixed order (Cin sequentially), within the first-order error bound
-// of sdconvert.winograd.reference.winograd_error_bound.
+// of sdconvert.winograd.reference.winograd_error_bound. The GEMMs run register-tiled SIMD micro-kernels
+// (cpu_gemm.inc: 8 tiles x 48 channels of accumulators with AVX-512; AVX2+FMA or portable code picked at
+// runtime, common/cpu_simd.h); the transforms are plain loops, a small share of the work at SD channel counts.
 //
 // Direct: NHWC x HWIO-rearranged weights, float32 accumulation over (kh, kw, Cin), any stride/dilation,
 // TFLite SAME/VALID padding. No scratch (no im2col).

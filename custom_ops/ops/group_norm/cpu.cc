@@ -1,56 +1,82 @@
 #include "ops/group_norm/cpu.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+
+#include "common/cpu_simd.h"
+
+namespace sdgpu {
+namespace {
+
+// Widest channel slice one channels-last task owns (its per-channel arrays live on the stack: 6 x 8 x 256 bytes).
+constexpr int64_t kMaxChunkChannels = 256;
+
+// Below this many elements (~20 us on one core) a tensor is normalised on the calling thread alone.
+constexpr int64_t kParallelMinElements = 1 << 16;
+
+// Channels-last layouts (B == 1) with groups of <= kMaxChunkChannels channels are normalised by channel slices:
+// the number of whole groups per slice, chosen so that a slice is a multiple of 16 channels (64 bytes: tasks on
+// different threads never write the same cache line when rows are 64-byte aligned). 0 = use the per-group path.
+int64_t ChannelsLastChunkGroups(const GroupNormGeometry& g) {
+  const int64_t cg = g.c / g.groups;
+  if (g.b != 1 || cg > kMaxChunkChannels) return 0;
+  const int64_t aligned = std::lcm<int64_t>(cg, 16);
+  return aligned <= kMaxChunkChannels ? aligned / cg : std::max<int64_t>(1, kMaxChunkChannels / cg);
+}
+
+namespace generic {
+using Isa = simd::Generic;
+#include "common/cpu_simd_math.inc"
+#include "ops/group_norm/cpu_impl.inc"
+}  // namespace generic
+
+}  // namespace
+}  // namespace sdgpu
+
+#if SDGPU_SIMD_X86
+SDGPU_SIMD_AVX2_BEGIN
+namespace sdgpu {
+namespace {
+namespace avx2 {
+using Isa = simd::Avx2;
+#include "common/cpu_simd_math.inc"
+#include "ops/group_norm/cpu_impl.inc"
+}  // namespace avx2
+}  // namespace
+}  // namespace sdgpu
+SDGPU_SIMD_END
+
+SDGPU_SIMD_AVX512_BEGIN
+namespace sdgpu {
+namespace {
+namespace avx512 {
+using Isa = simd::Avx512;
+#include "common/cpu_simd_math.inc"
+#include "ops/group_norm/cpu_impl.inc"
+}  // namespace avx512
+}  // namespace
+}  // namespace sdgpu
+SDGPU_SIMD_END
+#endif
 
 namespace sdgpu {
 
 void GroupNormCpu(const GroupNormAttrs& attrs, const GroupNormGeometry& g, const float* x, const float* gamma,
                   const float* beta, float* y, ThreadPool* pool) {
-  const int64_t cg = g.c / g.groups;  // channels per group
-  const size_t tasks = static_cast<size_t>(g.n * g.groups);
-  pool->ParallelFor(tasks, [&](size_t task, int) {
-    const int64_t n = static_cast<int64_t>(task) / g.groups;
-    const int64_t grp = static_cast<int64_t>(task) % g.groups;
-    const int64_t c0 = grp * cg;
-    const float* xn = x + n * g.a * g.c * g.b;
-    float* yn = y + n * g.a * g.c * g.b;
-    const double count = static_cast<double>(g.a * cg * g.b);
-
-    double sum = 0.0;
-    for (int64_t a = 0; a < g.a; ++a) {
-      for (int64_t c = c0; c < c0 + cg; ++c) {
-        const float* row = xn + (a * g.c + c) * g.b;
-        for (int64_t b = 0; b < g.b; ++b) sum += row[b];
-      }
-    }
-    const double mean = sum / count;
-    double sq = 0.0;
-    for (int64_t a = 0; a < g.a; ++a) {
-      for (int64_t c = c0; c < c0 + cg; ++c) {
-        const float* row = xn + (a * g.c + c) * g.b;
-        for (int64_t b = 0; b < g.b; ++b) {
-          const double dlt = row[b] - mean;
-          sq += dlt * dlt;
-        }
-      }
-    }
-    const double rstd = 1.0 / std::sqrt(sq / count + static_cast<double>(attrs.eps));
-    const bool silu = attrs.activation == GroupNormActivation::kSilu;
-    for (int64_t a = 0; a < g.a; ++a) {
-      for (int64_t c = c0; c < c0 + cg; ++c) {
-        // y = x * scale + shift, with scale/shift folded per channel.
-        const double scale = rstd * gamma[c];
-        const double shift = beta[c] - mean * scale;
-        const float* row = xn + (a * g.c + c) * g.b;
-        float* out = yn + (a * g.c + c) * g.b;
-        for (int64_t b = 0; b < g.b; ++b) {
-          float v = static_cast<float>(row[b] * scale + shift);
-          if (silu) v = v / (1.0f + std::exp(-v));
-          out[b] = v;
-        }
-      }
-    }
-  });
+  switch (ActiveCpuIsa()) {
+#if SDGPU_SIMD_X86
+    case CpuIsa::kAvx512:
+      avx512::RunGroupNorm(attrs, g, x, gamma, beta, y, pool);
+      return;
+    case CpuIsa::kAvx2:
+      avx2::RunGroupNorm(attrs, g, x, gamma, beta, y, pool);
+      return;
+#endif
+    default:
+      generic::RunGroupNorm(attrs, g, x, gamma, beta, y, pool);
+      return;
+  }
 }
 
 }  // namespace sdgpu
