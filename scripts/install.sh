@@ -7,9 +7,13 @@ PY=${PYTHON:-python3}
 
 # OpenCL runtime for the delegate's "opencl" backend (PoCL = CPU OpenCL device, used by CI); Debian/Ubuntu only.
 OPENCL_PKGS="pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers"
+# EGL + OpenGL ES loaders (glvnd) and Mesa's llvmpipe driver for the "gl" backend (CI runs it on llvmpipe;
+# on NVIDIA machines the driver's own EGL vendor library is used instead of Mesa's). Nothing is needed at
+# build time: the delegate dlopen()s libEGL.so.1 / libGLESv2.so.2.
+GL_PKGS="libegl1 libgles2 libegl-mesa0 libgl1-mesa-dri"
 if command -v apt-get >/dev/null 2>&1; then
   missing=""
-  for pkg in $OPENCL_PKGS; do dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"; done
+  for pkg in $OPENCL_PKGS $GL_PKGS; do dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"; done
   if [ -n "$missing" ]; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq

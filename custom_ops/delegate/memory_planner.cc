@@ -20,6 +20,14 @@ int MemoryPlanner::Add(size_t bytes, int first_step, int last_step) {
   return static_cast<int>(requests_.size()) - 1;
 }
 
+int MemoryPlanner::Alias(int id, int first_step, int last_step) {
+  Request& r = requests_[static_cast<size_t>(id)];
+  r.first = std::min(r.first, first_step);
+  r.last = std::max(r.last, std::max(first_step, last_step));
+  ++num_aliases_;
+  return id;
+}
+
 Status MemoryPlanner::Plan() {
   arena_bytes_ = 0;
   std::vector<int> order(requests_.size());

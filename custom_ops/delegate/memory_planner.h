@@ -8,6 +8,11 @@
 // (largest first, lowest offset that fits). It is not optimal, but it is
 // deterministic, O(n^2) for the handful of buffers per partition, and gives
 // the same answer to every backend (CPU heap arena now, GPU buffers later).
+//
+// Aliases: a pure view of a planned buffer (a GPU RESHAPE whose output is the
+// input's bytes re-interpreted) is not a new request; Alias() widens the
+// lifetime of the request it views instead, so the shared bytes stay reserved
+// from the producer of the viewed tensor to the last consumer of any view.
 #pragma once
 
 #include <cstddef>
@@ -23,11 +28,15 @@ class MemoryPlanner {
 
   // Returns the request id. Zero-byte requests get offset 0 and take no space.
   int Add(size_t bytes, int first_step, int last_step);
+  // Records a view of request `id` used during [first_step, last_step]: the request's lifetime becomes the
+  // union of both (a view never needs bytes of its own). Returns `id`; must precede Plan().
+  int Alias(int id, int first_step, int last_step);
   Status Plan();
 
   size_t offset(int id) const { return requests_[id].offset; }
   size_t arena_bytes() const { return arena_bytes_; }
   size_t num_requests() const { return requests_.size(); }
+  size_t num_aliases() const { return num_aliases_; }
 
  private:
   struct Request {
@@ -39,6 +48,7 @@ class MemoryPlanner {
   };
   std::vector<Request> requests_;
   size_t arena_bytes_ = 0;
+  size_t num_aliases_ = 0;
 };
 
 }  // namespace sdgpu

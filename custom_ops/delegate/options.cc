@@ -55,10 +55,15 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       out->profile_path = std::string(value);
     } else if (key == "opencl_cache_dir") {
       out->opencl_cache_dir = std::string(value);
+    } else if (key == "weights_fp16") {
+      if (value != "0" && value != "1") {
+        return Status::Error("option weights_fp16='" + std::string(value) + "' must be 0 or 1");
+      }
+      out->weights_fp16 = value == "1";
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
-                           "profile_path, opencl_cache_dir)");
+                           "profile_path, opencl_cache_dir, weights_fp16)");
     }
   }
   return Status::Ok();

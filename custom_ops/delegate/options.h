@@ -7,9 +7,13 @@
 //   num_threads        CPU worker threads incl. the caller: 1..256, or "auto"
 //                      (default: hardware concurrency capped at 8)
 //   attention_block_q  SdAttention CPU query-tile rows (default 64, 1..1024)
-//   attention_block_k  SdAttention CPU key-tile columns (default 128, 1..4096)
+//   attention_block_k  SdAttention CPU key-tile columns (default 256, 1..4096; 256 keeps SD1.5 16x16 self-attention
+//                      in one tile, where partial_softmax would otherwise recompute scores)
 //   profile_path       opencl: write per-node GPU kernel times (OpenCL events) as JSON here
 //   opencl_cache_dir   opencl: program-binary cache dir ("" = ~/.cache/sdgpu/opencl, "none" = off)
+//   weights_fp16       gpu backends: "1" stores the constant weights the GEMM/conv/Winograd ops pack
+//                      (FULLY_CONNECTED, CONV_2D filters, Winograd U) as half -- half the device weight
+//                      memory; arithmetic stays fp32 (relative error ~1e-3). "0" (default) keeps float32.
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
@@ -27,9 +31,10 @@ struct DelegateOptions {
   LogLevel log_level = LogLevel::kWarning;
   int num_threads = 0;  // 0 = auto
   int attention_block_q = 64;
-  int attention_block_k = 128;
+  int attention_block_k = 256;
   std::string profile_path;      // opencl: per-node kernel times (JSON) written after each invoke
   std::string opencl_cache_dir;  // opencl: program-binary cache ("" = ~/.cache/sdgpu/opencl, "none" = off)
+  bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
 };
 
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,

@@ -1,7 +1,14 @@
 // Layout ops (kernels in backends/<backend>/kernels/copy.*): TRANSPOSE,
 // BROADCAST_TO, SLICE/STRIDED_SLICE, PAD, CONCATENATION and RESHAPE are all one
 // strided N-d copy (copy_nd); GATHER/EMBEDDING_LOOKUP and
-// RESIZE_NEAREST_NEIGHBOR have their own index maps.
+// RESIZE_NEAREST_NEIGHBOR have their own index maps. (A RESHAPE inside a
+// partition usually launches nothing: gpu/partition.h aliases it.)
+// Fast paths, each with the generic kernel as fallback (and for backends
+// without them): copy plans are collapsed (adjacent dims contiguous in both
+// source and destination merge) and copied as 16-byte elements (copy_nd_v4)
+// when the innermost run allows; a TRANSPOSE that swaps the last two
+// (collapsed) dims goes through a local-memory tile (transpose_tiled);
+// RESIZE_NEAREST_NEIGHBOR moves 4 channels at a time when C % 4 == 0.
 #include <algorithm>
 
 #include "gpu/builtin_params.h"
@@ -21,40 +28,101 @@ struct CopyPlan {
   int64_t src_base = 0, dst_base = 0;  // elements
 };
 
+// A plan with empty lo/src_dims filled in and adjacent dims merged where both dims are unpadded and
+// contiguous in source and destination (size-1 unpadded dims dropped). Never rank 0.
+CopyPlan Collapse(CopyPlan p) {
+  if (p.out_dims.empty()) {
+    p.out_dims = {1};
+    p.src_strides = {1};
+    p.dst_strides = {1};
+  }
+  if (p.lo.empty()) p.lo.assign(p.out_dims.size(), 0);
+  if (p.src_dims.empty()) p.src_dims = p.out_dims;
+  CopyPlan c;
+  c.src_base = p.src_base;
+  c.dst_base = p.dst_base;
+  for (int d = static_cast<int>(p.out_dims.size()) - 1; d >= 0; --d) {
+    const bool plain = p.lo[d] == 0 && p.src_dims[d] == p.out_dims[d];
+    if (plain && p.out_dims[d] == 1 && p.out_dims.size() > 1) continue;
+    if (plain && !c.out_dims.empty() && c.lo.front() == 0 && c.src_dims.front() == c.out_dims.front() &&
+        p.src_strides[d] == c.out_dims.front() * c.src_strides.front() &&
+        p.dst_strides[d] == c.out_dims.front() * c.dst_strides.front()) {
+      c.out_dims.front() *= p.out_dims[d];
+      c.src_dims.front() = c.out_dims.front();
+      continue;
+    }
+    c.out_dims.insert(c.out_dims.begin(), p.out_dims[d]);
+    c.src_strides.insert(c.src_strides.begin(), p.src_strides[d]);
+    c.lo.insert(c.lo.begin(), p.lo[d]);
+    c.src_dims.insert(c.src_dims.begin(), p.src_dims[d]);
+    c.dst_strides.insert(c.dst_strides.begin(), p.dst_strides[d]);
+  }
+  if (c.out_dims.empty()) {  // every dim was size 1
+    c.out_dims = c.src_dims = {1};
+    c.src_strides = c.dst_strides = {1};
+    c.lo = {0};
+  }
+  return c;
+}
+
+// The plan in 16-byte units when its innermost run is unpadded, contiguous on both sides and a multiple of
+// 4 elements, and every stride and base is a multiple of 4 elements; false otherwise.
+bool Vectorise(const CopyPlan& p, CopyPlan* v) {
+  const size_t r = p.out_dims.size() - 1;
+  if (p.out_dims[r] % 4 != 0 || p.src_strides[r] != 1 || p.dst_strides[r] != 1 || p.lo[r] != 0 ||
+      p.src_dims[r] != p.out_dims[r] || p.src_base % 4 != 0 || p.dst_base % 4 != 0) {
+    return false;
+  }
+  *v = p;
+  for (size_t d = 0; d < r; ++d) {
+    if (p.src_strides[d] % 4 != 0 || p.dst_strides[d] % 4 != 0) return false;
+    v->src_strides[d] /= 4;
+    v->dst_strides[d] /= 4;
+  }
+  v->out_dims[r] /= 4;
+  v->src_dims[r] /= 4;
+  v->src_base /= 4;
+  v->dst_base /= 4;
+  return true;
+}
+
+Status UploadCopyMeta(const Device& dev, const CopyPlan& p, std::unique_ptr<Buffer>* out) {
+  std::vector<int32_t> meta(1 + 5 * kMaxRank, 0);
+  meta[0] = static_cast<int32_t>(p.out_dims.size());
+  for (size_t d = 0; d < p.out_dims.size(); ++d) {
+    meta[1 + d] = static_cast<int32_t>(p.out_dims[d]);
+    meta[1 + kMaxRank + d] = static_cast<int32_t>(p.src_strides[d]);
+    meta[1 + 2 * kMaxRank + d] = static_cast<int32_t>(p.lo[d]);
+    meta[1 + 3 * kMaxRank + d] = static_cast<int32_t>(p.src_dims[d]);
+    meta[1 + 4 * kMaxRank + d] = static_cast<int32_t>(p.dst_strides[d]);
+  }
+  return UploadConstant(dev, meta.data(), meta.size() * 4, out);
+}
+
 // copy_nd(y, yo, x, xo, meta, mo, int n), one launch per plan (CONCATENATION: one per input).
 // meta: [rank, out_dims[MAXR], src_strides[MAXR], lo[MAXR], src_dims[MAXR], dst_strides[MAXR]]
+// copy_nd_v4: the same over uint4 (meta, offsets and n in 16-byte units) when Vectorise() allows and both
+// tensors' offsets are multiples of 4 elements at launch.
 class CopyOp final : public GpuOp {
  public:
   static Status Create(const Device& dev, std::vector<CopyPlan> plans, std::vector<int> inputs,
                        std::unique_ptr<GpuOp>* out) {
     auto u = std::make_unique<CopyOp>();
-    for (CopyPlan& p : plans) {
-      SDGPU_RETURN_IF_ERROR(Need(p.out_dims.size() <= kMaxRank, "rank above 6"));
-      if (p.out_dims.empty()) {
-        p.out_dims = {1};
-        p.src_strides = {1};
-        p.dst_strides = {1};
-      }
-      if (p.lo.empty()) p.lo.assign(p.out_dims.size(), 0);
-      if (p.src_dims.empty()) p.src_dims = p.out_dims;
-      std::vector<int32_t> meta(1 + 5 * kMaxRank, 0);
-      meta[0] = static_cast<int32_t>(p.out_dims.size());
-      for (size_t d = 0; d < p.out_dims.size(); ++d) {
-        meta[1 + d] = static_cast<int32_t>(p.out_dims[d]);
-        meta[1 + kMaxRank + d] = static_cast<int32_t>(p.src_strides[d]);
-        meta[1 + 2 * kMaxRank + d] = static_cast<int32_t>(p.lo[d]);
-        meta[1 + 3 * kMaxRank + d] = static_cast<int32_t>(p.src_dims[d]);
-        meta[1 + 4 * kMaxRank + d] = static_cast<int32_t>(p.dst_strides[d]);
-      }
+    SDGPU_RETURN_IF_ERROR(dev.GetKernel("copy_nd", &u->k_));
+    if (!dev.GetKernel("copy_nd_v4", &u->k4_).ok()) u->k4_ = nullptr;
+    for (CopyPlan& plan : plans) {
+      SDGPU_RETURN_IF_ERROR(Need(plan.out_dims.size() <= kMaxRank, "rank above 6"));
+      const CopyPlan p = Collapse(plan);
       Part part;
       part.n = static_cast<int>(NumElements(p.out_dims));
       part.src_base = static_cast<int>(p.src_base);
       part.dst_base = static_cast<int>(p.dst_base);
-      SDGPU_RETURN_IF_ERROR(UploadConstant(dev, meta.data(), meta.size() * 4, &part.meta));
+      SDGPU_RETURN_IF_ERROR(UploadCopyMeta(dev, p, &part.meta));
+      CopyPlan v;
+      if (u->k4_ != nullptr && Vectorise(p, &v)) SDGPU_RETURN_IF_ERROR(UploadCopyMeta(dev, v, &part.meta4));
       u->parts_.push_back(std::move(part));
     }
     u->device_inputs_ = std::move(inputs);
-    SDGPU_RETURN_IF_ERROR(dev.GetKernel("copy_nd", &u->k_));
     *out = std::move(u);
     return Status::Ok();
   }
@@ -63,9 +131,14 @@ class CopyOp final : public GpuOp {
     for (size_t i = 0; i < parts_.size(); ++i) {
       const Part& p = parts_[i];
       const TensorRef& src = in[device_inputs_[i]];
+      const int yo = out.elem_offset() + p.dst_base, xo = src.elem_offset() + p.src_base;
       Args a;
-      a.Buf(out.buffer, out.elem_offset() + p.dst_base).Buf(src.buffer, src.elem_offset() + p.src_base);
-      a.Buf(p.meta.get(), 0).Int(p.n);
+      if (p.meta4 && yo % 4 == 0 && xo % 4 == 0) {
+        a.Buf(out.buffer, yo / 4).Buf(src.buffer, xo / 4).Buf(p.meta4.get(), 0).Int(p.n / 4);
+        SDGPU_RETURN_IF_ERROR(Launch1D(dev, *k4_, a, p.n / 4, timings));
+        continue;
+      }
+      a.Buf(out.buffer, yo).Buf(src.buffer, xo).Buf(p.meta.get(), 0).Int(p.n);
       SDGPU_RETURN_IF_ERROR(Launch1D(dev, *k_, a, p.n, timings));
     }
     return Status::Ok();
@@ -73,11 +146,38 @@ class CopyOp final : public GpuOp {
 
  private:
   struct Part {
-    int n = 0, src_base = 0, dst_base = 0;
-    std::unique_ptr<Buffer> meta;
+    int n = 0, src_base = 0, dst_base = 0;  // elements
+    std::unique_ptr<Buffer> meta, meta4;    // meta4: null when the part is not vectorisable
   };
   const Kernel* k_ = nullptr;
+  const Kernel* k4_ = nullptr;
   std::vector<Part> parts_;
+};
+
+// Work-group of transpose_tiled (TR_T x TR_ROWS in copy.cl). Correctness constants: the kernel's tile
+// loops assume exactly this local size.
+constexpr size_t kTransposeTile = 32, kTransposeRows = 8;
+
+// transpose_tiled(y, yo, x, xo, int R, int C, int sb, int ld): y[b][c][r] = x[b*sb + r*ld + c].
+class TransposeTiledOp final : public GpuOp {
+ public:
+  TransposeTiledOp(const Kernel* k, int b, int r, int c, int sb, int ld)
+      : k_(k), b_(b), r_(r), c_(c), sb_(sb), ld_(ld) {
+    device_inputs_ = {0};
+  }
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+                 Timings* timings) override {
+    Args a;
+    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset()).Int(r_).Int(c_).Int(sb_).Int(ld_);
+    const Dim3 global = {(static_cast<size_t>(c_) + kTransposeTile - 1) / kTransposeTile * kTransposeTile,
+                         (static_cast<size_t>(r_) + kTransposeTile - 1) / kTransposeTile * kTransposeRows,
+                         static_cast<size_t>(b_)};
+    return dev.Launch(*k_, a, global, {kTransposeTile, kTransposeRows, 1}, timings);
+  }
+
+ private:
+  const Kernel* k_;
+  int b_, r_, c_, sb_, ld_;
 };
 
 CopyPlan Contiguous(const Dims& out) {
@@ -106,20 +206,25 @@ class GatherOp final : public GpuOp {
   int params_ = 0, outer_ = 1, axis_dim_ = 1, inner_ = 1, nidx_ = 0, n_ = 0;
 };
 
-// resize_nearest(y, yo, x, xo, int ih, int iw, int c, int oh, int ow, int align, int half_px, int n)
+// resize_nearest(y, yo, x, xo, int ih, int iw, int c, int oh, int ow, int align, int half_px, int n);
+// resize_nearest_v4: the same over uint4 channel groups (c and n / 4, offsets in 16-byte units) when C % 4 == 0
+// and both offsets are 4-aligned at launch.
 class ResizeNearestOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
+    const int yo = out.elem_offset(), xo = in[0].elem_offset();
+    const bool vec = k4_ != nullptr && yo % 4 == 0 && xo % 4 == 0;
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
-    for (int v : v_) a.Int(v);
-    return Launch1D(dev, *k_, a, v_.back(), timings);
+    a.Buf(out.buffer, vec ? yo / 4 : yo).Buf(in[0].buffer, vec ? xo / 4 : xo);
+    for (size_t i = 0; i < v_.size(); ++i) a.Int(vec && (i == 2 || i + 1 == v_.size()) ? v_[i] / 4 : v_[i]);
+    return Launch1D(dev, vec ? *k4_ : *k_, a, vec ? v_.back() / 4 : v_.back(), timings);
   }
 
   const Kernel* k_ = nullptr;
-  std::vector<int> v_;
+  const Kernel* k4_ = nullptr;  // null: C % 4 != 0 or no such kernel
+  std::vector<int> v_;          // ih, iw, c, oh, ow, align, half_px, n
 };
 
 }  // namespace
@@ -142,6 +247,18 @@ Status MakeTranspose(const Device& dev, const NodeDesc& node, std::unique_ptr<Gp
   for (size_t d = 0; d < perm.size(); ++d) {
     SDGPU_RETURN_IF_ERROR(Need(perm[d] >= 0 && perm[d] < static_cast<int>(in.size()), "bad permutation"));
     p.src_strides[d] = is[perm[d]];
+  }
+  // [B,] P, Q out of a source whose P axis is contiguous and Q axis is not: a batched 2-D transpose.
+  const CopyPlan c = Collapse(p);
+  const size_t r = c.out_dims.size();
+  const Kernel* k = nullptr;
+  if (r >= 2 && r <= 3 && c.src_strides[r - 2] == 1 && c.src_strides[r - 1] != 1 &&
+      dev.max_work_group_size() >= kTransposeTile * kTransposeRows && dev.GetKernel("transpose_tiled", &k).ok()) {
+    const int64_t batch = r == 3 ? c.out_dims[0] : 1, sb = r == 3 ? c.src_strides[0] : 0;
+    *out = std::make_unique<TransposeTiledOp>(k, static_cast<int>(batch), static_cast<int>(c.out_dims[r - 1]),
+                                              static_cast<int>(c.out_dims[r - 2]), static_cast<int>(sb),
+                                              static_cast<int>(c.src_strides[r - 1]));
+    return Status::Ok();
   }
   return CopyOp::Create(dev, {p}, {0}, out);
 }
@@ -274,6 +391,7 @@ Status MakeResizeNearest(const Device& dev, const NodeDesc& node, std::unique_pt
            static_cast<int>(NumElements(o))};
   u->device_inputs_ = {0};
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("resize_nearest", &u->k_));
+  if (in[3] % 4 != 0 || !dev.GetKernel("resize_nearest_v4", &u->k4_).ok()) u->k4_ = nullptr;
   *out = std::move(u);
   return Status::Ok();
 }

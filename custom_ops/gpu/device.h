@@ -113,6 +113,9 @@ class Device {
   virtual size_t max_work_group_size() const = 0;
   // True when launches record Timers (delegate option profile_path set).
   virtual bool profiling() const = 0;
+  // How the Timers measure; the profile JSON records it as "method". OpenCL: "events" (event
+  // start/end timestamps); GL: "gl_timer_query" or "gl_finish_host_clock".
+  virtual const char* timing_method() const { return "events"; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until

@@ -1,7 +1,15 @@
-// The tiled GEMM and the implicit-GEMM convolution, shared by builtin nodes
-// (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D) and SdConv2DWinograd (gpu/sd_ops.cc).
+// GEMM-shaped ops: FULLY_CONNECTED, BATCH_MATMUL, CONV_2D (gpu/matmul_ops.cc) and
+// SdConv2DWinograd (gpu/winograd_ops.cc), on two kernel families:
+//   * register-blocked tiled kernels (gemm_t*/conv_t* + gemm_splitk_reduce, OpenCL source
+//     backends/opencl/kernels/gemm_tiled.cl; signatures documented there and in matmul_ops.cc),
+//     used when the device has them;
+//   * the original one-output-per-work-item kernels gemm_f32 / conv2d_igemm (every backend),
+//     the fallback for devices without the tiled kernels (GL today) and for convs with
+//     Ci % 16 != 0.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,8 +39,70 @@ struct ConvShape {
   bool has_bias = false;
 };
 
+// How one GEMM problem runs on the tiled kernels: a BM x BN work-group tile and
+// `splits` K slices of `k_split` elements each (split-K: partial sums go to scratch
+// and gemm_splitk_reduce adds them, the bias and the activation).
+struct TilePlan {
+  int bm = 64, bn = 64, splits = 1, k_split = 0;
+  const Kernel* kernel = nullptr;  // gemm_tBMxBN or conv_tBMxBN
+  const Kernel* reduce = nullptr;  // gemm_splitk_reduce when splits > 1
+  size_t scratch_bytes = 0;        // split-K partials
+};
+
+// Picks the tile config and split-K for an (M x N x K, batch) problem from a
+// small occupancy/padding cost model (see matmul_ops.cc) and fetches the
+// kernels. An error means "the device has no tiled kernels": callers fall back.
+Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
+
+// A GEMM B operand: device buffer + element offset (in halves when `half`).
+struct BOperand {
+  const Buffer* buffer = nullptr;
+  int offset = 0;
+  bool half = false;
+};
+
+// Enqueues the tiled GEMM `s` (strides sbb/sbk/sbn of s apply to `b`); `bias` may be null.
+Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
+                       const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
+                       Timings* timings);
+
+// A constant GEMM operand owned by its op: produced on the host and uploaded once,
+// as float32 or (delegate option weights_fp16) as half, at the op's first Enqueue.
+// Deferred on purpose: the backend builds every op once just to validate the
+// graph and throws it away, so packing at construction would transform and upload
+// every weight twice. `produce` must stay callable until then (it reads the
+// model's constant tensors, which live as long as the interpreter).
+class PackedWeights {
+ public:
+  PackedWeights(size_t elements, bool half, std::function<void(float*)> produce)
+      : elements_(elements), half_(half), produce_(std::move(produce)) {}
+  Status Ensure(const Device& dev);
+  BOperand operand() const { return BOperand{buffer_.get(), 0, half_}; }
+
+ private:
+  size_t elements_;
+  bool half_;
+  std::function<void(float*)> produce_;
+  std::unique_ptr<Buffer> buffer_;
+};
+
+// Transposes a rows x cols row-major matrix into `dst` (cols x rows).
+void TransposeInto(const float* src, int rows, int cols, float* dst);
+
+// IEEE half from float, round to nearest even (what vload_half inverts exactly).
+uint16_t FloatToHalf(float f);
+
 // `inputs`: the node inputs read on the device (A, B[, bias]).
 Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, std::unique_ptr<GpuOp>* out);
 Status MakeConv(const Device& dev, const ConvShape& s, std::unique_ptr<GpuOp>* out);
+// CONV_2D / SdConv2DWinograd's direct path with a constant filter (`filter` = OHWI host data,
+// valid for the interpreter's lifetime); nullptr reads the filter input on the device.
+Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* filter, bool weights_fp16,
+                          std::unique_ptr<GpuOp>* out);
+
+// winograd_ops.cc: SdConv2DWinograd (input transform, batched tiled GEMM, output transform);
+// falls back to the implicit-GEMM convolution where the device lacks the kernels or the
+// filter is not a constant.
+Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 
 }  // namespace sdgpu::gpu

@@ -33,6 +33,7 @@ struct NodeDesc {
   const ParsedOp* sd_op = nullptr;  // set for Sd* ops
   std::vector<const abi::TfLiteTensor*> inputs;  // nullptr for an omitted optional input
   std::vector<const abi::TfLiteTensor*> outputs;
+  bool weights_fp16 = false;        // delegate option weights_fp16: store packed constant weights as half
 };
 
 // true when the tensor's data is fixed for the interpreter's lifetime (weights, shapes, masks).

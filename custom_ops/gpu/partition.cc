@@ -9,6 +9,7 @@
 #include "delegate/partitioner.h"
 #include "delegate/sd_delegate.h"
 #include "delegate/tflite_graph.h"
+#include "gpu/builtin_params.h"
 #include "gpu/gpu_backend.h"
 
 namespace sdgpu::gpu {
@@ -24,6 +25,7 @@ Status ViewNode(abi::TfLiteContext* context, const Backend& backend, int node_in
   d = NodeDesc();
   d.builtin_code = reg->builtin_code;
   d.builtin_data = node->builtin_data;
+  if (const auto* gpu = dynamic_cast<const GpuBackend*>(&backend)) d.weights_fp16 = gpu->options().weights_fp16;
   if (reg->builtin_code == abi::kTfLiteBuiltinCustom) {
     d.name = reg->custom_name != nullptr ? reg->custom_name : "CUSTOM";
     if (FindOpDef(d.name) == nullptr) return Status::Error("custom op '" + d.name + "' is not one of the Sd* ops");
@@ -78,6 +80,9 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     Status st = CreateGpuOp(device(), view.desc, &s.op);
     if (!st.ok()) return Status::Error("node " + std::to_string(node_index) + " (" + s.name + "): " + st.message());
     s.output_bytes = view.desc.outputs[0]->bytes;
+    const int code = view.desc.builtin_code;
+    s.view = (code == kReshape || code == kSqueeze || code == kExpandDims) && !view.desc.inputs.empty() &&
+             view.desc.inputs[0] != nullptr && view.desc.inputs[0]->bytes == s.output_bytes;
     steps_.push_back(std::move(s));
   }
   return Status::Ok();
@@ -96,11 +101,26 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   outputs_ = abi::IntArrayToVector(node->outputs);
   const std::set<int> part_outputs(outputs_.begin(), outputs_.end());
 
-  std::unordered_map<int, int> producer, last_use;
+  // Zero-copy views (header comment): chains resolve to their first non-view tensor.
+  alias_root_.clear();
+  int num_aliased = 0;
+  for (Step& step : steps_) {
+    step.aliased = step.view && part_outputs.count(step.output) == 0 && step.inputs[0] >= 0;
+    if (!step.aliased) continue;
+    alias_root_[step.output] = Root(step.inputs[0]);
+    ++num_aliased;
+  }
+
+  std::unordered_map<int, int> producer, last_use;  // last launch reading each tensor (views read nothing)
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
     producer[steps_[i].output] = i;
+    if (steps_[i].aliased) continue;
     for (int k : steps_[i].op->device_inputs()) last_use[steps_[i].inputs[k]] = i;
   }
+  auto last_use_of = [&](int tensor, int fallback) {
+    auto it = last_use.find(tensor);
+    return it != last_use.end() ? it->second : fallback;
+  };
 
   planner_ = MemoryPlanner();
   internal_.clear();
@@ -115,12 +135,18 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       return Status::Error("node " + std::to_string(step.node_index) + ": tensor shapes changed after delegation (the " +
                            dev.backend_name() + " backend needs static shapes)");
     }
-    if (part_outputs.count(step.output) == 0) {
-      const int last = last_use.count(step.output) ? last_use[step.output] : i;
-      internal_[step.output] = planner_.Add(out->bytes, i, last);
+    if (step.aliased) {
+      // The view's consumers keep the root's bytes alive (a constant or input/output buffer lives anyway).
+      auto root = internal_.find(Root(step.output));
+      if (root != internal_.end()) planner_.Alias(root->second, i, last_use_of(step.output, i));
+      step.scratch_request = -1;
+    } else {
+      if (part_outputs.count(step.output) == 0) {
+        internal_[step.output] = planner_.Add(out->bytes, i, last_use_of(step.output, i));
+      }
+      step.scratch_request = planner_.Add(step.op->scratch_bytes(), i, i);
+      max_scratch = std::max(max_scratch, step.op->scratch_bytes());
     }
-    step.scratch_request = planner_.Add(step.op->scratch_bytes(), i, i);
-    max_scratch = std::max(max_scratch, step.op->scratch_bytes());
     for (int k : step.op->device_inputs()) {
       const int t = step.inputs[k];
       if (t < 0 || producer.count(t) || constants_.count(t) || externals_.count(t)) continue;
@@ -152,13 +178,20 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   delegate_->logger().Info(std::string(dev.backend_name()) + ": partition of " + std::to_string(steps_.size()) +
                            " node(s): arena " + std::to_string(planner_.arena_bytes()) + " bytes for " +
                            std::to_string(internal_.size()) + " internal tensor(s), " +
+                           std::to_string(num_aliased) + " zero-copy view(s), " +
                            std::to_string(constants_.size()) + " constant buffer(s), " +
                            std::to_string(externals_.size()) + " input/output buffer(s)");
   prepared_ = true;
   return Status::Ok();
 }
 
+int GpuPartition::Root(int tensor) const {
+  auto it = alias_root_.find(tensor);
+  return it != alias_root_.end() ? it->second : tensor;
+}
+
 Status GpuPartition::Ref(int tensor, TensorRef* out) const {
+  tensor = Root(tensor);
   auto it = internal_.find(tensor);
   if (it != internal_.end()) {
     *out = TensorRef{arena_.get(), planner_.offset(it->second)};
@@ -190,6 +223,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
   std::vector<Timings> timings(dev.profiling() ? steps_.size() : 0);
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& step = steps_[i];
+    if (step.aliased) continue;  // zero-copy view: its output already is its input's memory
     std::vector<TensorRef> in(step.inputs.size());
     for (int k : step.op->device_inputs()) SDGPU_RETURN_IF_ERROR(Ref(step.inputs[k], &in[k]));
     TensorRef out;
@@ -225,8 +259,8 @@ Status GpuPartition::WriteProfile() const {
   const std::string& path = backend_->options().profile_path;
   if (path.empty()) return Status::Ok();
   // Device time of each node (all of its launches), averaged over invocations.
-  std::string j = "{\"device\":\"" + device().name() + "\",\"invocations\":" + std::to_string(invocations_) +
-                  ",\"nodes\":[";
+  std::string j = "{\"device\":\"" + device().name() + "\",\"method\":\"" + device().timing_method() +
+                  "\",\"invocations\":" + std::to_string(invocations_) + ",\"nodes\":[";
   for (size_t i = 0; i < steps_.size(); ++i) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.6f", steps_[i].total_ms / static_cast<double>(std::max(1LL, invocations_)));

@@ -8,6 +8,13 @@
 //   that lives only inside the partition plus per-node scratch
 //   (delegate/memory_planner.h: buffers with disjoint lifetimes share bytes),
 //   and gives each partition input/output its own device buffer.
+//   Zero-copy views: a RESHAPE / SQUEEZE / EXPAND_DIMS (same bytes, new shape)
+//   whose output is not a partition output launches nothing; its output
+//   tensor resolves to the device memory of its input's root (arena request,
+//   constant or partition input/output buffer), and the root's arena request
+//   lives until the last consumer of any view (MemoryPlanner::Alias). A view
+//   that IS a partition output keeps its copy kernel: each output owns its
+//   buffer, so an output never shares bytes with an input or another output.
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed
@@ -55,6 +62,8 @@ class GpuPartition {
     std::vector<int> inputs;  // tensor indices (-1 = omitted)
     int output = -1;
     std::unique_ptr<GpuOp> op;
+    bool view = false;     // RESHAPE/SQUEEZE/EXPAND_DIMS with output bytes == input bytes
+    bool aliased = false;  // this prepare: output aliases the input (no launch)
     int scratch_request = -1;
     size_t output_bytes = 0;
     double total_ms = 0.0;
@@ -65,6 +74,8 @@ class GpuPartition {
   Status Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node);
   Status Invoke(abi::TfLiteContext* context);
   Status Ref(int tensor, TensorRef* out) const;
+  // The tensor whose device memory `tensor` lives in (itself unless it is an aliased view).
+  int Root(int tensor) const;
   Status NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const;
   Status WriteProfile() const;
   const Device& device() const;
@@ -80,7 +91,8 @@ class GpuPartition {
   std::vector<Step> steps_;
   MemoryPlanner planner_;
   std::unique_ptr<Buffer> arena_;
-  std::unordered_map<int, int> internal_;                       // tensor -> planner request
+  std::unordered_map<int, int> internal_;                       // root tensor -> planner request
+  std::unordered_map<int, int> alias_root_;                     // aliased view output -> root tensor
   std::unordered_map<int, std::unique_ptr<Buffer>> constants_;  // uploaded once
   std::map<int, std::unique_ptr<Buffer>> externals_;            // partition inputs/outputs
   std::vector<int> inputs_to_upload_;

@@ -1,6 +1,7 @@
 // Reductions (kernels in backends/<backend>/kernels/reduce.*): MEAN/SUM/
 // REDUCE_MAX over adjacent axes and row SOFTMAX, one work-group per output
-// (row) with a shared-memory tree.
+// (row) with a shared-memory tree; few outputs over long contiguous rows go
+// through two stages (chunk partials in scratch, then the per-row tree).
 #include <algorithm>
 
 #include "gpu/builtin_params.h"
@@ -13,20 +14,40 @@ namespace {
 // Work-group size of reduce_f32 / softmax_f32. Correctness constant: the
 // kernels size their shared tree by RED_WG (= this) at compile time.
 constexpr size_t kReduceWg = 64;
+// Two-stage reductions: elements per reduce_partial work-group, and when to use them (rows of at least
+// two chunks, and few enough outputs that one work-group per output would leave the device idle).
+constexpr int kReduceChunk = 4096;
+constexpr int kTwoStageMaxOutputs = 2048;
 
 // reduce_f32(y, yo, x, xo, int red, int inner, int mode); x viewed as [outer, red, inner].
+// Two-stage (inner == 1): reduce_partial(part, po, x, xo, int red, int chunk, int nchunks, int mode, float scale)
+// over (row, chunk) into the op's scratch, then reduce_f32 over the partials ([outer, nchunks, 1], sum or max).
 class ReduceOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
-  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+  using GpuOp::scratch_bytes_;
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
+    const size_t outputs = static_cast<size_t>(outer_) * inner_;
+    if (partial_ == nullptr) {
+      Args a;
+      a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset()).Int(red_).Int(inner_).Int(mode_);
+      return dev.Launch(*k_, a, {outputs * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
+    }
+    Args p;
+    p.Buf(scratch.buffer, scratch.elem_offset()).Buf(in[0].buffer, in[0].elem_offset()).Int(red_).Int(kReduceChunk);
+    p.Int(nchunks_).Int(mode_).Float(mode_ == 0 ? 1.0f / static_cast<float>(red_) : 1.0f);
+    SDGPU_RETURN_IF_ERROR(
+        dev.Launch(*partial_, p, {outputs * nchunks_ * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings));
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset()).Int(red_).Int(inner_).Int(mode_);
-    return dev.Launch(*k_, a, {static_cast<size_t>(outer_) * inner_ * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
+    a.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, scratch.elem_offset()).Int(nchunks_).Int(1);
+    a.Int(mode_ == 2 ? 2 : 1);
+    return dev.Launch(*k_, a, {outputs * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
   }
 
   const Kernel* k_ = nullptr;
-  int outer_ = 1, red_ = 1, inner_ = 1, mode_ = 0;
+  const Kernel* partial_ = nullptr;  // null: one stage
+  int outer_ = 1, red_ = 1, inner_ = 1, mode_ = 0, nchunks_ = 0;
 };
 
 // softmax_f32(y, yo, x, xo, int cols, float beta)
@@ -82,6 +103,13 @@ Status MakeReduce(const Device& dev, const NodeDesc& node, int mode, std::unique
   u->mode_ = mode;
   u->device_inputs_ = {0};
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("reduce_f32", &u->k_));
+  if (u->inner_ == 1 && u->red_ >= 2 * kReduceChunk && u->outer_ <= kTwoStageMaxOutputs &&
+      dev.GetKernel("reduce_partial", &u->partial_).ok()) {
+    u->nchunks_ = (u->red_ + kReduceChunk - 1) / kReduceChunk;
+    u->scratch_bytes_ = static_cast<size_t>(u->outer_) * u->nchunks_ * sizeof(float);
+  } else {
+    u->partial_ = nullptr;
+  }
   *out = std::move(u);
   return Status::Ok();
 }

@@ -1,5 +1,7 @@
 // Sd* fused ops and DEQUANTIZE (kernels in ops/<op>/<backend> sources and
 // backends/<backend>/kernels/elementwise.*).
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "gpu/builtin_params.h"
@@ -10,11 +12,38 @@
 namespace sdgpu::gpu {
 namespace {
 
-// Work-group size of group_norm_f32 (GN_WG in its source) and of the attention
-// kernels (ATT_WG). Correctness constant: both size shared arrays by it.
+// Work-group size of group_norm_f32 / group_norm_finalize (GN_WG in their source) and of the fallback
+// attention kernels (ATT_WG). Correctness constants: the kernels size shared arrays by them.
 constexpr size_t kGroupNormWg = 64;
 constexpr size_t kAttentionWg = 64;
-constexpr int kMaxHeadDim = 256;  // ATT_MAXD in the attention kernels
+constexpr int kMaxHeadDim = 256;  // ATT_MAXD in the fallback attention kernels
+// The two-stage group-norm kernels: work-group size of group_norm_partial[_rows] (GN_WG2, a correctness
+// constant) and elements per group_norm_partial work-group (GN_CHUNK). Groups of at most one chunk keep
+// the one-kernel path.
+constexpr size_t kGroupNormWg2 = 256;
+constexpr int64_t kGroupNormChunk = 4096;
+// Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
+constexpr int64_t kGroupNormRowsChunk = 8192;
+
+// The tiled attention kernels attn_{flash,stats,pv}_<suffix> (ops/attention/opencl.cl, "Tiled kernels"):
+// queries per work-group (BQ) and work-group size (NT) of each instantiation. Correctness constants: they
+// mirror the ATT_INSTANTIATE lines of the kernel source. head_dim 0 = any head dim up to max_head_dim.
+struct AttnTiling {
+  const char* suffix;
+  int head_dim;
+  int max_head_dim;
+  size_t bq;
+  size_t nt;
+};
+// The first entry that fits a head dim is used (a fixed-D one before "dyn").
+constexpr AttnTiling kAttnTilings[] = {
+    {"d40", 40, 40, 64, 128},
+    {"d80", 80, 80, 32, 128},
+    {"d160", 160, 160, 32, 128},
+    {"d512", 512, 512, 32, 256},
+    {"dyn", 0, 512, 32, 256},  // ATT_DYN_MAXD
+};
+constexpr int kTiledMaxHeadDim = 512;  // ATT_DYN_MAXD
 
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
@@ -72,40 +101,89 @@ class DequantF16Op final : public GpuOp {
   int n_ = 0;
 };
 
-// group_norm_f32(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int B, int G, float eps, int silu);
-// one kGroupNormWg-wide work-group per (batch, group).
+// One kernel (groups of <= kGroupNormChunk elements, or a backend without the two-stage kernels):
+//   group_norm_f32(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int B, int G, float eps, int silu);
+//   one kGroupNormWg-wide work-group per (batch, group).
+// Two-stage (large groups; ops/group_norm/opencl.cl documents the kernels): group_norm_partial over
+// (batch, group, chunk) -- or, channels-last with C % 4 == 0 and a 16-byte aligned input,
+// group_norm_partial_rows over (batch, chunk of whole rows) -- -> group_norm_finalize per (batch, group)
+// -> group_norm_apply[4] per element; chunk partials and the per-group (mean, rstd) live in the op's
+// arena scratch.
 class SdGroupNormOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
-  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+  using GpuOp::scratch_bytes_;
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
+    const int A = static_cast<int>(g_.a), C = static_cast<int>(g_.c), B = static_cast<int>(g_.b);
+    const int G = static_cast<int>(g_.groups);
+    const size_t ngroups = static_cast<size_t>(g_.n * g_.groups);
+    if (partial_ == nullptr) {
+      Args a;
+      a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
+      a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+      a.Int(A).Int(C).Int(B).Int(G).Float(eps_).Int(silu_);
+      return dev.Launch(*single_, a, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
+    }
+    const int parts = scratch.elem_offset();
+    const int stats = parts + static_cast<int>(3 * ngroups * std::max(nchunks_, row_chunks_));
+    const bool by_rows = partial_rows_ != nullptr && in[0].elem_offset() % 4 == 0;
+    const int nchunks = by_rows ? row_chunks_ : nchunks_;
+    Args p;
+    if (by_rows) {
+      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].elem_offset() / 4).Int(A).Int(C).Int(G).Int(rows_);
+      p.Int(nchunks);
+      SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_rows_, p, {static_cast<size_t>(g_.n) * nchunks * kGroupNormWg2, 1, 1},
+                                       {kGroupNormWg2, 1, 1}, timings));
+    } else {
+      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].elem_offset()).Int(A).Int(C).Int(B).Int(G).Int(nchunks);
+      SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_, p, {ngroups * nchunks * kGroupNormWg2, 1, 1},
+                                       {kGroupNormWg2, 1, 1}, timings));
+    }
+    Args f;
+    f.Buf(scratch.buffer, stats).Buf(scratch.buffer, parts).Int(nchunks).Int(static_cast<int>(count_)).Float(eps_);
+    SDGPU_RETURN_IF_ERROR(dev.Launch(*finalize_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings));
+    // float4 apply when four neighbours share a channel or are four channels, and both tensors are 16-byte aligned.
+    const bool vec = apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
+    const int n = static_cast<int>(g_.n * A * C * B);
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
-    a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
-    a.Int(static_cast<int>(g_.a)).Int(static_cast<int>(g_.c)).Int(static_cast<int>(g_.b));
-    a.Int(static_cast<int>(g_.groups)).Float(eps_).Int(silu_);
-    return dev.Launch(*k_, a, {static_cast<size_t>(g_.n * g_.groups) * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1},
-                      timings);
+    a.Buf(out.buffer, vec ? out.elem_offset() / 4 : out.elem_offset());
+    a.Buf(in[0].buffer, vec ? in[0].elem_offset() / 4 : in[0].elem_offset());
+    a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset()).Buf(scratch.buffer, stats);
+    a.Int(A).Int(C).Int(B).Int(G).Int(silu_).Int(vec ? n / 4 : n);
+    if (vec) a.Int(B == 1 ? 1 : 0);
+    return Launch1D(dev, vec ? *apply4_ : *apply_, a, vec ? n / 4 : n, timings);
   }
 
-  const Kernel* k_ = nullptr;
+  const Kernel* single_ = nullptr;
+  const Kernel* partial_ = nullptr;  // null: one-kernel path
+  const Kernel* partial_rows_ = nullptr;  // null: not channels-last with C % 4 == 0
+  const Kernel* finalize_ = nullptr;
+  const Kernel* apply_ = nullptr;
+  const Kernel* apply4_ = nullptr;  // null: shape not vectorisable
   GroupNormGeometry g_;
+  int64_t count_ = 0;  // elements per group
+  int nchunks_ = 0;     // group_norm_partial chunks per group
+  int rows_ = 0, row_chunks_ = 0;  // group_norm_partial_rows: positions per chunk, chunks per batch
   float eps_ = 1e-5f;
   int silu_ = 0;
 };
 
-// One kAttentionWg-wide work-group per (batch, head, query row).
-//   flash:   attn_flash(O, oo, Q, qo, K, ko, V, vo, int Sq, int Sk, int H, int D, float scale, int causal)
-//   partial: attn_stats(stats, so, Q, qo, K, ko, Sq, Sk, H, D, scale, causal), then
-//            attn_pv(O, oo, stats, so, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal);
-//            stats (row max m and sum s) live in the op's arena scratch.
+// Tiled kernels (the fast path, see kAttnTilings): one NT-wide work-group per (batch, head, block of BQ
+// queries); K/V tiles in local memory, no S x S matrix. Fallback (a backend without them): one
+// kAttentionWg-wide work-group per (batch, head, query row). Both kernel families take
+//   flash:   attn_flash*(O, oo, Q, qo, K, ko, V, vo, int Sq, int Sk, int H, int D, float scale, int causal)
+//   partial: attn_stats*(stats, so, Q, qo, K, ko, Sq, Sk, H, D, scale, causal), then
+//            attn_pv*(O, oo, stats, so, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal);
+//            stats (row max m and sum s) live in the op's arena scratch; a family's stats are only
+//            meaningful to the same family's attn_pv (the tiled ones work in log2 units).
 class SdAttentionOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
   using GpuOp::scratch_bytes_;
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
-    const Dim3 global = {rows_ * kAttentionWg, 1, 1}, local = {kAttentionWg, 1, 1};
+    const Dim3 global = {groups_ * wg_, 1, 1}, local = {wg_, 1, 1};
     const TensorRef &q = in[0], &k = in[1], &v = in[2];
     auto tail = [&](Args& a) {
       a.Int(sq_).Int(sk_).Int(attrs_.heads).Int(attrs_.head_dim).Float(attrs_.scale).Int(attrs_.causal ? 1 : 0);
@@ -132,7 +210,7 @@ class SdAttentionOp final : public GpuOp {
   const Kernel* k2_ = nullptr;
   AttentionAttrs attrs_;
   int n_ = 0, sq_ = 0, sk_ = 0;
-  size_t rows_ = 0;
+  size_t groups_ = 0, wg_ = 0;
 };
 
 Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dims& x, std::unique_ptr<GpuOp>* out) {
@@ -141,28 +219,88 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   u->eps_ = attrs.eps;
   u->silu_ = attrs.activation == GroupNormActivation::kSilu ? 1 : 0;
   u->device_inputs_ = {0, 1, 2};
-  SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->k_));
+  u->count_ = u->g_.a * (u->g_.c / u->g_.groups) * u->g_.b;
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
+  if (u->count_ > kGroupNormChunk && dev.max_work_group_size() >= kGroupNormWg2 &&
+      dev.GetKernel("group_norm_partial", &u->partial_).ok() &&
+      dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&
+      dev.GetKernel("group_norm_apply", &u->apply_).ok()) {
+    u->nchunks_ = static_cast<int>((u->count_ + kGroupNormChunk - 1) / kGroupNormChunk);
+    const GroupNormGeometry& g = u->g_;
+    if (g.b == 1 && g.c % 4 == 0 && g.c <= 4 * static_cast<int64_t>(kGroupNormWg2) &&
+        g.groups <= static_cast<int64_t>(kGroupNormWg2) &&
+        dev.GetKernel("group_norm_partial_rows", &u->partial_rows_).ok()) {
+      u->rows_ = static_cast<int>(std::max<int64_t>(1, kGroupNormRowsChunk / g.c));
+      u->row_chunks_ = static_cast<int>((g.a + u->rows_ - 1) / u->rows_);
+    } else {
+      u->partial_rows_ = nullptr;
+    }
+    const size_t ngroups = static_cast<size_t>(g.n * g.groups);
+    u->scratch_bytes_ = (3 * ngroups * std::max(u->nchunks_, u->row_chunks_) + 2 * ngroups) * sizeof(float);
+    const bool vec4 = g.b % 4 == 0 || (g.b == 1 && g.c % 4 == 0);
+    if (!vec4 || !dev.GetKernel("group_norm_apply4", &u->apply4_).ok()) u->apply4_ = nullptr;
+  } else {
+    u->partial_ = nullptr;
+  }
   *out = std::move(u);
   return Status::Ok();
 }
 
+// SDGPU_ATTN_TILING=<suffix> forces one tiling (a tuning knob for scripts/opencl_attn_bench.py; "legacy" =
+// the fallback kernels); a forced tiling that cannot run the head dim is ignored.
+const char* ForcedAttnTiling() { return std::getenv("SDGPU_ATTN_TILING"); }
+
+// The tiling for `head_dim`: its own instantiation, else the any-head-dim one; nullptr when none fits.
+const AttnTiling* PickAttnTiling(int head_dim, const char* forced) {
+  const AttnTiling* pick = nullptr;
+  for (const AttnTiling& t : kAttnTilings) {
+    const bool fits = t.head_dim == 0 ? head_dim <= t.max_head_dim : head_dim == t.head_dim;
+    if (!fits) continue;
+    if (forced != nullptr && std::strcmp(forced, t.suffix) == 0) return &t;
+    if (pick == nullptr || (pick->head_dim == 0 && t.head_dim != 0)) pick = &t;
+  }
+  return pick;
+}
+
 Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dims& q, const Dims& k,
                        std::unique_ptr<GpuOp>* out) {
-  if (attrs.head_dim > kMaxHeadDim) {
-    return Status::Error("head_dim " + std::to_string(attrs.head_dim) + " above the kernel limit " +
-                         std::to_string(kMaxHeadDim));
-  }
   auto u = std::make_unique<SdAttentionOp>();
   u->attrs_ = attrs;
   u->n_ = static_cast<int>(q[0]);
   u->sq_ = static_cast<int>(q[1]);
   u->sk_ = static_cast<int>(k[1]);
   u->device_inputs_ = {0, 1, 2};
-  u->rows_ = static_cast<size_t>(u->n_) * attrs.heads * u->sq_;
-  if (attrs.variant == AttentionVariant::kFlash) {
+  const bool flash = attrs.variant == AttentionVariant::kFlash;
+  const size_t rows = static_cast<size_t>(u->n_) * attrs.heads * u->sq_;
+  if (!flash) u->scratch_bytes_ = rows * 2 * sizeof(float);  // the m and s vectors
+
+  const char* forced = ForcedAttnTiling();
+  const bool legacy_only = forced != nullptr && std::strcmp(forced, "legacy") == 0;
+  const AttnTiling* t = legacy_only ? nullptr : PickAttnTiling(attrs.head_dim, forced);
+  if (t != nullptr && t->nt <= dev.max_work_group_size()) {
+    const std::string sfx = std::string("_") + t->suffix;
+    const bool found = flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()
+                             : dev.GetKernel("attn_stats" + sfx, &u->k1_).ok() &&
+                                   dev.GetKernel("attn_pv" + sfx, &u->k2_).ok();
+    if (found) {
+      u->groups_ = static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + t->bq - 1) / t->bq);
+      u->wg_ = t->nt;
+      *out = std::move(u);
+      return Status::Ok();
+    }
+  }
+  if (attrs.head_dim > kMaxHeadDim) {
+    // The limit of what this device could run: the any-head-dim tiled kernels when it has them.
+    const Kernel* probe = nullptr;
+    const bool tiled = !legacy_only && dev.GetKernel("attn_flash_dyn", &probe).ok();
+    return Status::Error("head_dim " + std::to_string(attrs.head_dim) + " above the kernel limit " +
+                         std::to_string(tiled ? kTiledMaxHeadDim : kMaxHeadDim));
+  }
+  u->groups_ = rows;
+  u->wg_ = kAttentionWg;
+  if (flash) {
     SDGPU_RETURN_IF_ERROR(dev.GetKernel("attn_flash", &u->k1_));
   } else {
-    u->scratch_bytes_ = u->rows_ * 2 * sizeof(float);  // the m and s vectors
     SDGPU_RETURN_IF_ERROR(dev.GetKernel("attn_stats", &u->k1_));
     SDGPU_RETURN_IF_ERROR(dev.GetKernel("attn_pv", &u->k2_));
   }
@@ -233,27 +371,8 @@ Status MakeSdOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>*
       return MakeSdGroupNorm(dev, std::get<GroupNormAttrs>(op.attrs), x, out);
     case OpKind::kAttention:
       return MakeSdAttention(dev, std::get<AttentionAttrs>(op.attrs), x, DimsOf(node.inputs[1]), out);
-    case OpKind::kConv2DWinograd: {
-      // Runs as the tiled implicit-GEMM convolution (same math, direct summation); a
-      // Winograd-domain GPU kernel is not implemented yet.
-      const auto& a = std::get<Conv2DWinogradAttrs>(op.attrs);
-      const Dims w = DimsOf(node.inputs[1]), o = DimsOf(node.outputs[0]);
-      ConvShape s;
-      s.n = static_cast<int>(x[0]);
-      s.h = static_cast<int>(x[1]);
-      s.w = static_cast<int>(x[2]);
-      s.ci = static_cast<int>(x[3]);
-      s.co = static_cast<int>(w[0]);
-      s.kh = 3;
-      s.kw = 3;
-      s.oh = static_cast<int>(o[1]);
-      s.ow = static_cast<int>(o[2]);
-      s.ph = s.pw = a.same_padding ? 1 : 0;
-      static const int kAct[] = {0, 1, 3, 2, 4};  // ConvActivation -> TFLite fused activation code
-      s.act = kAct[static_cast<int>(a.activation)];
-      s.has_bias = true;
-      return MakeConv(dev, s, out);
-    }
+    case OpKind::kConv2DWinograd:
+      return MakeWinogradConv(dev, node, out);  // gpu/winograd_ops.cc
   }
   return Status::Error("unhandled Sd* op");
 }

@@ -42,7 +42,6 @@ def test_env_override_accepts_a_build_directory(monkeypatch, delegate_lib):
         ({"backend": "vulkan"}, "unknown backend 'vulkan'"),
         ({"log_level": "loud"}, "unknown log_level 'loud'"),
         ({"num_threads": 0}, "num_threads must be a positive int"),
-        ({"backend": "gl"}, "backend 'gl' is not available in this build (available: cpu, opencl)"),
         ({"attention_block_q": 5000}, "attention_block_q='5000' must be 1..1024"),
     ],
 )

@@ -37,7 +37,10 @@ def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> No
     assert [o["index"] for o in prof["ops"]] == list(range(len(info.ops)))
     assert [o["op_name"] for o in prof["ops"]] == [op.op_name for op in info.ops]
     assert all(o["executor"] == "sdgpu" for o in prof["ops"])
-    assert all(o["avg_us"] > 0 and o["first_us"] > 0 for o in prof["ops"])
+    # views (RESHAPE/SQUEEZE/EXPAND_DIMS) alias their input inside a partition: no launch, zero device time
+    views = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
+    assert all(o["avg_us"] > 0 and o["first_us"] > 0 for o in prof["ops"] if o["op_name"] not in views)
+    assert all(o["avg_us"] == 0 for o in prof["ops"] if o["op_name"] in views)
     # device time of the nodes fits inside the wall time of a run (which adds uploads, downloads, launches)
     total = sum(o["avg_us"] for o in prof["ops"])
     assert total == pytest.approx(prof["total_us"])

@@ -49,3 +49,220 @@ __kernel void group_norm_f32(__global float* y, int yo, __global const float* x,
     y[yo + idx] = v;
   }
 }
+
+// ---------------------------------------------------------------------------
+// Two-stage path for large groups (the VAE's 512x512x128 GroupNorms: 32 groups
+// of 1M elements would leave all but 32 work-groups of the GPU idle above).
+// A group's elements, in memory order, are runs of L = cpg*B contiguous floats
+// (one run per position a): element e of group (n, g) is at
+//   ((n*A + a)*C + g*cpg)*B + (e - a*L),  a = e / L.
+//   1. group_norm_partial: one GN_WG2-wide work-group per (n, g, chunk of
+//      GN_CHUNK elements): chunk count, mean and centred sum of squares M2
+//      (two passes over the chunk, the second from cache) -> part[3*k ..];
+//   2. group_norm_finalize: one GN_WG-wide work-group per (n, g) combines the
+//      chunks exactly (mean = sum n_i mean_i / N; M2 = sum M2_i + n_i (mean_i - mean)^2,
+//      no E[x^2] - E[x]^2 cancellation) -> stats[2*ng] = mean, [2*ng+1] = 1/sqrt(var + eps);
+//   3. group_norm_apply: one work-item per element (or per float4 when four
+//      neighbours share a channel or are four consecutive channels):
+//      y = (x - mean) * rstd * gamma[c] + beta[c], then SiLU when asked.
+// Signatures (host: SdGroupNormOp in gpu/sd_ops.cc; GN_WG2 / GN_CHUNK mirrored there):
+//   group_norm_partial(part, po, x, xo, int A, int C, int B, int G, int nchunks)
+//   group_norm_finalize(stats, so, part, po, int nchunks, int count, float eps)
+//   group_norm_apply(y, yo, x, xo, gamma, go, beta, bo, stats, so, int A, int C, int B, int G, int silu, int n)
+//   group_norm_apply4(same; n counts float4s; vec_channels = 1: the four are consecutive channels (B == 1),
+//                     0: the four share one channel (B % 4 == 0)) + int vec_channels
+// ---------------------------------------------------------------------------
+#define GN_WG2 256
+#define GN_CHUNK 4096
+
+inline float gn_tree_sum(__local float* scratch, float v) {
+  const int lid = get_local_id(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = GN_WG2 / 2; s > 0; s >>= 1) {
+    if (lid < s) scratch[lid] += scratch[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float total = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);  // scratch is reused by the caller's next reduction
+  return total;
+}
+
+__kernel void group_norm_partial(__global float* part, int po, __global const float* x, int xo, int A, int C, int B,
+                                 int G, int nchunks) {
+  __local float scratch[GN_WG2];
+  const int k = get_group_id(0);  // (n*G + g)*nchunks + chunk
+  const int chunk = k % nchunks, ng = k / nchunks;
+  const int n = ng / G, g = ng % G;
+  const int cpg = C / G, L = cpg * B;
+  const int count = A * L;
+  const int e0 = chunk * GN_CHUNK, e1 = min(count, e0 + GN_CHUNK);
+  const int lid = get_local_id(0);
+  __global const float* xg = x + xo + (n * A * C + g * cpg) * B;  // run a starts at xg + a*C*B
+  const int run_stride = C * B;
+  float sum = 0.0f;
+  for (int e = e0 + lid; e < e1; e += GN_WG2) {
+    const int a = e / L;
+    sum += xg[a * run_stride + (e - a * L)];
+  }
+  const float cnt = (float)(e1 - e0);
+  const float mean = gn_tree_sum(scratch, sum) / cnt;
+  float sq = 0.0f;
+  for (int e = e0 + lid; e < e1; e += GN_WG2) {
+    const int a = e / L;
+    const float d = xg[a * run_stride + (e - a * L)] - mean;
+    sq += d * d;
+  }
+  const float m2 = gn_tree_sum(scratch, sq);
+  if (lid == 0) {
+    part[po + 3 * k] = cnt;
+    part[po + 3 * k + 1] = mean;
+    part[po + 3 * k + 2] = m2;
+  }
+}
+
+// Channels-last variant of stage 1 (B == 1, C % 4 == 0, C <= 4*GN_WG2, G <= GN_WG2): one work-group per
+// (n, chunk of `rows` positions) reads whole rows of C channels as float4 (coalesced, unlike the per-group walk
+// above, which touches cpg floats of every C-float row) and produces the partials of ALL G groups of the chunk:
+// per-thread float4 channel sums -> local per-channel sums -> per-group sums (two passes: mean, then centred
+// M2). Same part layout: part[3*((n*G + g)*nchunks + chunk) ..] = (count, mean, M2). xo in float4 units.
+// group_norm_partial_rows(part, po, x (float4), xo, int A, int C, int G, int rows, int nchunks)
+inline void gn_rows_reduce(__local float4* l4, __local float* chan, __local float* grp, float4 acc, int tpr, int rpp,
+                           int C, int G) {
+  const int lid = get_local_id(0);
+  l4[lid] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid < tpr) {
+    float4 s = (float4)(0.0f);
+    for (int r = 0; r < rpp; ++r) s += l4[lid + r * tpr];
+    chan[4 * lid] = s.s0;
+    chan[4 * lid + 1] = s.s1;
+    chan[4 * lid + 2] = s.s2;
+    chan[4 * lid + 3] = s.s3;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const int cpg = C / G;
+  if (lid < G) {
+    float s = 0.0f;
+    for (int c = lid * cpg; c < (lid + 1) * cpg; ++c) s += chan[c];
+    grp[lid] = s;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+__kernel void group_norm_partial_rows(__global float* part, int po, __global const float4* x, int xo, int A, int C,
+                                      int G, int rows, int nchunks) {
+  __local float4 l4[GN_WG2];
+  __local float chan[4 * GN_WG2];
+  __local float gmean[GN_WG2];
+  __local float gm2[GN_WG2];
+  const int k = get_group_id(0);  // n*nchunks + chunk
+  const int n = k / nchunks, chunk = k % nchunks;
+  const int lid = get_local_id(0);
+  const int tpr = C / 4, rpp = GN_WG2 / tpr;
+  const int c4 = lid % tpr, r0 = lid / tpr;
+  const int a0 = chunk * rows, a1 = min(A, a0 + rows);
+  const int cpg = C / G;
+  const bool active = r0 < rpp;
+  __global const float4* xr = x + xo + (n * A) * tpr + c4;
+  float4 acc = (float4)(0.0f);
+  if (active) {
+    for (int a = a0 + r0; a < a1; a += rpp) acc += xr[a * tpr];
+  }
+  gn_rows_reduce(l4, chan, gmean, acc, tpr, rpp, C, G);
+  const float cnt = (float)((a1 - a0) * cpg);
+  const int c = 4 * c4;
+  const float4 mean4 = (float4)(gmean[c / cpg], gmean[(c + 1) / cpg], gmean[(c + 2) / cpg], gmean[(c + 3) / cpg]) / cnt;
+  float4 sq = (float4)(0.0f);
+  if (active) {
+    for (int a = a0 + r0; a < a1; a += rpp) {
+      const float4 d = xr[a * tpr] - mean4;
+      sq += d * d;
+    }
+  }
+  gn_rows_reduce(l4, chan, gm2, sq, tpr, rpp, C, G);
+  if (lid < G) {
+    const int idx = 3 * ((n * G + lid) * nchunks + chunk);
+    part[po + idx] = cnt;
+    part[po + idx + 1] = gmean[lid] / cnt;
+    part[po + idx + 2] = gm2[lid];
+  }
+}
+
+__kernel void group_norm_finalize(__global float* stats, int so, __global const float* part, int po, int nchunks,
+                                  int count, float eps) {
+  __local float scratch[GN_WG];
+  const int ng = get_group_id(0);
+  const int lid = get_local_id(0);
+  __global const float* p = part + po + 3 * ng * nchunks;
+  float s = 0.0f;
+  for (int i = lid; i < nchunks; i += GN_WG) s += p[3 * i] * p[3 * i + 1];
+  scratch[lid] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int st = GN_WG / 2; st > 0; st >>= 1) {
+    if (lid < st) scratch[lid] += scratch[lid + st];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float mean = scratch[0] / (float)count;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float m2 = 0.0f;
+  for (int i = lid; i < nchunks; i += GN_WG) {
+    const float d = p[3 * i + 1] - mean;
+    m2 += p[3 * i + 2] + p[3 * i] * d * d;
+  }
+  scratch[lid] = m2;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int st = GN_WG / 2; st > 0; st >>= 1) {
+    if (lid < st) scratch[lid] += scratch[lid + st];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) {
+    stats[so + 2 * ng] = mean;
+    stats[so + 2 * ng + 1] = rsqrt(scratch[0] / (float)count + eps);
+  }
+}
+
+inline float gn_affine(float v, float mean, float rstd, float gm, float bt, int silu) {
+  v = (v - mean) * rstd * gm + bt;
+  return silu ? v / (1.0f + exp(-v)) : v;
+}
+
+__kernel void group_norm_apply(__global float* y, int yo, __global const float* x, int xo, __global const float* gamma,
+                               int go, __global const float* beta, int bo, __global const float* stats, int so, int A,
+                               int C, int B, int G, int silu, int n) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int c = (i / B) % C;
+  const int ng = (i / (A * C * B)) * G + c / (C / G);
+  const float mean = stats[so + 2 * ng], rstd = stats[so + 2 * ng + 1];
+  y[yo + i] = gn_affine(x[xo + i], mean, rstd, gamma[go + c], beta[bo + c], silu);
+}
+
+__kernel void group_norm_apply4(__global float4* y, int yo, __global const float4* x, int xo,
+                                __global const float* gamma, int go, __global const float* beta, int bo,
+                                __global const float* stats, int so, int A, int C, int B, int G, int silu, int n,
+                                int vec_channels) {
+  const int i = get_global_id(0);  // float4 index; yo/xo are in float4 units here
+  if (i >= n) return;
+  const int e = 4 * i;
+  const int c = (e / B) % C;
+  const int cpg = C / G;
+  const int nbase = (e / (A * C * B)) * G;
+  const float4 v = x[xo + i];
+  float4 r;
+  if (vec_channels) {  // four consecutive channels (B == 1, C % 4 == 0): groups may differ
+    const int g0 = nbase + c / cpg, g1 = nbase + (c + 1) / cpg, g2 = nbase + (c + 2) / cpg, g3 = nbase + (c + 3) / cpg;
+    r.s0 = gn_affine(v.s0, stats[so + 2 * g0], stats[so + 2 * g0 + 1], gamma[go + c], beta[bo + c], silu);
+    r.s1 = gn_affine(v.s1, stats[so + 2 * g1], stats[so + 2 * g1 + 1], gamma[go + c + 1], beta[bo + c + 1], silu);
+    r.s2 = gn_affine(v.s2, stats[so + 2 * g2], stats[so + 2 * g2 + 1], gamma[go + c + 2], beta[bo + c + 2], silu);
+    r.s3 = gn_affine(v.s3, stats[so + 2 * g3], stats[so + 2 * g3 + 1], gamma[go + c + 3], beta[bo + c + 3], silu);
+  } else {  // one channel (B % 4 == 0)
+    const int ng = nbase + c / cpg;
+    const float mean = stats[so + 2 * ng], rstd = stats[so + 2 * ng + 1], gm = gamma[go + c], bt = beta[bo + c];
+    r.s0 = gn_affine(v.s0, mean, rstd, gm, bt, silu);
+    r.s1 = gn_affine(v.s1, mean, rstd, gm, bt, silu);
+    r.s2 = gn_affine(v.s2, mean, rstd, gm, bt, silu);
+    r.s3 = gn_affine(v.s3, mean, rstd, gm, bt, silu);
+  }
+  y[yo + i] = r;
+}

@@ -43,6 +43,14 @@ __kernel void unary_f32(__global float* y, int yo, __global const float* x, int 
   y[yo + i] = sd_unary(x[xo + i], op);
 }
 
+// unary_f32 on float4s (n % 4 == 0, both tensors 16-byte aligned); yo/xo/n4 in float4 units.
+__kernel void unary_f32_v4(__global float4* y, int yo, __global const float4* x, int xo, int n4, int op) {
+  const int i = get_global_id(0);
+  if (i >= n4) return;
+  const float4 v = x[xo + i];
+  y[yo + i] = (float4)(sd_unary(v.s0, op), sd_unary(v.s1, op), sd_unary(v.s2, op), sd_unary(v.s3, op));
+}
+
 inline float sd_binary(float a, float b, int op) {
   switch (op) {
     case 0: return a + b;
@@ -73,6 +81,29 @@ __kernel void binary_f32(__global float* y, int yo, __global const float* a, int
     ib += c * m[1 + 2 * MAXR + d];
   }
   y[yo + i] = sd_act(sd_binary(a[ao + ia], b[bo + ib], op), act);
+}
+
+// binary_f32 on four consecutive outputs per work-item (host: innermost collapsed dim % 4 == 0, aligned
+// offsets). The meta describes the float4 grid: innermost out dim / 4, innermost strides 4 (operand varies
+// along it: a_vec/b_vec = 1, float4 load) or 0 (broadcast along it: one scalar); strides in floats.
+__kernel void binary_f32_v4(__global float4* y, int yo, __global const float* a, int ao, __global const float* b,
+                            int bo, __global const int* m, int mo, int n4, int op, int act, int a_vec, int b_vec) {
+  const int i = get_global_id(0);
+  if (i >= n4) return;
+  m += mo;
+  const int rank = m[0];
+  int rem = i, ia = 0, ib = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int dim = m[1 + d];
+    const int c = rem % dim;
+    rem /= dim;
+    ia += c * m[1 + MAXR + d];
+    ib += c * m[1 + 2 * MAXR + d];
+  }
+  const float4 va = a_vec ? *((__global const float4*)(a + ao + ia)) : (float4)(a[ao + ia]);
+  const float4 vb = b_vec ? *((__global const float4*)(b + bo + ib)) : (float4)(b[bo + ib]);
+  y[yo + i] = (float4)(sd_act(sd_binary(va.s0, vb.s0, op), act), sd_act(sd_binary(va.s1, vb.s1, op), act),
+                       sd_act(sd_binary(va.s2, vb.s2, op), act), sd_act(sd_binary(va.s3, vb.s3, op), act));
 }
 
 // SELECT_V2: y = cond != 0 ? a : b (cond converted to float at prepare), broadcasting.

@@ -1,0 +1,564 @@
+#include "backends/gl/gl_device.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace sdgpu::gl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// An SSBO; holds the context so it can be deleted after the device (the context dies with its last user).
+class GlBuffer final : public gpu::Buffer {
+ public:
+  GlBuffer(std::shared_ptr<GlContext> ctx, GLuint id, size_t bytes, uint64_t serial)
+      : ctx_(std::move(ctx)), id_(id), bytes_(bytes), serial_(serial) {}
+  ~GlBuffer() override {
+    GlScope scope(*ctx_, false);
+    // When the context is current on another thread the buffer is freed with the context instead.
+    if (scope.status().ok()) {
+      ctx_->api().glDeleteBuffers(1, &id_);
+      (void)GlCheck(ctx_->api(), "glDeleteBuffers");
+    }
+  }
+  size_t bytes() const override { return bytes_; }
+  GLuint id() const { return id_; }
+  // Unique per device for its lifetime (GL may reuse a deleted buffer's name; the binding cache keys on this).
+  uint64_t serial() const { return serial_; }
+
+ private:
+  std::shared_ptr<GlContext> ctx_;
+  GLuint id_;
+  size_t bytes_;  // as requested (the allocation is rounded up to 16 bytes)
+  uint64_t serial_;
+};
+
+class GlKernel final : public gpu::Kernel {
+ public:
+  explicit GlKernel(const KernelSource* source) : source_(source) {}
+  const std::string& name() const override { return source_->name; }
+  const KernelSource& source() const { return *source_; }
+
+ private:
+  const KernelSource* source_;  // owned by the device's ShaderLibrary
+};
+
+// The first `lines` non-empty lines of a compile log, joined into one line.
+std::string FirstLines(const std::string& log, int lines) {
+  std::string s;
+  size_t start = 0;
+  for (int taken = 0; taken < lines && start < log.size();) {
+    size_t end = log.find('\n', start);
+    if (end == std::string::npos) end = log.size();
+    if (end > start) {
+      s += (s.empty() ? "" : " | ") + log.substr(start, end - start);
+      ++taken;
+    }
+    start = end + 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+struct GlDevice::TimerState {
+  GLuint query = 0;  // gl_timer_query: the GL_TIME_ELAPSED query (0 once resolved)
+  double ms = 0.0;
+  bool resolved = false;
+};
+
+namespace {
+
+class GlTimer final : public gpu::Timer {
+ public:
+  explicit GlTimer(std::shared_ptr<GlDevice::TimerState> s) : s_(std::move(s)) {}
+  Status ElapsedMs(double* ms) const override {
+    if (!s_->resolved) return Status::Error("gl: launch time read before Device::Finish()");
+    *ms = s_->ms;
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<GlDevice::TimerState> s_;
+};
+
+}  // namespace
+
+Status GlDevice::Create(const GlDeviceOptions& options, const Logger& logger, std::unique_ptr<GlDevice>* out) {
+  const GlApi* api = nullptr;
+  SDGPU_RETURN_IF_ERROR(LoadGlApi(&api));
+  std::shared_ptr<GlContext> ctx;
+  SDGPU_RETURN_IF_ERROR(GlContext::Create(api, logger, &ctx));
+  std::unique_ptr<GlDevice> d(new GlDevice(std::move(ctx), logger));
+  SDGPU_RETURN_IF_ERROR(d->Init(options));
+  *out = std::move(d);
+  return Status::Ok();
+}
+
+Status GlDevice::Init(const GlDeviceOptions& options) {
+  options_ = options;
+  SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(ShaderSource(), &library_));
+  GlScope scope(*ctx_, false);
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  auto str = [&](GLenum e) {
+    const char* s = reinterpret_cast<const char*>(a.glGetString(e));
+    return std::string(s != nullptr ? s : "");
+  };
+  device_name_ = str(GL_RENDERER);
+  const std::string version = str(GL_VERSION), vendor = str(GL_VENDOR);
+  const std::string extensions = str(GL_EXTENSIONS);
+  for (GLuint i = 0; i < 3; ++i) {
+    a.glGetIntegeri_v(GL_MAX_COMPUTE_WORK_GROUP_COUNT, i, &max_group_count_[i]);
+    a.glGetIntegeri_v(GL_MAX_COMPUTE_WORK_GROUP_SIZE, i, &max_group_size_[i]);
+  }
+  a.glGetIntegerv(GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS, &max_invocations_);
+  a.glGetIntegerv(GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS, &max_ssbo_blocks_);
+  a.glGetInteger64v(GL_MAX_SHADER_STORAGE_BLOCK_SIZE, &max_ssbo_size_);
+  GLint shared_bytes = 0;
+  a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes);
+  SDGPU_RETURN_IF_ERROR(GlCheck(a, "reading the compute limits"));
+  // Mesa's software rasterizers expose the timer query but run dispatches lazily at flush time, so every
+  // query reads ~1 ns; they get the glFinish + host clock method instead.
+  const bool software = device_name_.rfind("llvmpipe", 0) == 0 || device_name_.rfind("softpipe", 0) == 0 ||
+                        device_name_.find("SwiftShader") != std::string::npos;
+  timer_query_ = !software && HasExtension(extensions.c_str(), "GL_EXT_disjoint_timer_query") &&
+                 a.glGenQueriesEXT != nullptr && a.glDeleteQueriesEXT != nullptr && a.glBeginQueryEXT != nullptr &&
+                 a.glEndQueryEXT != nullptr && a.glGetQueryObjectui64vEXT != nullptr;
+  // Debugging knobs (environment, read once per device; see gl_device.h).
+  const char* env = std::getenv("SDGPU_GL_FINISH_EACH");
+  finish_each_ = env != nullptr && std::strcmp(env, "1") == 0;
+  env = std::getenv("SDGPU_GL_BARRIER");
+  if (env != nullptr && std::strcmp(env, "minimal") == 0) {
+    barrier_bits_ = GL_SHADER_STORAGE_BARRIER_BIT | GL_BUFFER_UPDATE_BARRIER_BIT;
+  }
+  env = std::getenv("SDGPU_GL_PLAIN_BUFFERS");
+  plain_buffers_ = env != nullptr && std::strcmp(env, "1") == 0;
+  env = std::getenv("SDGPU_GL_NO_NV_PRAGMAS");
+  no_nv_pragmas_ = env != nullptr && std::strcmp(env, "1") == 0;
+  env = std::getenv("SDGPU_GL_DUMP_DIR");
+  dump_dir_ = env != nullptr ? env : "";
+  env = std::getenv("SDGPU_GL_KERNEL_ALIAS");
+  for (std::string list = env != nullptr ? env : "", item; !list.empty();) {
+    const size_t comma = list.find(',');
+    item = list.substr(0, comma);
+    list = comma == std::string::npos ? "" : list.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || library_.Find(item.substr(eq + 1)) == nullptr) {
+      return Status::Error("gl: SDGPU_GL_KERNEL_ALIAS: '" + item + "' is not <kernel>=<library kernel>");
+    }
+    kernel_alias_[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  if (max_ssbo_blocks_ < 5) {  // select_f32 and attn_pv bind five buffers
+    return Status::Error("gl: the context allows only " + std::to_string(max_ssbo_blocks_) +
+                         " storage buffers per compute shader (the kernels need 5)");
+  }
+  logger_.Info("gl: " + ctx_->display_label() + ": " + version + ", renderer '" + device_name_ + "', vendor '" +
+               vendor + "'; work-group invocations " + std::to_string(max_invocations_) + ", group count " +
+               std::to_string(max_group_count_[0]) + "x" + std::to_string(max_group_count_[1]) + "x" +
+               std::to_string(max_group_count_[2]) + ", SSBO blocks " + std::to_string(max_ssbo_blocks_) +
+               ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes) +
+               " bytes; " + std::to_string(library_.num_kernels()) + " kernels; profiling timer: " + timing_method() +
+               (finish_each_ ? "; SDGPU_GL_FINISH_EACH" : "") + (plain_buffers_ ? "; SDGPU_GL_PLAIN_BUFFERS" : "") +
+               (barrier_bits_ != GL_ALL_BARRIER_BITS ? "; SDGPU_GL_BARRIER=minimal" : "") +
+               (no_nv_pragmas_ ? "; SDGPU_GL_NO_NV_PRAGMAS" : "") +
+               (kernel_alias_.empty() ? "" : "; SDGPU_GL_KERNEL_ALIAS"));
+  return Status::Ok();
+}
+
+GlDevice::~GlDevice() {
+  GlScope scope(*ctx_, false);
+  if (!scope.status().ok()) return;  // the context frees everything when it dies
+  const GlApi& a = api();
+  for (auto& [key, p] : programs_) a.glDeleteProgram(p.id);
+  if (!all_queries_.empty()) a.glDeleteQueriesEXT(static_cast<GLsizei>(all_queries_.size()), all_queries_.data());
+  (void)GlCheck(a, "deleting programs");
+}
+
+Status GlDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const {
+  // Rounded up so a kernel reading 4-byte words (fp16 pairs in dequant_f16) never reads past the end.
+  const size_t alloc = std::max<size_t>(16, (bytes + 15) / 16 * 16);
+  if (static_cast<GLint64>(alloc) > max_ssbo_size_) {
+    return Status::Error("gl: a " + std::to_string(bytes) + "-byte buffer exceeds this driver's "
+                         "GL_MAX_SHADER_STORAGE_BLOCK_SIZE (" + std::to_string(max_ssbo_size_) + " bytes)");
+  }
+  GlScope scope(*ctx_, false);
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  GLuint id = 0;
+  a.glGenBuffers(1, &id);
+  SDGPU_RETURN_IF_ERROR(GlCheck(a, "glGenBuffers"));
+  a.glBindBuffer(GL_COPY_WRITE_BUFFER, id);
+  a.glBufferData(GL_COPY_WRITE_BUFFER, static_cast<GLsizeiptr>(alloc), nullptr, GL_DYNAMIC_COPY);
+  Status s = GlCheck(a, ("glBufferData(" + std::to_string(alloc) + " bytes)").c_str());
+  a.glBindBuffer(GL_COPY_WRITE_BUFFER, 0);
+  if (!s.ok()) {
+    a.glDeleteBuffers(1, &id);
+    a.glGetError();
+    return s;
+  }
+  *out = std::make_unique<GlBuffer>(ctx_, id, bytes, ++buffer_serial_);
+  return Status::Ok();
+}
+
+Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool) const {
+  if (bytes == 0) return Status::Ok();
+  GlScope scope(*ctx_, false);
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  a.glBindBuffer(GL_COPY_WRITE_BUFFER, static_cast<const GlBuffer&>(buffer).id());
+  // glBufferSubData copies `src` before it returns, so a non-blocking upload needs nothing more.
+  a.glBufferSubData(GL_COPY_WRITE_BUFFER, static_cast<GLintptr>(offset), static_cast<GLsizeiptr>(bytes), src);
+  a.glBindBuffer(GL_COPY_WRITE_BUFFER, 0);
+  return GlCheck(a, "glBufferSubData");
+}
+
+Status GlDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const {
+  if (bytes == 0) return Status::Ok();
+  GlScope scope(*ctx_, false);
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  a.glBindBuffer(GL_COPY_READ_BUFFER, static_cast<const GlBuffer&>(buffer).id());
+  // Mapping for reading waits for every earlier write (the launches' memory barriers cover shader writes).
+  const void* p = a.glMapBufferRange(GL_COPY_READ_BUFFER, static_cast<GLintptr>(offset),
+                                     static_cast<GLsizeiptr>(bytes), GL_MAP_READ_BIT);
+  if (p == nullptr) {
+    Status s = GlCheck(a, "glMapBufferRange");
+    a.glBindBuffer(GL_COPY_READ_BUFFER, 0);
+    return s.ok() ? Status::Error("gl: glMapBufferRange returned NULL") : s;
+  }
+  std::memcpy(dst, p, bytes);
+  const GLboolean intact = a.glUnmapBuffer(GL_COPY_READ_BUFFER);
+  a.glBindBuffer(GL_COPY_READ_BUFFER, 0);
+  SDGPU_RETURN_IF_ERROR(GlCheck(a, "glUnmapBuffer"));
+  if (!intact) return Status::Error("gl: glUnmapBuffer reported corrupted buffer contents (display mode change?)");
+  return Status::Ok();
+}
+
+Status GlDevice::GetKernel(const std::string& name, const gpu::Kernel** out) const {
+  std::lock_guard<std::mutex> lock(ctx_->mutex());
+  auto it = kernels_.find(name);
+  if (it == kernels_.end()) {
+    const auto alias = kernel_alias_.find(name);
+    const KernelSource* src = library_.Find(alias != kernel_alias_.end() ? alias->second : name);
+    if (src == nullptr) return Status::Error("gl: no kernel '" + name + "' in the GLSL library");
+    it = kernels_.emplace(name, std::make_unique<GlKernel>(src)).first;
+  }
+  *out = it->second.get();
+  return Status::Ok();
+}
+
+Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t, 3>& local, Program** out) const {
+  const auto key = std::make_tuple(kernel.name, local[0], local[1], local[2]);
+  auto it = programs_.find(key);
+  if (it != programs_.end()) {
+    *out = &it->second;
+    return Status::Ok();
+  }
+  const GlApi& a = api();
+  const auto t0 = Clock::now();
+  std::string source = library_.Compose(kernel, local);
+  if (plain_buffers_) {  // debugging: no readonly/writeonly hints for the compiler
+    for (const char* word : {"readonly ", "writeonly "}) {
+      for (size_t at; (at = source.find(word)) != std::string::npos;) source.erase(at, std::strlen(word));
+    }
+  }
+  if (no_nv_pragmas_) {  // debugging: the line stays (as an empty one) so #line numbers hold
+    for (size_t at; (at = source.find("#pragma optionNV")) != std::string::npos;) {
+      source.erase(at, source.find('\n', at) - at);
+    }
+  }
+  const std::string what = "kernel '" + kernel.name + "' (" + library_.file_path(kernel.file) + ", local size " +
+                           std::to_string(local[0]) + "x" + std::to_string(local[1]) + "x" +
+                           std::to_string(local[2]) + ")";
+  const GLuint shader = a.glCreateShader(GL_COMPUTE_SHADER);
+  if (shader == 0) {
+    Status s = GlCheck(a, "glCreateShader(GL_COMPUTE_SHADER)");
+    return s.ok() ? Status::Error("gl: glCreateShader(GL_COMPUTE_SHADER) returned 0") : s;
+  }
+  const char* text = source.c_str();
+  a.glShaderSource(shader, 1, &text, nullptr);
+  a.glCompileShader(shader);
+  GLint ok = 0;
+  a.glGetShaderiv(shader, GL_COMPILE_STATUS, &ok);
+  if (!ok) {
+    GLint n = 0;
+    a.glGetShaderiv(shader, GL_INFO_LOG_LENGTH, &n);
+    std::string log(static_cast<size_t>(std::max(n, 1)), '\0');
+    a.glGetShaderInfoLog(shader, static_cast<GLsizei>(log.size()), nullptr, log.data());
+    a.glDeleteShader(shader);
+    return Status::Error("gl: compiling " + what + " failed: " + FirstLines(log.c_str(), 4));
+  }
+  const GLuint prog = a.glCreateProgram();
+  a.glAttachShader(prog, shader);
+  a.glLinkProgram(prog);
+  a.glDeleteShader(shader);  // flagged; freed with the program
+  a.glGetProgramiv(prog, GL_LINK_STATUS, &ok);
+  if (!ok) {
+    GLint n = 0;
+    a.glGetProgramiv(prog, GL_INFO_LOG_LENGTH, &n);
+    std::string log(static_cast<size_t>(std::max(n, 1)), '\0');
+    a.glGetProgramInfoLog(prog, static_cast<GLsizei>(log.size()), nullptr, log.data());
+    a.glDeleteProgram(prog);
+    return Status::Error("gl: linking " + what + " failed: " + FirstLines(log.c_str(), 4));
+  }
+  Program p;
+  p.id = prog;
+  GLint count = 0;
+  a.glGetProgramiv(prog, GL_ACTIVE_UNIFORMS, &count);
+  for (GLint i = 0; i < count; ++i) {
+    char name[128] = {};
+    GLsizei len = 0;
+    GLint size = 0;
+    GLenum type = 0;
+    a.glGetActiveUniform(prog, static_cast<GLuint>(i), sizeof(name), &len, &size, &type, name);
+    const GLint loc = a.glGetUniformLocation(prog, name);
+    if (loc < 0) continue;
+    if (static_cast<size_t>(loc) >= p.uniform_types.size()) p.uniform_types.resize(loc + 1, 0);
+    p.uniform_types[loc] = type;
+  }
+  p.uniform_known.assign(p.uniform_types.size(), false);
+  p.uniform_bits.assign(p.uniform_types.size(), 0);
+  p.has_group_base = p.uniform_types.size() > kGroupBaseLocation &&
+                     p.uniform_types[kGroupBaseLocation] == GL_UNSIGNED_INT_VEC3;
+  GLint blocks = 0;
+  a.glGetProgramInterfaceiv(prog, GL_SHADER_STORAGE_BLOCK, GL_ACTIVE_RESOURCES, &blocks);
+  for (GLint i = 0; i < blocks; ++i) {
+    const GLenum prop = GL_BUFFER_BINDING;
+    GLint binding = -1;
+    a.glGetProgramResourceiv(prog, GL_SHADER_STORAGE_BLOCK, static_cast<GLuint>(i), 1, &prop, 1, nullptr, &binding);
+    p.ssbo_bindings.push_back(binding);
+  }
+  Status s = GlCheck(a, ("building " + what).c_str());
+  if (!s.ok()) {
+    a.glDeleteProgram(prog);
+    return s;
+  }
+  if (!dump_dir_.empty()) {
+    DumpProgram(kernel.name + "_" + std::to_string(local[0]) + "x" + std::to_string(local[1]) + "x" +
+                std::to_string(local[2]), source, prog);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  logger_.Debug("gl: compiled " + what + " in " + std::to_string(ms) + " ms");
+  *out = &programs_.emplace(key, std::move(p)).first->second;
+  return Status::Ok();
+}
+
+void GlDevice::DumpProgram(const std::string& stem, const std::string& source, GLuint program) const {
+  const GlApi& a = api();
+  std::vector<char> binary;
+  GLenum format = 0;
+  if (a.glGetProgramBinary != nullptr) {
+    GLint n = 0;
+    a.glGetProgramiv(program, GL_PROGRAM_BINARY_LENGTH, &n);
+    binary.resize(static_cast<size_t>(std::max(n, 0)));
+    GLsizei got = 0;
+    if (n > 0) a.glGetProgramBinary(program, n, &got, &format, binary.data());
+    binary.resize(static_cast<size_t>(std::max(got, 0)));
+  }
+  a.glGetError();  // a driver without program binaries is not an error here
+  auto write = [&](const std::string& path, const char* data, size_t bytes) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    const bool ok = f != nullptr && std::fwrite(data, 1, bytes, f) == bytes;
+    if (f != nullptr) std::fclose(f);
+    if (!ok) logger_.Warning("gl: SDGPU_GL_DUMP_DIR: cannot write " + path);
+  };
+  write(dump_dir_ + "/" + stem + ".comp", source.data(), source.size());
+  if (!binary.empty()) write(dump_dir_ + "/" + stem + ".bin", binary.data(), binary.size());
+}
+
+// The op's argument list against the program's interface: every active uniform at location j must be the
+// j-th scalar with the same type, every active storage block must have a buffer argument.
+Status GlDevice::CheckSignature(const std::string& kernel, const Program& p, const gpu::Args& args) const {
+  std::vector<GLenum> scalars;
+  size_t buffers = 0;
+  for (const gpu::Arg& arg : args.items()) {
+    if (arg.kind == gpu::Arg::Kind::kBuffer) ++buffers;
+    scalars.push_back(arg.kind == gpu::Arg::Kind::kFloat ? GL_FLOAT : GL_INT);  // a buffer's offset is an int
+  }
+  for (size_t loc = 0; loc < p.uniform_types.size(); ++loc) {
+    const GLenum type = p.uniform_types[loc];
+    if (type == 0 || loc == kGroupBaseLocation) continue;
+    if (loc >= scalars.size()) {
+      return Status::Error("gl: kernel '" + kernel + "' has a uniform at location " + std::to_string(loc) +
+                           " but the op passes " + std::to_string(scalars.size()) + " scalar(s)");
+    }
+    if (type != scalars[loc]) {
+      return Status::Error("gl: kernel '" + kernel + "': scalar #" + std::to_string(loc) + " is " +
+                           (scalars[loc] == GL_FLOAT ? "float" : "int") + " in the op but not in the shader");
+    }
+  }
+  for (GLint b : p.ssbo_bindings) {
+    if (b < 0 || static_cast<size_t>(b) >= buffers) {
+      return Status::Error("gl: kernel '" + kernel + "' reads storage binding " + std::to_string(b) +
+                           " but the op passes " + std::to_string(buffers) + " buffer(s)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global,
+                        const gpu::Dim3& local, gpu::Timings* timings) const {
+  std::array<size_t, 3> l{}, groups{};
+  size_t invocations = 1;
+  for (int i = 0; i < 3; ++i) {
+    if (global[i] == 0) return Status::Ok();  // empty tensor: nothing to do
+    l[i] = local[i] == 0 ? 1 : local[i];
+    groups[i] = (global[i] + l[i] - 1) / l[i];
+    invocations *= l[i];
+    if (l[i] > static_cast<size_t>(max_group_size_[i])) {
+      return Status::Error("gl: kernel '" + kernel.name() + "': local size " + std::to_string(l[i]) +
+                           " above the device limit " + std::to_string(max_group_size_[i]));
+    }
+  }
+  if (invocations > static_cast<size_t>(max_invocations_)) {
+    return Status::Error("gl: kernel '" + kernel.name() + "': work-group of " + std::to_string(invocations) +
+                         " invocations above the device limit " + std::to_string(max_invocations_));
+  }
+  const auto& k = static_cast<const GlKernel&>(kernel);
+  GlScope scope(*ctx_, /*keep_current=*/true);  // see the header: launches keep the context current
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  Program* p = nullptr;
+  SDGPU_RETURN_IF_ERROR(ProgramFor(k.source(), l, &p));
+  // The argument list is checked against the program once per distinct list shape.
+  std::string signature;
+  signature.reserve(args.items().size());
+  for (const gpu::Arg& arg : args.items()) {
+    signature += arg.kind == gpu::Arg::Kind::kBuffer ? 'b' : arg.kind == gpu::Arg::Kind::kInt ? 'i' : 'f';
+  }
+  if (signature != p->checked_signature) {
+    SDGPU_RETURN_IF_ERROR(CheckSignature(kernel.name(), *p, args));
+    p->checked_signature = signature;
+  }
+  // Redundant state changes are skipped (program, SSBO bindings, uniform values: GL keeps them, and this
+  // context is ours alone), which matters when a step is thousands of small launches.
+  if (current_program_ != p->id) {
+    a.glUseProgram(p->id);
+    current_program_ = p->id;
+  }
+  GLuint binding = 0;
+  GLint location = 0;
+  auto set_uniform = [&](const gpu::Arg& arg, int32_t value) {
+    if (static_cast<size_t>(location) < p->uniform_types.size() && p->uniform_types[location] != 0 &&
+        (!p->uniform_known[location] || p->uniform_bits[location] != value)) {
+      if (arg.kind == gpu::Arg::Kind::kFloat) {
+        a.glUniform1f(location, arg.f);
+      } else {
+        a.glUniform1i(location, arg.i);
+      }
+      p->uniform_known[location] = true;
+      p->uniform_bits[location] = value;
+    }
+    ++location;
+  };
+  for (const gpu::Arg& arg : args.items()) {
+    if (arg.kind == gpu::Arg::Kind::kBuffer) {
+      if (static_cast<GLint>(binding) >= max_ssbo_blocks_ || binding >= bound_.size()) {
+        return Status::Error("gl: kernel '" + kernel.name() + "' needs more storage buffers than the device's " +
+                             std::to_string(max_ssbo_blocks_));
+      }
+      const auto* buf = static_cast<const GlBuffer*>(arg.buffer);
+      const uint64_t serial = buf != nullptr ? buf->serial() : 0;
+      if (bound_[binding] != serial) {
+        a.glBindBufferBase(GL_SHADER_STORAGE_BUFFER, binding, buf != nullptr ? buf->id() : 0);
+        bound_[binding] = serial;
+      }
+      ++binding;
+    }
+    int32_t bits = arg.i;  // a buffer's element offset, or the int
+    if (arg.kind == gpu::Arg::Kind::kFloat) std::memcpy(&bits, &arg.f, sizeof(bits));
+    set_uniform(arg, bits);
+  }
+  SDGPU_RETURN_IF_ERROR(GlCheck(a, ("binding the arguments of '" + kernel.name() + "'").c_str()));
+  bool split = false;
+  for (int i = 0; i < 3; ++i) split = split || groups[i] > static_cast<size_t>(max_group_count_[i]);
+  if (split && !p->has_group_base) {
+    return Status::Error("gl: kernel '" + kernel.name() + "' needs a split dispatch but does not use sd_group_base");
+  }
+
+  std::shared_ptr<TimerState> timer;
+  Clock::time_point t0;
+  if (options_.profiling && timings != nullptr) {
+    timer = std::make_shared<TimerState>();
+    if (timer_query_) {
+      if (free_queries_.empty()) {
+        GLuint q = 0;
+        a.glGenQueriesEXT(1, &q);
+        SDGPU_RETURN_IF_ERROR(GlCheck(a, "glGenQueriesEXT"));
+        all_queries_.push_back(q);
+        free_queries_.push_back(q);
+      }
+      timer->query = free_queries_.back();
+      free_queries_.pop_back();
+      a.glBeginQueryEXT(GL_TIME_ELAPSED_EXT, timer->query);
+    } else {
+      a.glFinish();  // time this launch alone
+      t0 = Clock::now();
+    }
+  }
+  // One dispatch unless a dimension has more work-groups than GL_MAX_COMPUTE_WORK_GROUP_COUNT allows; then
+  // several, each telling the shader its first group through sd_group_base (shaders/common.glsl).
+  for (size_t z0 = 0; z0 < groups[2]; z0 += max_group_count_[2]) {
+    for (size_t y0 = 0; y0 < groups[1]; y0 += max_group_count_[1]) {
+      for (size_t x0 = 0; x0 < groups[0]; x0 += max_group_count_[0]) {
+        const std::array<GLuint, 3> base = {static_cast<GLuint>(x0), static_cast<GLuint>(y0),
+                                            static_cast<GLuint>(z0)};
+        if (base != p->group_base) {
+          a.glUniform3ui(kGroupBaseLocation, base[0], base[1], base[2]);
+          p->group_base = base;
+        }
+        a.glDispatchCompute(static_cast<GLuint>(std::min<size_t>(max_group_count_[0], groups[0] - x0)),
+                            static_cast<GLuint>(std::min<size_t>(max_group_count_[1], groups[1] - y0)),
+                            static_cast<GLuint>(std::min<size_t>(max_group_count_[2], groups[2] - z0)));
+      }
+    }
+  }
+  // The next dispatch and the next upload/map must see these writes (see barrier_bits_).
+  a.glMemoryBarrier(barrier_bits_);
+  if (finish_each_) a.glFinish();
+  if (timer) {
+    if (timer_query_) {
+      a.glEndQueryEXT(GL_TIME_ELAPSED_EXT);
+      pending_timers_.push_back(timer);
+    } else {
+      a.glFinish();
+      timer->ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      timer->resolved = true;
+    }
+    timings->push_back(std::make_unique<GlTimer>(timer));
+  }
+  return GlCheck(a, ("glDispatchCompute(" + kernel.name() + ")").c_str());
+}
+
+Status GlDevice::ResolveTimers() const {
+  const GlApi& a = api();
+  for (const std::shared_ptr<TimerState>& t : pending_timers_) {
+    GLuint64 ns = 0;
+    a.glGetQueryObjectui64vEXT(t->query, GL_QUERY_RESULT_EXT, &ns);
+    t->ms = static_cast<double>(ns) * 1e-6;
+    t->resolved = true;
+    free_queries_.push_back(t->query);
+    t->query = 0;
+  }
+  pending_timers_.clear();
+  GLint disjoint = 0;
+  a.glGetIntegerv(GL_GPU_DISJOINT_EXT, &disjoint);
+  if (disjoint) logger_.Warning("gl: GL_GPU_DISJOINT_EXT was set: this profile's launch times are unreliable");
+  return GlCheck(a, "reading the timer queries");
+}
+
+Status GlDevice::Finish() const {
+  GlScope scope(*ctx_, false);
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  a.glFinish();
+  SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFinish"));
+  return pending_timers_.empty() ? Status::Ok() : ResolveTimers();
+}
+
+}  // namespace sdgpu::gl

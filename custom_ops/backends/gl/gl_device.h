@@ -1,0 +1,152 @@
+// gpu::Device on OpenGL ES 3.1 compute shaders through headless EGL.
+// Everything above the device (ops, partition, planning) lives in gpu/.
+//
+// The EGL display and context: gl_context.h.
+//
+// Buffers are SSBOs (glBufferData); Upload = glBufferSubData (copies before it
+// returns, so "non-blocking" uploads are trivially safe), Download =
+// glMapBufferRange(READ) (waits for the writes). Kernels are compute programs
+// compiled lazily per (name, local size) on first launch and cached; a Launch
+// binds the k-th buffer argument to SSBO binding k, sets the scalars to the
+// uniforms at locations 0, 1, ... (checked against the program's active
+// uniforms: a parameter-order mismatch between an op and its shader is an
+// error, not garbage), dispatches ceil(global / local) work-groups (split into
+// several dispatches with a group-base uniform where a dimension exceeds
+// GL_MAX_COMPUTE_WORK_GROUP_COUNT) and issues glMemoryBarrier so the next
+// dispatch, upload or map sees the writes. The barrier takes ALL bits, not
+// just SHADER_STORAGE | BUFFER_UPDATE: a compute-only context pays little for
+// the others, and a driver may serve `readonly` SSBO reads through caches
+// (constant / texture) that only other bits are documented to invalidate.
+//
+// Debugging knobs (environment, read at device creation; for localising a
+// driver-specific parity failure, not for production):
+//   SDGPU_GL_FINISH_EACH=1     glFinish after every launch (no overlap at all)
+//   SDGPU_GL_BARRIER=minimal   SHADER_STORAGE | BUFFER_UPDATE bits only
+//   SDGPU_GL_PLAIN_BUFFERS=1   compile without readonly / writeonly qualifiers
+//   SDGPU_GL_NO_NV_PRAGMAS=1   compile without the `#pragma optionNV(...)` lines of the sources
+//   SDGPU_GL_KERNEL_ALIAS=a=b,c=d  GetKernel("a") returns kernel b (A/B a variant under an op's kernel name)
+//   SDGPU_GL_DUMP_DIR=dir      write each compiled program's source (<kernel>_<local>.comp) and driver
+//                              binary (.bin: NVIDIA's holds its assembly as text) into dir
+//
+// Threads: a GL context is current on at most one thread. Every entry point
+// takes the context's mutex and makes it current on the calling thread
+// (GlScope); all entries except Launch restore the thread's previous EGL
+// binding before returning. Launch leaves it current (making a context current per dispatch
+// would cost more than the dispatch), so a sequence of launches must end with
+// a blocking call (Download or Finish, as GpuPartition::Invoke always does) on
+// the same thread before another thread may use the device: prepare and
+// invoke may come from different threads, one invoke's launches may not.
+// Otherwise the other thread gets a one-line EGL_BAD_ACCESS error.
+//
+// Profiling: GL_EXT_disjoint_timer_query (one GL_TIME_ELAPSED query per
+// launch, results read in Finish) when the context has it, else glFinish +
+// steady_clock around each launch (serialises the device; profiles only).
+// Software rasterizers (llvmpipe: dispatches run lazily at flush time, so
+// its queries read ~1 ns) always take the second method.
+// timing_method() names the one in use ("gl_timer_query" or
+// "gl_finish_host_clock"); the profile JSON records it as "method".
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backends/gl/gl_api.h"
+#include "backends/gl/gl_context.h"
+#include "backends/gl/gl_shaders.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "gpu/device.h"
+
+namespace sdgpu::gl {
+
+struct GlDeviceOptions {
+  bool profiling = false;  // launches record Timers
+};
+
+class GlDevice final : public gpu::Device {
+ public:
+  // Creates the context (gl_context.h), reads the limits, parses the embedded shader library. One-line
+  // error when no EGL / OpenGL ES 3.1 is available.
+  static Status Create(const GlDeviceOptions& options, const Logger& logger, std::unique_ptr<GlDevice>* out);
+  ~GlDevice() override;
+  GlDevice(const GlDevice&) = delete;
+  GlDevice& operator=(const GlDevice&) = delete;
+
+  const char* backend_name() const override { return "gl"; }
+  const std::string& name() const override { return device_name_; }
+  size_t max_work_group_size() const override { return static_cast<size_t>(max_invocations_); }
+  bool profiling() const override { return options_.profiling; }
+  const char* timing_method() const override { return timer_query_ ? "gl_timer_query" : "gl_finish_host_clock"; }
+
+  Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
+  Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
+  Status Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const override;
+  // Succeeds when the library has the kernel (programs are compiled on first launch per local size).
+  Status GetKernel(const std::string& name, const gpu::Kernel** out) const override;
+  Status Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global, const gpu::Dim3& local,
+                gpu::Timings* timings) const override;
+  Status Finish() const override;
+
+  // Uniform location of `uvec3 sd_group_base` (shaders/common.glsl): the work-group offset of a split dispatch.
+  static constexpr int kGroupBaseLocation = 120;
+
+  struct TimerState;  // one launch's measurement (gl_device.cc)
+
+ private:
+  struct Program {
+    GLuint id = 0;
+    std::vector<GLenum> uniform_types;  // by location; 0 = no active uniform there
+    std::vector<GLint> ssbo_bindings;   // bindings of the active storage blocks
+    bool has_group_base = false;
+    std::array<GLuint, 3> group_base = {0, 0, 0};  // value last set
+    std::vector<bool> uniform_known;      // by location: a value was set
+    std::vector<int32_t> uniform_bits;    // by location: the value last set (float bits for floats)
+    std::string checked_signature;        // argument kinds ('b', 'i', 'f') last checked against the program
+  };
+
+  GlDevice(std::shared_ptr<GlContext> context, const Logger& logger) : ctx_(std::move(context)), logger_(logger) {}
+  Status Init(const GlDeviceOptions& options);
+  // The caller holds a GlScope.
+  Status ProgramFor(const KernelSource& kernel, const std::array<size_t, 3>& local, Program** out) const;
+  Status CheckSignature(const std::string& kernel, const Program& p, const gpu::Args& args) const;
+  Status ResolveTimers() const;
+  // SDGPU_GL_DUMP_DIR: best effort (a failed write is logged, never an error).
+  void DumpProgram(const std::string& stem, const std::string& source, GLuint program) const;
+
+  std::shared_ptr<GlContext> ctx_;
+  const GlApi& api() const { return ctx_->api(); }
+  Logger logger_;
+  GlDeviceOptions options_;
+  ShaderLibrary library_;
+  std::string device_name_;
+  GLint max_invocations_ = 0;
+  std::array<GLint, 3> max_group_count_ = {0, 0, 0};
+  std::array<GLint, 3> max_group_size_ = {0, 0, 0};
+  GLint max_ssbo_blocks_ = 0;
+  GLint64 max_ssbo_size_ = 0;
+  bool timer_query_ = false;
+  GLbitfield barrier_bits_ = GL_ALL_BARRIER_BITS;
+  bool finish_each_ = false;
+  bool plain_buffers_ = false;
+  bool no_nv_pragmas_ = false;
+  std::map<std::string, std::string> kernel_alias_;  // SDGPU_GL_KERNEL_ALIAS
+  std::string dump_dir_;                             // SDGPU_GL_DUMP_DIR
+
+  // Guarded by ctx_->mutex() (every access is inside a GlScope).
+  mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
+  mutable std::map<std::tuple<std::string, size_t, size_t, size_t>, Program> programs_;
+  mutable std::vector<std::shared_ptr<TimerState>> pending_timers_;
+  mutable std::vector<GLuint> free_queries_;
+  mutable std::vector<GLuint> all_queries_;
+  mutable GLuint current_program_ = 0;
+  mutable std::array<uint64_t, 16> bound_ = {};  // serial of the buffer at SSBO binding k (0 = none)
+  mutable uint64_t buffer_serial_ = 0;           // last serial handed out (CreateBuffer)
+};
+
+}  // namespace sdgpu::gl

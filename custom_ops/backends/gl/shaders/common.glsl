@@ -1,0 +1,71 @@
+// Prelude of every gl kernel (GLSL ES 3.10 compute; the device prepends the
+// `#version 310 es` line and the local-size layout). See gl_shaders.h for the
+// file layout and gpu/device.h for the parameter convention.
+//
+// Precision: highp for everything. The kernels must match the fp32 CPU
+// interpreter to 1e-4 relative; mediump is fp16 on mobile GPUs (10-bit
+// mantissa), which would break that by orders of magnitude (NVIDIA and
+// llvmpipe compute in fp32 either way, so there is nothing to win there).
+precision highp float;
+precision highp int;
+
+// NVIDIA: unroll every loop with a constant trip count (the tiled GEMM keeps its micro-tile in registers
+// only when its loops are unrolled; the OpenCL sources say #pragma unroll). Other compilers ignore it.
+#pragma optionNV(unroll all)
+
+// Work-group offset of a split dispatch: the device sets it when a dimension
+// needs more groups than GL_MAX_COMPUTE_WORK_GROUP_COUNT (GlDevice::kGroupBaseLocation).
+layout(location = 120) uniform uvec3 sd_group_base;
+
+// OpenCL's get_group_id / get_local_id / get_local_size / get_global_id. The
+// device launches ceil(global / local) groups, so kernels bounds-check global
+// ids; group-indexed kernels (reductions, attention rows) get exact counts.
+int sd_group_id(int d) { return int(gl_WorkGroupID[d] + sd_group_base[d]); }
+int sd_local_id(int d) { return int(gl_LocalInvocationID[d]); }
+int sd_local_size(int d) { return int(gl_WorkGroupSize[d]); }
+int sd_global_id(int d) { return sd_group_id(d) * sd_local_size(d) + sd_local_id(d); }
+
+// barrier() orders execution; memoryBarrierShared() makes the shared-memory
+// writes before it visible to the group (OpenCL's barrier(CLK_LOCAL_MEM_FENCE)).
+//
+// Shared broadcast slots (issue #7): a value every invocation reads from shared memory (a reduction's
+// result, `v = scratch[0]`) must stay in a slot that no invocation writes again later in the kernel
+// (within one iteration, for a loop). NVIDIA's GLSL compiler (580 driver) treats such a load as
+// re-executable until this invocation's own next store to that array and re-loads it past barrier()
+// at its uses: softmax_f32 re-read `scratch[0]` (the row max) inside its sum loop while invocation 0,
+// a warp ahead, had already stored its partial sum there, so whole rows were normalised by a wrong
+// sum (rel err 5e-2 on 4096-wide rows; the NV assembly shows `LDS shared_mem[0]` inside the loop after
+// `BAR`). Hence one shared array per reduction (smax/ssum, lm/ls); reuse only for slots whose readers
+// consume them before the barrier that precedes the next write (GEMM tiles). llvmpipe never re-loads,
+// so tests/native/test_gl_ops.py checks this rule on the sources.
+#define SD_BARRIER() memoryBarrierShared(); barrier()
+
+// IEEE -infinity (GLSL has no literal for it; NVIDIA and llvmpipe are IEEE).
+#define SD_NEG_INF uintBitsToFloat(0xff800000u)
+
+// TFLite fused activations (elementwise and GEMM epilogues).
+float sd_tanh(float x);
+float sd_act(float v, int act) {
+  switch (act) {
+    case 1: return max(v, 0.0);                  // RELU
+    case 2: return clamp(v, -1.0, 1.0);          // RELU_N1_TO_1
+    case 3: return clamp(v, 0.0, 6.0);           // RELU6
+    case 4: return sd_tanh(v);                   // TANH
+    case 6: return 1.0 / (1.0 + exp(-v));        // SIGMOID
+    default: return v;
+  }
+}
+
+// tanh without the overflow of exp-based built-ins (|x| large -> inf/inf) and without the cancellation of
+// (1 - e) / (1 + e) near 0: odd Taylor series below 0.55 (truncation < 3e-8), exp form above.
+float sd_tanh(float x) {
+  float a = abs(x);
+  if (a < 0.55) {
+    float z = x * x;
+    return x * (1.0 + z * (-0.33333333333 + z * (0.13333333333 + z * (-0.05396825397 + z * (0.02186948854 +
+           z * (-0.00886323552 + z * (0.00359212803 + z * -0.00145583438)))))));
+  }
+  if (a > 15.0) return sign(x);
+  float e = exp(-2.0 * a);
+  return sign(x) * (1.0 - e) / (1.0 + e);
+}

@@ -1,0 +1,337 @@
+// Register-blocked tiled GEMM and implicit-GEMM convolution (OpenCL C 1.2).
+//
+// One work-group of 16 x 16 work-items computes a BM x BN tile of C; work-item
+// (tx, ty) (a permutation of the local id, see GT_DECLS) owns a (BM/16) x (BN/16)
+// micro-tile held in registers as float4 rows. Its rows are the 4-row groups
+// ty*4 + q*64 (q < BM/64) and its columns the 4-column groups tx*4 + q*64, so
+// one float4 local read feeds 4 FMAs per row, and the epilogue writes float4s.
+// K advances in steps of GT_BK = 16: each step the work-group stages a BM x 16
+// A tile and a 16 x BN B tile in local memory (rows padded by GT_PAD floats,
+// which keeps float4 alignment and limits bank conflicts of the transposing
+// stores to 2-way); the next step's global loads are issued into registers
+// before the current step's FMAs (register double buffering), so global
+// latency overlaps math. Loaders walk the operand's contiguous axis; when its
+// rows are 16-byte aligned (offset and strides multiples of 4, checked in the
+// kernel) each work-item loads 4 consecutive elements at once (float4, or 4
+// halves with vloada_half4), otherwise one element per load.
+//
+// Instances (tile configs are #defines through the macros below, so one source
+// serves PoCL and NVIDIA; gpu/matmul_ops.cc picks one per shape):
+//   gemm_t64x64 / gemm_t128x64 / gemm_t128x128   strided GEMM (FC, BATCH_MATMUL, Winograd's batched GEMM)
+//   conv_t64x64 / conv_t128x64 / conv_t128x128   NHWC implicit-GEMM conv, needs Ci % 16 == 0
+//   gemm_splitk_reduce                            sums split-K partials, adds bias, activation
+// Split-K: get_group_id(2) = batch * splits + split; a split covers K range
+// [split * k_split, min(K, split * k_split + k_split)) (k_split % 16 == 0) and
+// writes raw partial sums (times alpha) to its own slab at `scs` elements.
+//
+// B may be stored as half (b_half = 1, read with vload_half; no cl_khr_fp16
+// needed): the B buffer is then a half array and its offset/strides are in halves.
+// Arithmetic is always fp32.
+#define GT_BK 16
+#define GT_PAD 4
+
+// ---- pieces shared by the GEMM and conv instances (BM, BN: literal tile sizes) ----
+
+#define GT_DECLS(BM, BN)                                                                  \
+  __local float4 As4[GT_BK * ((BM) + GT_PAD) / 4];                                        \
+  __local float4 Bs4[GT_BK * ((BN) + GT_PAD) / 4];                                        \
+  __local float* As = (__local float*)As4;                                                \
+  __local float* Bs = (__local float*)Bs4;                                                \
+  const int lid = get_local_id(1) * 16 + get_local_id(0);                                 \
+  /* micro-tile coordinates: each 32-wide warp covers 8 row groups x 4 column groups, so  \
+     its A and B local reads touch 128 and 64 contiguous bytes (one wavefront each) */     \
+  const int ty = ((lid >> 7) << 3) | ((lid >> 2) & 7), tx = (((lid >> 5) & 3) << 2) | (lid & 3); \
+  const int n0 = get_group_id(0) * (BN), m0 = get_group_id(1) * (BM);                     \
+  const int z = get_group_id(2), bz = z / splits, sz = z - bz * splits;                   \
+  const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);                           \
+  float4 acc[(BM) / 16][(BN) / 64];                                                       \
+  for (int i = 0; i < (BM) / 16; ++i)                                                     \
+    for (int j = 0; j < (BN) / 64; ++j) acc[i][j] = (float4)(0.0f);                       \
+  /* prefetch registers; the scalar loader modes address their components (GT_SET/GT_GET) */ \
+  float4 ra4[(BM) / 64], rb4[(BN) / 64];
+
+// Component c (a constant once loops unroll) of float4 v; no type punning through pointers.
+#define GT_GET(v, c) ((c) == 0 ? (v).x : (c) == 1 ? (v).y : (c) == 2 ? (v).z : (v).w)
+#define GT_SET(v, c, val) \
+  if ((c) == 0) {         \
+    (v).x = (val);        \
+  } else if ((c) == 1) {  \
+    (v).y = (val);        \
+  } else if ((c) == 2) {  \
+    (v).z = (val);        \
+  } else {                \
+    (v).w = (val);        \
+  }
+
+// Loader modes (uniform per launch): which tile axis consecutive work-items walk.
+#define GT_KC 0      // along k, one element each
+#define GT_MNC 1     // along m (A) / n (B), one element each
+#define GT_NC GT_MNC
+#define GT_KC_VEC 2  // A: 4 consecutive k per work-item (16-byte aligned rows)
+#define GT_NC_VEC 2  // B: 4 consecutive n per work-item (16-byte aligned rows)
+
+// B loader mode: GT_NC_VEC (n contiguous, rows 16-byte aligned: float4 / 4-half loads), GT_NC
+// (n contiguous) or GT_KC (k contiguous); coalesced in every mode. `offsets`: B's offset and
+// row/batch strides OR-ed together (all multiples of 4 <=> aligned rows).
+#define GT_B_MODE(offsets) (sbn != 1 ? GT_KC : ((offsets) & 3) == 0 ? GT_NC_VEC : GT_NC)
+
+#define GT_LOAD_F32(i) B[i]
+#define GT_LOAD_F16(i) vload_half((i), (__global const half*)B)
+
+// Global -> registers: B tile rows [kt, kt + 16) x columns [n0, n0 + BN). Half/float and the
+// mode are uniform branches outside the loops, so each path keeps plain loads.
+#define GT_FETCH_B_SCALAR(BN, kt, LOAD)                                                   \
+  for (int p = 0; p < (BN) / 16; ++p) {                                                   \
+    const int kk = b_mode == GT_NC ? lid / (BN) + p * (256 / (BN)) : (lid & 15);          \
+    const int c = b_mode == GT_NC ? lid % (BN) : (lid >> 4) + p * 16;                     \
+    const int k = (kt) + kk, n = n0 + c;                                                  \
+    GT_SET(rb4[p >> 2], p & 3, (k < kend && n < N) ? LOAD(bbase + k * sbk + n * sbn) : 0.0f) \
+  }
+#define GT_FETCH_B_VEC(BN, kt)                                                            \
+  for (int p = 0; p < (BN) / 64; ++p) {                                                   \
+    const int kk = lid / ((BN) / 4) + p * (1024 / (BN)), c = (lid % ((BN) / 4)) * 4;      \
+    const int k = (kt) + kk, n = n0 + c, i = bbase + k * sbk + n;                         \
+    float4 v = (float4)(0.0f);                                                            \
+    if (k < kend && n + 3 < N) {                                                          \
+      v = b_half ? vloada_half4(i >> 2, (__global const half*)B) : *(__global const float4*)(B + i); \
+    } else if (k < kend && n < N) {                                                       \
+      v.x = b_half ? GT_LOAD_F16(i) : B[i];                                               \
+      if (n + 1 < N) v.y = b_half ? GT_LOAD_F16(i + 1) : B[i + 1];                        \
+      if (n + 2 < N) v.z = b_half ? GT_LOAD_F16(i + 2) : B[i + 2];                        \
+    }                                                                                     \
+    rb4[p] = v;                                                                           \
+  }
+#define GT_FETCH_B(BN, kt)                     \
+  if (b_mode == GT_NC_VEC) {                   \
+    GT_FETCH_B_VEC(BN, kt)                     \
+  } else if (b_half) {                         \
+    GT_FETCH_B_SCALAR(BN, kt, GT_LOAD_F16)     \
+  } else {                                     \
+    GT_FETCH_B_SCALAR(BN, kt, GT_LOAD_F32)     \
+  }
+
+// Registers -> local: As[kk][r] and Bs[kk][c] (k-major, float4-readable rows).
+#define GT_STORE(BM, BN, a_mode)                                                          \
+  if ((a_mode) == GT_KC_VEC) {                                                            \
+    for (int p = 0; p < (BM) / 64; ++p) {                                                 \
+      const int r = (lid >> 2) + p * 64, kq = (lid & 3) * 4;                              \
+      As[(kq + 0) * ((BM) + GT_PAD) + r] = ra4[p].x;                                      \
+      As[(kq + 1) * ((BM) + GT_PAD) + r] = ra4[p].y;                                      \
+      As[(kq + 2) * ((BM) + GT_PAD) + r] = ra4[p].z;                                      \
+      As[(kq + 3) * ((BM) + GT_PAD) + r] = ra4[p].w;                                      \
+    }                                                                                     \
+  } else {                                                                                \
+    for (int p = 0; p < (BM) / 16; ++p) {                                                 \
+      const int kk = (a_mode) == GT_MNC ? lid / (BM) + p * (256 / (BM)) : (lid & 15);     \
+      const int r = (a_mode) == GT_MNC ? lid % (BM) : (lid >> 4) + p * 16;                \
+      As[kk * ((BM) + GT_PAD) + r] = GT_GET(ra4[p >> 2], p & 3);                          \
+    }                                                                                     \
+  }                                                                                       \
+  if (b_mode == GT_NC_VEC) {                                                              \
+    for (int p = 0; p < (BN) / 64; ++p) {                                                 \
+      const int kk = lid / ((BN) / 4) + p * (1024 / (BN)), c = (lid % ((BN) / 4)) * 4;    \
+      Bs4[kk * (((BN) + GT_PAD) / 4) + c / 4] = rb4[p];                                   \
+    }                                                                                     \
+  } else {                                                                                \
+    for (int p = 0; p < (BN) / 16; ++p) {                                                 \
+      const int kk = b_mode == GT_NC ? lid / (BN) + p * (256 / (BN)) : (lid & 15);        \
+      const int c = b_mode == GT_NC ? lid % (BN) : (lid >> 4) + p * 16;                   \
+      Bs[kk * ((BN) + GT_PAD) + c] = GT_GET(rb4[p >> 2], p & 3);                          \
+    }                                                                                     \
+  }
+
+// 16 rank-1 updates of the micro-tile from the staged tiles.
+#define GT_COMPUTE(BM, BN)                                                                \
+  for (int kk = 0; kk < GT_BK; ++kk) {                                                    \
+    float4 av[(BM) / 64], bv[(BN) / 64];                                                  \
+    for (int q = 0; q < (BM) / 64; ++q) av[q] = As4[kk * (((BM) + GT_PAD) / 4) + q * 16 + ty]; \
+    for (int q = 0; q < (BN) / 64; ++q) bv[q] = Bs4[kk * (((BN) + GT_PAD) / 4) + q * 16 + tx]; \
+    for (int q = 0; q < (BM) / 64; ++q) {                                                 \
+      for (int j = 0; j < (BN) / 64; ++j) {                                               \
+        acc[q * 4 + 0][j] = mad((float4)(av[q].x), bv[j], acc[q * 4 + 0][j]);             \
+        acc[q * 4 + 1][j] = mad((float4)(av[q].y), bv[j], acc[q * 4 + 1][j]);             \
+        acc[q * 4 + 2][j] = mad((float4)(av[q].z), bv[j], acc[q * 4 + 2][j]);             \
+        acc[q * 4 + 3][j] = mad((float4)(av[q].w), bv[j], acc[q * 4 + 3][j]);             \
+      }                                                                                   \
+    }                                                                                     \
+  }
+
+// C[m, n] = act(alpha * acc + bias[n]) for the in-range part of the micro-tile.
+#define GT_EPILOGUE(BM, BN, C, cbase, ldc, NCOLS)                                         \
+  for (int j = 0; j < (BN) / 64; ++j) {                                                   \
+    const int n = n0 + j * 64 + tx * 4;                                                   \
+    if (n >= (NCOLS)) continue;                                                           \
+    float4 bj = (float4)(0.0f);                                                           \
+    if (has_bias) {                                                                       \
+      bj.x = bias[biaso + n];                                                             \
+      if (n + 1 < (NCOLS)) bj.y = bias[biaso + n + 1];                                    \
+      if (n + 2 < (NCOLS)) bj.z = bias[biaso + n + 2];                                    \
+      if (n + 3 < (NCOLS)) bj.w = bias[biaso + n + 3];                                    \
+    }                                                                                     \
+    for (int i = 0; i < (BM) / 16; ++i) {                                                 \
+      const int m = m0 + (i >> 2) * 64 + ty * 4 + (i & 3);                                \
+      if (m >= M) continue;                                                               \
+      const float4 v = alpha * acc[i][j] + bj;                                            \
+      __global float* dst = (C) + (cbase) + m * (ldc) + n;                                \
+      if (n + 3 < (NCOLS)) {                                                              \
+        vstore4((float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act)), 0, dst); \
+      } else {                                                                            \
+        dst[0] = sd_act(v.x, act);                                                        \
+        if (n + 1 < (NCOLS)) dst[1] = sd_act(v.y, act);                                   \
+        if (n + 2 < (NCOLS)) dst[2] = sd_act(v.z, act);                                   \
+      }                                                                                   \
+    }                                                                                     \
+  }
+
+// The k-loop with register double buffering; GT_FETCH_A_<KIND>(BM, kt) fills ra for the
+// tile at kt, ADVANCE (may be empty) runs before each prefetch.
+#define GT_MAIN_LOOP(BM, BN, a_mode, KIND, ADVANCE)                                       \
+  if (kbeg < kend) {                                                                      \
+    GT_FETCH_A_##KIND(BM, kbeg)                                                           \
+    GT_FETCH_B(BN, kbeg)                                                                  \
+    for (int kt = kbeg; kt < kend; kt += GT_BK) {                                         \
+      GT_STORE(BM, BN, a_mode)                                                            \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                       \
+      if (kt + GT_BK < kend) {                                                            \
+        ADVANCE                                                                           \
+        GT_FETCH_A_##KIND(BM, kt + GT_BK)                                                 \
+        GT_FETCH_B(BN, kt + GT_BK)                                                        \
+      }                                                                                   \
+      GT_COMPUTE(BM, BN)                                                                  \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                       \
+    }                                                                                     \
+  }
+
+// ---- strided GEMM ------------------------------------------------------------------
+// gemm_tBMxBN(C, co, int scb, int scs, int scm, A, ao, int sab, int sam, int sak,
+//             B, bo, int sbb, int sbk, int sbn, int b_half, bias, biaso, int has_bias,
+//             int M, int N, int K, float alpha, int act, int splits, int k_split)
+// C[b, m, n] (at co + b*scb + split*scs + m*scm + n) = act(alpha * sum_k A[b, m, k] B[b, k, n] + bias[n]),
+// A[b, m, k] = A[ao + b*sab + m*sam + k*sak], B likewise; global = (ceil(N/BN)*16, ceil(M/BM)*16,
+// batch*splits), local = (16, 16, 1). Broadcast batches use stride 0.
+
+#define GT_FETCH_A_STRIDED(BM, kt)                                                        \
+  if (a_mode == GT_KC_VEC) {                                                              \
+    for (int p = 0; p < (BM) / 64; ++p) {                                                 \
+      const int r = (lid >> 2) + p * 64, k = (kt) + (lid & 3) * 4, m = m0 + r;            \
+      const int i = abase + m * sam + k;                                                  \
+      float4 v = (float4)(0.0f);                                                          \
+      if (m < M && k + 3 < kend) {                                                        \
+        v = *(__global const float4*)(A + i);                                             \
+      } else if (m < M && k < kend) {                                                     \
+        v.x = A[i];                                                                       \
+        if (k + 1 < kend) v.y = A[i + 1];                                                 \
+        if (k + 2 < kend) v.z = A[i + 2];                                                 \
+      }                                                                                   \
+      ra4[p] = v;                                                                         \
+    }                                                                                     \
+  } else {                                                                                \
+    for (int p = 0; p < (BM) / 16; ++p) {                                                 \
+      const int kk = a_mode == GT_MNC ? lid / (BM) + p * (256 / (BM)) : (lid & 15);       \
+      const int r = a_mode == GT_MNC ? lid % (BM) : (lid >> 4) + p * 16;                  \
+      const int k = (kt) + kk, m = m0 + r;                                                \
+      GT_SET(ra4[p >> 2], p & 3, (k < kend && m < M) ? A[abase + m * sam + k * sak] : 0.0f) \
+    }                                                                                     \
+  }
+
+#define SD_GEMM_TILED(NAME, BM, BN)                                                               \
+  __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void NAME(                            \
+      __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, \
+      int sam, int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,   \
+      __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act, \
+      int splits, int k_split) {                                                                  \
+    GT_DECLS(BM, BN)                                                                              \
+    const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                       \
+    const int b_mode = GT_B_MODE(bo | sbb | sbk);                                                 \
+    /* A loader along m when m is the contiguous axis; float4 along k for aligned rows */        \
+    const int a_mode = sak != 1 && sam == 1 ? GT_MNC : sak == 1 && ((ao | sab | sam) & 3) == 0 ? GT_KC_VEC : GT_KC; \
+    GT_MAIN_LOOP(BM, BN, a_mode, STRIDED, )                                                       \
+    GT_EPILOGUE(BM, BN, C, co + bz * scb + sz * scs, scm, N)                                      \
+  }
+
+SD_GEMM_TILED(gemm_t64x64, 64, 64)
+SD_GEMM_TILED(gemm_t128x64, 128, 64)
+SD_GEMM_TILED(gemm_t128x128, 128, 128)
+
+// ---- implicit-GEMM convolution -----------------------------------------------------
+// conv_tBMxBN(Y, yo, int scs, X, xo, W, wo, int sbk, int sbn, int b_half, bias, biaso, int has_bias,
+//             int H, int Wd, int Ci, int OH, int OW, int Co, int KH, int KW, int sh, int sw,
+//             int dh, int dw, int ph, int pw, int M, int act, int splits, int k_split)
+// NHWC x, weights as a K x Co matrix with k = (ky, kx, ci): W[wo + k*sbk + co*sbn] (OHWI as stored:
+// sbk = 1, sbn = K; pre-packed K-major: sbk = Co, sbn = 1). Rows m = (image, oy, ox). Needs
+// Ci % 16 == 0 so a K step has one (ky, kx): the A loader adds one precomputed per-row pixel offset
+// (kept in local memory) to a per-step offset, with a bounds test for the padding. Global =
+// (ceil(Co/BN)*16, ceil(M/BM)*16, splits), local = (16, 16, 1).
+
+#define GT_FETCH_A_CONV(BM, kt)                                                           \
+  if (a_mode == GT_KC_VEC) {                                                              \
+    for (int p = 0; p < (BM) / 64; ++p) {                                                 \
+      const int4 ri = rows[(lid >> 2) + p * 64];                                          \
+      const int iy = ri.y + ky * dh, ix = ri.z + kx * dw;                                 \
+      ra4[p] = (ri.w && iy >= 0 && iy < H && ix >= 0 && ix < Wd)                          \
+                   ? *(__global const float4*)(X + ri.x + (ky * dh * Wd + kx * dw) * Ci + ci0 + (lid & 3) * 4) \
+                   : (float4)(0.0f);                                                      \
+    }                                                                                     \
+  } else {                                                                                \
+    for (int p = 0; p < (BM) / 16; ++p) {                                                 \
+      const int4 ri = rows[(lid >> 4) + p * 16];                                          \
+      const int iy = ri.y + ky * dh, ix = ri.z + kx * dw;                                 \
+      GT_SET(ra4[p >> 2], p & 3, (ri.w && iy >= 0 && iy < H && ix >= 0 && ix < Wd)       \
+                                     ? X[ri.x + (ky * dh * Wd + kx * dw) * Ci + ci0 + (lid & 15)] \
+                                     : 0.0f)                                              \
+    }                                                                                     \
+  }
+
+#define GT_CONV_ADVANCE    \
+  ci0 += GT_BK;            \
+  if (ci0 == Ci) {         \
+    ci0 = 0;               \
+    if (++kx == KW) {      \
+      kx = 0;              \
+      ++ky;                \
+    }                      \
+  }
+
+#define SD_CONV_TILED(NAME, BM, BN)                                                               \
+  __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void NAME(                            \
+      __global float* Y, int yo, int scs, __global const float* X, int xo, __global const float* B, int bo, \
+      int sbk, int sbn, int b_half, __global const float* bias, int biaso, int has_bias, int H, int Wd, \
+      int Ci, int OH, int OW, int Co, int KH, int KW, int sh, int sw, int dh, int dw, int ph, int pw, \
+      int M, int act, int splits, int k_split) {                                                  \
+    const int N = Co, K = KH * KW * Ci;                                                           \
+    const float alpha = 1.0f;                                                                     \
+    GT_DECLS(BM, BN)                                                                              \
+    const int bbase = bo;                                                                         \
+    const int b_mode = GT_B_MODE(bo | sbk);                                                       \
+    /* rows[r] = (pixel offset of (iy0, ix0), iy0, ix0, row valid) for output row m0 + r */       \
+    __local int4 rows[BM];                                                                        \
+    if (lid < (BM)) {                                                                             \
+      const int m = m0 + lid;                                                                     \
+      const int ox = m % OW, t = m / OW, oy = t % OH, img = t / OH;                               \
+      const int iy0 = oy * sh - ph, ix0 = ox * sw - pw;                                           \
+      rows[lid] = (int4)(xo + ((img * H + iy0) * Wd + ix0) * Ci, iy0, ix0, m < M ? 1 : 0);        \
+    }                                                                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
+    int ky = kbeg / (KW * Ci), kx = (kbeg / Ci) % KW, ci0 = kbeg % Ci;                            \
+    const int a_mode = (xo & 3) == 0 ? GT_KC_VEC : GT_KC; /* pixel rows are 16-float multiples */ \
+    GT_MAIN_LOOP(BM, BN, a_mode, CONV, GT_CONV_ADVANCE)                                           \
+    GT_EPILOGUE(BM, BN, Y, yo + sz * scs, Co, Co)                                                 \
+  }
+
+SD_CONV_TILED(conv_t64x64, 64, 64)
+SD_CONV_TILED(conv_t128x64, 128, 64)
+SD_CONV_TILED(conv_t128x128, 128, 128)
+
+// gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N, int act)
+// C[b, m, n] = act(sum_s P[((b*splits + s)*M + m)*N + n] + bias[n]); global = (N, M, batch), local (16, 16, 1).
+__kernel void gemm_splitk_reduce(__global float* C, int co, int scb, int scm, __global const float* P, int po,
+                                 int splits, __global const float* bias, int biaso, int has_bias, int M, int N,
+                                 int act) {
+  const int n = get_global_id(0), m = get_global_id(1), b = get_global_id(2);
+  if (n >= N || m >= M) return;
+  const int plane = M * N;
+  int i = po + b * splits * plane + m * N + n;
+  float v = has_bias ? bias[biaso + n] : 0.0f;
+  for (int s = 0; s < splits; ++s, i += plane) v += P[i];
+  C[co + b * scb + m * scm + n] = sd_act(v, act);
+}

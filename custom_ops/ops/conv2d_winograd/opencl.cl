@@ -1,0 +1,151 @@
+// SdConv2DWinograd on the GPU: F(m x m, 3 x 3), m in {2, 4, 6}, alpha = m + 2, as three
+// launches over whole tensors (same layout as the CPU reference, ops/conv2d_winograd/cpu.h):
+//   winograd_input_fM   V[a*a][T][Ci] = BT d BT^T for each alpha x alpha input tile d (zero outside x)
+//   gemm_t*             M[k] = V[k] (T x Ci) . U[k] (Ci x Co), k < a*a (batched tiled GEMM, gemm_tiled.cl)
+//   winograd_output_fM  y = act(AT M AT^T + bias), cropped to Ho x Wo
+// U = G g G^T is computed on the host at prepare (float64) and uploaded once.
+// T = N * tiles_h * tiles_w; tile t = (image, ty, tx) row-major. One work-item per
+// (channel, tile): global = (Ci or Co, T), local = (64, 1, 1); channels are the
+// fastest axis, so every global access is coalesced.
+//
+// The matrices are exact in float (integers and powers of two; the generated
+// ops/conv2d_winograd/matrices.inc is the source of truth, tests compare both).
+
+// Row-major BT (a x a) and AT (m x a) per tile size.
+__constant float wino_f2_bt[16] = {
+    1, 0, -1, 0,
+    0, 1, 1, 0,
+    0, 1, -1, 0,
+    0, 1, 0, -1};
+__constant float wino_f2_at[8] = {
+    1, 1, 1, 0,
+    0, 1, -1, 1};
+__constant float wino_f4_bt[36] = {
+    4, 0, -5, 0, 1, 0,
+    0, 4, 4, -1, -1, 0,
+    0, 4, -4, -1, 1, 0,
+    0, 2, 1, -2, -1, 0,
+    0, 2, -1, -2, 1, 0,
+    0, 4, 0, -5, 0, 1};
+__constant float wino_f4_at[24] = {
+    1, 1, 1, 1, 1, 0,
+    0, 1, -1, 2, -2, 0,
+    0, 1, 1, 4, 4, 0,
+    0, 1, -1, 8, -8, 1};
+__constant float wino_f6_bt[64] = {
+    4, 0, -21, 0, 21, 0, -4, 0,
+    0, 4, 4, -17, -17, 4, 4, 0,
+    0, 4, -4, -17, 17, 4, -4, 0,
+    0, 2, 1, -10, -5, 8, 4, 0,
+    0, 2, -1, -10, 5, 8, -4, 0,
+    0, 4, 8, -5, -10, 1, 2, 0,
+    0, 4, -8, -5, 10, 1, -2, 0,
+    0, 4, 0, -21, 0, 21, 0, -4};
+__constant float wino_f6_at[48] = {
+    1, 1, 1, 1, 1, 1, 1, 0,
+    0, 1, -1, 2, -2, 0.5f, -0.5f, 0,
+    0, 1, 1, 4, 4, 0.25f, 0.25f, 0,
+    0, 1, -1, 8, -8, 0.125f, -0.125f, 0,
+    0, 1, 1, 16, 16, 0.0625f, 0.0625f, 0,
+    0, 1, -1, 32, -32, 0.03125f, -0.03125f, 1};
+
+// Called with literal MT / A so that, once inlined, every loop has a constant trip
+// count: the pragmas unroll them and the 8 x 8 arrays become registers (the unused
+// part of the arrays for A < 8 is never touched and is removed).
+inline void wino_input(const int MT, const int A, __constant const float* bt, __global float* V, int vo,
+                       __global const float* X, int xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T,
+                       int pad) {
+  const int ci = get_global_id(0), t = get_global_id(1);
+  if (ci >= Ci || t >= T) return;
+  const int tx = t % tiles_w, r = t / tiles_w, ty = r % tiles_h, img = r / tiles_h;
+  const int y0 = ty * MT - pad, x0 = tx * MT - pad;
+  float d[8][8], tmp[8][8];
+#pragma unroll
+  for (int k = 0; k < A; ++k) {
+    const int yy = y0 + k;
+#pragma unroll
+    for (int l = 0; l < A; ++l) {
+      const int xx = x0 + l;
+      d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? X[xo + ((img * H + yy) * W + xx) * Ci + ci] : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < A; ++i) {
+#pragma unroll
+    for (int l = 0; l < A; ++l) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < A; ++k) s = mad(bt[i * A + k], d[k][l], s);
+      tmp[i][l] = s;
+    }
+  }
+  const int plane = T * Ci;
+#pragma unroll
+  for (int i = 0; i < A; ++i) {
+#pragma unroll
+    for (int j = 0; j < A; ++j) {
+      float s = 0.0f;
+#pragma unroll
+      for (int l = 0; l < A; ++l) s = mad(tmp[i][l], bt[j * A + l], s);
+      V[vo + (i * A + j) * plane + t * Ci + ci] = s;
+    }
+  }
+}
+
+inline void wino_output(const int MT, const int A, __constant const float* at, __global float* Y, int yo,
+                        __global const float* Mb, int mo, __global const float* bias, int biaso, int Ho, int Wo,
+                        int Co, int tiles_h, int tiles_w, int T, int act) {
+  const int co = get_global_id(0), t = get_global_id(1);
+  if (co >= Co || t >= T) return;
+  const int tx = t % tiles_w, r = t / tiles_w, ty = r % tiles_h, img = r / tiles_h;
+  const int plane = T * Co;
+  float mm[8][8], tmp[8][8];
+#pragma unroll
+  for (int k = 0; k < A; ++k) {
+#pragma unroll
+    for (int l = 0; l < A; ++l) mm[k][l] = Mb[mo + (k * A + l) * plane + t * Co + co];
+  }
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+#pragma unroll
+    for (int l = 0; l < A; ++l) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < A; ++k) s = mad(at[i * A + k], mm[k][l], s);
+      tmp[i][l] = s;
+    }
+  }
+  const float b = bias[biaso + co];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    const int oy = ty * MT + i;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const int ox = tx * MT + j;
+      float s = 0.0f;
+#pragma unroll
+      for (int l = 0; l < A; ++l) s = mad(tmp[i][l], at[j * A + l], s);
+      if (oy < Ho && ox < Wo) Y[yo + ((img * Ho + oy) * Wo + ox) * Co + co] = sd_act(s + b, act);
+    }
+  }
+}
+
+// winograd_input_fM(V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad)
+#define WINO_INPUT_KERNEL(NAME, MT, A, BT)                                                                       \
+  __kernel void NAME(__global float* V, int vo, __global const float* X, int xo, int H, int W, int Ci,          \
+                     int tiles_h, int tiles_w, int T, int pad) {                                                 \
+    wino_input(MT, A, BT, V, vo, X, xo, H, W, Ci, tiles_h, tiles_w, T, pad);                                     \
+  }
+// winograd_output_fM(Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act)
+#define WINO_OUTPUT_KERNEL(NAME, MT, A, AT)                                                                      \
+  __kernel void NAME(__global float* Y, int yo, __global const float* Mb, int mo, __global const float* bias,   \
+                     int biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act) {              \
+    wino_output(MT, A, AT, Y, yo, Mb, mo, bias, biaso, Ho, Wo, Co, tiles_h, tiles_w, T, act);                    \
+  }
+
+WINO_INPUT_KERNEL(winograd_input_f2, 2, 4, wino_f2_bt)
+WINO_INPUT_KERNEL(winograd_input_f4, 4, 6, wino_f4_bt)
+WINO_INPUT_KERNEL(winograd_input_f6, 6, 8, wino_f6_bt)
+WINO_OUTPUT_KERNEL(winograd_output_f2, 2, 4, wino_f2_at)
+WINO_OUTPUT_KERNEL(winograd_output_f4, 4, 6, wino_f4_at)
+WINO_OUTPUT_KERNEL(winograd_output_f6, 6, 8, wino_f6_at)

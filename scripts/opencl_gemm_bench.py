@@ -1,0 +1,304 @@
+"""GEMM / conv / Winograd kernels of our OpenCL backend at SD1.5 shapes, plus whole-model steps.
+
+Two phases, each bounded by --deadline-s (the device allows ~5 minutes per call):
+
+``models``  each model of --models (SD1.5 skeletons in --models-dir, weights refilled N(0, 0.02)): device
+            time per op type from the delegate's event profile, wall time per invoke, and for the UNet the
+            parity vs the LiteRT CPU interpreter; again with weights_fp16=1 when --fp16.
+``micro``   single-op models (FULLY_CONNECTED, CONV_2D, BATCH_MATMUL, SdConv2DWinograd) at the shapes that
+            dominate the SD1.5 UNet / VAE decoder, with the tile planner's choice ("auto") and each tile
+            config forced through SDGPU_GEMM_TILES: device ms (event profile, warm-up excluded) and TFLOP/s
+            (direct-convolution FLOPs for Winograd too, so the numbers compare).
+
+Writes OUT/gemm_bench.json and prints one line per row. On this machine (PoCL) use --quick.
+
+    python scripts/opencl_gemm_bench.py --lib build/k1/libsdgpu_delegate.so --out /tmp/bench --quick
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "native"))
+
+CONFIGS = ("auto", "64x64", "128x64", "128x128")
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str        # fc | conv | bmm | wino
+    name: str
+    dims: tuple      # fc: (M, N, K); conv/wino: (H, W, Ci, Co) (tile for wino in `tile`); bmm: (B, M, N, K)
+    tile: int = 0
+
+    @property
+    def flops(self) -> float:
+        if self.kind == "fc":
+            m, n, k = self.dims
+            return 2.0 * m * n * k
+        if self.kind == "bmm":
+            b, m, n, k = self.dims
+            return 2.0 * b * m * n * k
+        h, w, ci, co = self.dims
+        return 2.0 * h * w * co * 9 * ci
+
+
+# Shapes that carry the SD1.5 UNet (b1, 64x64 latent) and VAE decoder (512x512) FLOPs.
+CASES = [
+    Case("conv", "unet L0 3x3 320", (64, 64, 320, 320)),
+    Case("conv", "unet L1 3x3 640", (32, 32, 640, 640)),
+    Case("conv", "unet L2 3x3 1280", (16, 16, 1280, 1280)),
+    Case("conv", "unet L3 3x3 1280", (8, 8, 1280, 1280)),
+    Case("fc", "unet L0 ff in", (4096, 2560, 320)),
+    Case("fc", "unet L0 proj", (4096, 320, 320)),
+    Case("fc", "unet L0 ff out", (4096, 320, 1280)),
+    Case("fc", "unet L1 proj", (1024, 640, 640)),
+    Case("fc", "unet L2 ff in", (256, 10240, 1280)),
+    Case("bmm", "unet L0 q.kT", (8, 4096, 4096, 40)),
+    Case("bmm", "unet L0 p.v", (8, 4096, 40, 4096)),
+    Case("conv", "vae 128 3x3 512", (128, 128, 512, 512)),
+    Case("conv", "vae 256 3x3 256", (256, 256, 256, 256)),
+    Case("conv", "vae 512 3x3 128", (512, 512, 128, 128)),
+    Case("wino", "unet L0 F4", (64, 64, 320, 320), 4),
+    Case("wino", "unet L0 F6", (64, 64, 320, 320), 6),
+    Case("wino", "unet L0 F2", (64, 64, 320, 320), 2),
+    Case("wino", "unet L1 F4", (32, 32, 640, 640), 4),
+    Case("wino", "unet L2 F4", (16, 16, 1280, 1280), 4),
+    Case("wino", "unet L2 F2", (16, 16, 1280, 1280), 2),
+    Case("wino", "unet L3 F2", (8, 8, 1280, 1280), 2),
+    Case("wino", "vae 128 F4", (128, 128, 512, 512), 4),
+    Case("wino", "vae 512 F4", (512, 512, 128, 128), 4),
+]
+QUICK_CASES = [
+    Case("conv", "small 3x3", (16, 16, 32, 48)),
+    Case("fc", "small fc", (256, 96, 80)),
+    Case("bmm", "small bmm", (2, 64, 72, 40)),
+    Case("wino", "small F4", (16, 16, 32, 48), 4),
+]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def build(case: Case, rng: np.random.Generator) -> tuple[bytes, dict[str, np.ndarray]]:
+    from sdconvert.ops.conv2d_winograd import SPEC, Conv2DWinogradAttrs
+    from tflite_gemm_models import batch_matmul_model, conv2d_model, fully_connected_model, winograd_model
+
+    def rand(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
+
+    if case.kind == "fc":
+        m, n, k = case.dims
+        return fully_connected_model((1, m, k), rand(n, k), rand(n)), {"x": rand(1, m, k)}
+    if case.kind == "bmm":
+        b, m, n, k = case.dims
+        return batch_matmul_model((b, m, k), (b, k, n), (b, m, n), False, False), {"a": rand(b, m, k), "b": rand(b, k, n)}
+    h, w, ci, co = case.dims
+    x = {"x": rand(1, h, w, ci)}
+    if case.kind == "conv":
+        return conv2d_model((1, h, w, ci), rand(co, 3, 3, ci), rand(co)), x
+    attrs = SPEC.encode(Conv2DWinogradAttrs(tile=case.tile, padding="SAME", activation="none"))
+    return winograd_model((1, h, w, ci), rand(co, 3, 3, ci), rand(co), attrs), x
+
+
+def timed_session(lib: str, model: bytes | str, inputs: dict[str, np.ndarray] | None, profile: Path,
+                  warmup: int, runs: int, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """Warm-up + timed invokes with the event profile on; device ms per node over the timed runs only."""
+    from ai_edge_litert.interpreter import Interpreter, load_delegate
+
+    opts = {"backend": "opencl", "profile_path": str(profile), **(extra or {})}
+    delegate = load_delegate(lib, opts)
+    kw = {"model_path": model} if isinstance(model, str) else {"model_content": model}
+    runner = Interpreter(**kw, experimental_delegates=[delegate], num_threads=4).get_signature_runner()
+    if inputs is None:
+        rng = np.random.default_rng(1)
+        inputs = {k: rng.standard_normal(v["shape"]).astype(np.float32) for k, v in runner.get_input_details().items()}
+        if "timestep" in inputs:
+            inputs["timestep"] = np.array([500.0], np.float32)
+    t0 = time.perf_counter()
+    out = runner(**inputs)
+    first_s = time.perf_counter() - t0
+    for _ in range(warmup - 1):
+        runner(**inputs)
+    before = json.loads(profile.read_text())
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = runner(**inputs)
+        walls.append(time.perf_counter() - t0)
+    after = json.loads(profile.read_text())
+    n0, n1 = before["invocations"], after["invocations"]
+    nodes = [dict(op=a["op"], node=a["node"], ms=(a["ms"] * n1 - b["ms"] * n0) / (n1 - n0))
+             for a, b in zip(after["nodes"], before["nodes"])]
+    return dict(device=after["device"], nodes=nodes, first_s=first_s, wall_ms=[w * 1e3 for w in walls],
+                inputs=inputs, output=next(iter(out.values())))
+
+
+def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: float) -> None:
+    rng = np.random.default_rng(0)
+    cases = QUICK_CASES if args.quick else CASES
+    if args.micro_cases:
+        cases = [c for c in cases if any(k in c.name for k in args.micro_cases.split(","))]
+    rows = results.setdefault("micro", [])
+    configs = args.micro_configs.split(",")
+    for case in cases:
+        if time.time() > deadline:
+            log("micro: deadline reached")
+            return
+        model, inputs = build(case, rng)
+        runs = configs + (["auto+fp16w"] if args.fp16 and case.kind != "bmm" else [])
+        for config in runs:
+            tiles = config.split("+")[0]
+            if tiles == "auto":
+                os.environ.pop("SDGPU_GEMM_TILES", None)
+            else:
+                os.environ["SDGPU_GEMM_TILES"] = tiles
+            extra = {"weights_fp16": "1"} if config.endswith("+fp16w") else None
+            try:
+                r = timed_session(args.lib, model, inputs, args.out / "micro_profile.json", 2, args.micro_runs,
+                                  extra)
+            except Exception as e:  # noqa: BLE001 - record and go on
+                rows.append(dict(case=case.name, kind=case.kind, config=config, error=str(e)[:300]))
+                log(f"{case.name} {config}: ERROR {e}")
+                continue
+            ms = sum(n["ms"] for n in r["nodes"])
+            row = dict(case=case.name, kind=case.kind, dims=case.dims, tile=case.tile, config=config, device_ms=ms,
+                       tflops=case.flops / (ms * 1e-3) / 1e12, wall_ms=float(np.median(r["wall_ms"])))
+            rows.append(row)
+            log(f"{case.name:<22} {config:<11} {ms:8.3f} ms {row['tflops']:7.2f} TFLOP/s  (wall {row['wall_ms']:.2f} ms)")
+        os.environ.pop("SDGPU_GEMM_TILES", None)
+        json.dump(results, open(args.out / "gemm_bench.json", "w"), indent=1, default=str)
+
+
+def refill(src: Path, dst: Path) -> None:
+    """A skeleton (weights cut out, see scripts/h200) back to a full model with N(0, 0.02) weights."""
+    meta = json.load(open(str(src) + ".json"))
+    packed = gzip.open(src).read()
+    rng = np.random.default_rng(0)
+    with open(dst, "wb") as f:
+        pos = q = 0
+        for start, n, dt in meta["regions"]:
+            k = start - pos
+            f.write(packed[q:q + k])
+            q += k
+            f.write((rng.standard_normal(n // int(dt[1])) * 0.02).astype("<" + dt).tobytes())
+            pos = start + n
+        f.write(packed[q:])
+
+
+def variant_path(args: argparse.Namespace, name: str, plain: Path, variant: str, deadline: float) -> Path | None:
+    """plain, fused, fused+wino<N|auto>: derived with ``sdconvert optimize`` (device profile h200) on first use."""
+    if variant == "plain":
+        return plain
+    path = Path(f"/tmp/{name}_{variant.replace('+', '_')}.tflite")
+    if path.exists():
+        return path
+    if time.time() > deadline - 90:
+        log(f"{name} {variant}: no time left to derive it")
+        return None
+    from sdconvert.export.optimize import GraphOptions, optimize
+
+    fuse = variant.startswith("fused")
+    wino = variant.split("+wino")[1] if "+wino" in variant else "off"  # 2 | 4 | 6 | auto
+    t0 = time.time()
+    optimize(plain, GraphOptions(fuse=fuse, winograd=wino, device_profile="h200"), say=lambda _: None, dst=path)
+    log(f"{name} {variant}: derived in {time.time() - t0:.1f} s")
+    return path
+
+
+def phase_models(args: argparse.Namespace, results: dict[str, Any], deadline: float) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    out = results.setdefault("models", {})
+    for name in [m for m in args.models.split(",") if m]:
+        if time.time() > deadline:
+            log("models: deadline reached")
+            return
+        plain = Path(f"/tmp/{name}.tflite")
+        if not plain.exists():
+            t0 = time.time()
+            refill(args.models_dir / f"{name}.sparse.gz", plain)
+            log(f"{name}: refilled in {time.time() - t0:.1f} s")
+        reference = None  # CPU interpreter output of the plain model (same seeded inputs for every variant)
+        variants = args.variants.split(",") if name.startswith("unet") else ["plain"]
+        for variant in variants:
+            path = variant_path(args, name, plain, variant, deadline)
+            if path is None:
+                continue
+            tags = [("fp32", {})] + ([("fp16w", {"weights_fp16": "1"})] if args.fp16 else [])
+            for tag, extra in tags:
+                if time.time() > deadline:
+                    return
+                r = timed_session(args.lib, str(path), None, args.out / f"{name}_{variant.replace('+', '_')}_{tag}_profile.json", 2,
+                                  args.runs, extra)
+                by_op: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+                for n in r["nodes"]:
+                    by_op[n["op"]][0] += 1
+                    by_op[n["op"]][1] += n["ms"]
+                total = sum(v[1] for v in by_op.values())
+                row = dict(device=r["device"], device_ms=total, wall_ms=r["wall_ms"], first_s=r["first_s"],
+                           by_op={k: dict(nodes=v[0], ms=v[1])
+                                  for k, v in sorted(by_op.items(), key=lambda kv: -kv[1][1])})
+                log(f"{name} {variant} {tag}: device {total:.1f} ms, wall median {np.median(r['wall_ms']):.1f} ms, "
+                    f"first {r['first_s']:.1f} s")
+                for op, v in list(row["by_op"].items())[:12]:
+                    log(f"    {op:<24} {v['nodes']:4d} nodes {v['ms']:8.2f} ms")
+                if name.startswith("unet") and args.parity and time.time() < deadline - 40:
+                    if reference is None:
+                        runner = Interpreter(model_path=str(plain), num_threads=16).get_signature_runner()
+                        reference = next(iter(runner(**r["inputs"]).values()))
+                    got = r["output"]
+                    row["rel_l2"] = float(np.linalg.norm(got - reference) / np.linalg.norm(reference))
+                    row["rel_max"] = float(np.abs(got - reference).max() / np.abs(reference).max())
+                    log(f"    parity vs CPU (plain model): rel L2 {row['rel_l2']:.2e}, max {row['rel_max']:.2e}")
+                out[f"{name} {variant} {tag}"] = row
+                json.dump(results, open(args.out / "gemm_bench.json", "w"), indent=1, default=str)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lib", required=True, help="libsdgpu_delegate.so to measure")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gemm-bench-out")))
+    ap.add_argument("--models-dir", type=Path, default=ROOT / ".h200" / "models")
+    ap.add_argument("--models", default="unet_b1,vae_decoder")
+    ap.add_argument("--phases", default="models,micro")
+    ap.add_argument("--variants", default="plain", help="UNet variants: plain,fused,fused+wino4,fused+winoauto")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--micro-runs", type=int, default=10)
+    ap.add_argument("--micro-cases", default="", help="comma-separated substrings of case names (default: all)")
+    ap.add_argument("--micro-configs", default=",".join(CONFIGS), help="auto and/or BMxBN[/splits] tile configs")
+    ap.add_argument("--fp16", action="store_true", help="models again with weights_fp16=1")
+    ap.add_argument("--parity", action="store_true", help="UNet output vs the LiteRT CPU interpreter")
+    ap.add_argument("--deadline-s", type=float, default=270.0)
+    ap.add_argument("--model-share", type=float, default=0.6, help="part of the deadline for the models phase")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes, no models (PoCL)")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    results: dict[str, Any] = {"argv": sys.argv, "lib": args.lib}
+    phases = args.phases.split(",")
+    if args.quick:
+        phases = [p for p in phases if p != "models"]
+    for phase in phases:
+        share = args.model_share if phase == "models" and "micro" in phases else 1.0
+        deadline = start + args.deadline_s * share if phase == "models" else start + args.deadline_s
+        {"models": phase_models, "micro": phase_micro}[phase](args, results, deadline)
+    json.dump(results, open(args.out / "gemm_bench.json", "w"), indent=1, default=str)
+    log(f"done in {time.time() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Sd* op cases shared by the GPU backend tests (test_opencl_ops.py, test_gl_ops.py): each backend runs the
+same shapes against the same numpy references, so a kernel port cannot silently cover less."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from ai_edge_litert.interpreter import load_delegate
+
+from harness import assert_close, make_interpreter, run
+from sdconvert.ops import attention as A
+from sdconvert.ops import gelu as G
+from sdconvert.ops import group_norm as GN
+from sdlite import native
+from tflite_models import attention_model, gelu_model, group_norm_model
+
+# (n, sq, sk, heads, head_dim): cross-attention with odd lengths, a batched self-attention over more than
+# two 64-key blocks, and fewer keys than queries; head dims 8, 40 (SD1.5's first level) and 80.
+ATTENTION_SHAPES = [(1, 7, 77, 2, 8), (2, 130, 130, 1, 40), (1, 5, 3, 4, 80)]
+ATTENTION_VARIANTS = ["partial_softmax", "flash"]
+GELU_MODES = ["none", "tanh", "quick"]
+# (shape, groups, channel axis, activation)
+GROUP_NORM_CASES = [((2, 8, 8, 32), 8, -1, "silu"), ((1, 64, 6, 5), 32, 1, "none"), ((2, 77, 12), 3, 2, "silu")]
+
+
+def check_attention(backend: str, rng: np.random.Generator, variant: str, causal: bool, n: int, sq: int, sk: int,
+                    heads: int, head_dim: int) -> None:
+    attrs = A.AttentionAttrs(heads=heads, head_dim=head_dim, scale=head_dim**-0.5, causal=causal, variant=variant)
+    q, k, v = (rng.standard_normal((n, s, heads * head_dim)).astype(np.float32) for s in (sq, sk, sk))
+    result = run(attention_model(n, sq, sk, heads, head_dim, A.SPEC.encode(attrs)), {"q": q, "k": k, "v": v},
+                 backend=backend)
+    assert result.stats["backend"] == backend
+    assert result.stats["claimed_nodes"] == 1 and result.stats["declined_nodes"] == 0
+    assert_close(result.outputs["o"], A.reference([q, k, v], attrs), rtol=1e-5)
+
+
+def check_gelu(backend: str, rng: np.random.Generator, mode: str) -> None:
+    attrs = G.GeluAttrs(approximate=mode)
+    x = (3.0 * rng.standard_normal((3, 1000))).astype(np.float32)
+    result = run(gelu_model(x.shape, G.SPEC.encode(attrs)), {"x": x}, backend=backend)
+    assert result.stats["claimed_nodes"] == 1
+    assert_close(result.outputs["y"], G.reference([x], attrs), rtol=1e-5)
+
+
+def check_group_norm(backend: str, rng: np.random.Generator, shape: tuple[int, ...], groups: int, axis: int,
+                     act: str) -> None:
+    attrs = GN.GroupNormAttrs(groups=groups, eps=1e-5, activation=act, channel_axis=axis)
+    c = shape[axis]
+    x = (rng.standard_normal(shape) * 2.0 + 3.0).astype(np.float32)
+    gamma, beta = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    result = run(group_norm_model(shape, gamma, beta, GN.SPEC.encode(attrs)), {"x": x}, backend=backend)
+    assert result.stats["claimed_nodes"] == 1
+    assert_close(result.outputs["y"], GN.reference([x, gamma, beta], attrs), rtol=1e-5)
+
+
+def profile_group_norm(backend: str, rng: np.random.Generator, profile: Path, invocations: int = 1) -> dict:
+    """Run a one-node SdGroupNorm graph with ``profile_path`` set; return the parsed profile JSON."""
+    attrs = GN.GroupNormAttrs(groups=2, eps=1e-5, activation="silu", channel_axis=-1)
+    x = rng.standard_normal((1, 4, 4, 8)).astype(np.float32)
+    g = np.ones(8, np.float32)
+    delegate = load_delegate(str(native.delegate_path()), {"backend": backend, "profile_path": str(profile)})
+    runner = make_interpreter(group_norm_model(x.shape, g, g, GN.SPEC.encode(attrs)), delegate).get_signature_runner(
+        "serving_default")
+    for _ in range(invocations):
+        runner(x=x)
+    data = json.loads(profile.read_text())
+    assert data["invocations"] == invocations
+    assert [node["op"] for node in data["nodes"]] == ["SdGroupNorm"]
+    assert data["nodes"][0]["ms"] >= 0.0
+    return data

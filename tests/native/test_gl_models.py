@@ -1,0 +1,89 @@
+"""GL backend end to end (Mesa llvmpipe in CI): every tiny SD model -- plain, fused (Sd* ops), and fused +
+Winograd -- runs as ONE delegated partition with no CPU nodes and matches the plain CPU interpreter running
+the unrewritten model to <= 1e-4 relative."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+
+from harness import assert_close
+from sdconvert.graph import read_model
+from sdlite import native
+
+MODELS = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
+
+
+@pytest.fixture(scope="module")
+def tiny_fused_winograd_export(tmp_path_factory, tiny_export: Path) -> Path:
+    """``sdconvert optimize --fuse --winograd 4 --attention-variant flash`` of the tiny export (the session's
+    ``tiny_fused_export`` uses the default variant, so the two fused folders cover both attention kernels)."""
+    from sdconvert.export.optimize import GraphOptions
+    from sdconvert.optimize_cli import optimize_folder
+
+    out = tmp_path_factory.mktemp("tiny-fused-winograd") / "sd-tiny"
+    optimize_folder(tiny_export, out, GraphOptions(fuse=True, winograd="4", attention_variant="flash"))
+    return out
+
+
+def _inputs(runner, rng) -> dict[str, np.ndarray]:
+    out = {}
+    for name, d in runner.get_input_details().items():
+        if d["dtype"] == np.int32:
+            out[name] = rng.integers(0, 100, d["shape"]).astype(np.int32)
+        elif "timestep" in name:
+            out[name] = np.full(d["shape"], 500.0, np.float32)
+        else:
+            out[name] = rng.standard_normal(d["shape"]).astype(np.float32)
+    return out
+
+
+def _check(reference_path: Path, path: Path, rng) -> dict[str, int]:
+    """Run `path` on gl twice and compare with the CPU interpreter on `reference_path`; returns the op
+    histogram of `path`."""
+    reference = Interpreter(model_path=str(reference_path)).get_signature_runner("serving_default")
+    inputs = _inputs(reference, rng)
+    expected = reference(**inputs)
+    histogram = read_model(path).op_histogram()
+
+    delegate = native.load(backend="gl")
+    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
+        "serving_default")
+    runner(**inputs)
+    actual = runner(**inputs)  # second invoke: buffers and programs reused, same answer
+    stats = native.stats(delegate)
+    assert stats["backend"] == "gl"
+    assert stats["partitions"] == 1
+    assert stats["claimed_nodes"] == sum(histogram.values())
+    assert stats["declined_nodes"] == 0 and stats["declined"] == []
+    assert stats["invocations"] == 2
+    assert set(actual) == set(expected)
+    for name, value in expected.items():
+        assert_close(actual[name], value, rtol=1e-4)
+    return histogram
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_plain_model_fully_delegated_and_matches_cpu(tiny_export: Path, rng, model):
+    path = tiny_export / f"{model}.tflite"
+    histogram = _check(path, path, rng)
+    assert not any(op.startswith("Sd") for op in histogram)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_fused_model_fully_delegated_and_matches_unfused_cpu(tiny_export: Path, tiny_fused_export: Path, rng,
+                                                             model):
+    histogram = _check(tiny_export / f"{model}.tflite", tiny_fused_export / f"{model}.tflite", rng)
+    if model != "vae_encoder":  # every other tiny model has attention + norms to fuse
+        assert histogram.get("SdAttention", 0) > 0 and histogram.get("SdGroupNorm", 0) + histogram.get(
+            "SdGelu", 0) > 0, histogram
+
+
+@pytest.mark.parametrize("model", ("unet", "vae_decoder"))
+def test_fused_winograd_model_fully_delegated_and_matches_unfused_cpu(tiny_export: Path,
+                                                                      tiny_fused_winograd_export: Path, rng, model):
+    histogram = _check(tiny_export / f"{model}.tflite", tiny_fused_winograd_export / f"{model}.tflite", rng)
+    assert histogram.get("SdConv2DWinograd", 0) > 0, histogram
+    assert histogram.get("SdAttention", 0) > 0, histogram

@@ -1,0 +1,235 @@
+"""Tiled GEMM / implicit-GEMM conv / Winograd kernels of the OpenCL backend (PoCL in CI) vs float64 NumPy.
+
+Shapes are picked to hit full tiles, edge tiles in M, N and K, K not a multiple of the 16-wide K step, every
+tile config (forced through SDGPU_GEMM_TILES), split-K, transposed operands, broadcast batches, the conv
+fallback for Ci % 16 != 0, and the weights_fp16 storage option.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import assert_close, run
+from sdconvert.ops.conv2d_winograd import SPEC as WINOGRAD, Conv2DWinogradAttrs
+from sdconvert.winograd.accuracy import random_problem
+from sdconvert.winograd.reference import direct_conv2d, winograd_error_bound
+from tflite_gemm_models import (batch_matmul_model, batch_matmul_ref, conv2d_model, conv2d_ref,
+                                fully_connected_model, fully_connected_ref, winograd_model)
+
+TILE_CONFIGS = ("64x64", "128x64", "128x128")
+
+
+def _half(a: np.ndarray) -> np.ndarray:
+    """What weights_fp16 stores: round to nearest even half, back to float."""
+    return a.astype(np.float16).astype(np.float32)
+
+
+def _run(model: bytes, inputs: dict[str, np.ndarray], **opts) -> np.ndarray:
+    result = run(model, inputs, backend="opencl", **opts)
+    assert result.stats["claimed_nodes"] == 1 and result.stats["declined_nodes"] == 0
+    assert result.stats["partitions"] == 1
+    return result.outputs["y"]
+
+
+@pytest.mark.parametrize("config", TILE_CONFIGS)
+@pytest.mark.parametrize("m,k,n", [(128, 64, 128), (70, 37, 45), (3, 200, 130)])
+def test_fully_connected_every_tile_config(rng, monkeypatch, config, m, k, n):
+    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
+    x = rng.standard_normal((1, m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    got = _run(fully_connected_model(x.shape, w, b, "relu"), {"x": x})
+    assert_close(got, fully_connected_ref(x, w, b, "relu"), rtol=1e-5)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_split_k_sums_every_slice(rng, monkeypatch, splits):
+    """K = 600 over 2/3/8 slices (slice lengths rounded up to 16; the last slice is short)."""
+    monkeypatch.setenv("SDGPU_GEMM_TILES", f"64x64/{splits}")
+    x = rng.standard_normal((20, 600)).astype(np.float32)
+    w = rng.standard_normal((33, 600)).astype(np.float32)
+    b = rng.standard_normal(33).astype(np.float32)
+    got = _run(fully_connected_model(x.shape, w, b, "relu6"), {"x": x})
+    assert_close(got, fully_connected_ref(x, w, b, "relu6"), rtol=1e-5)
+
+
+def test_cost_model_splits_long_thin_problems(rng):
+    """1 tile of output, K = 4096: the default plan splits K (scratch holds the partial sums)."""
+    x = rng.standard_normal((16, 4096)).astype(np.float32)
+    w = rng.standard_normal((16, 4096)).astype(np.float32)
+    result = run(fully_connected_model(x.shape, w, None), {"x": x}, backend="opencl")
+    assert result.stats["max_node_scratch_bytes"] == 16 * 16 * 4 * 16  # 16 slices of 256
+    assert_close(result.outputs["y"], fully_connected_ref(x, w, None), rtol=1e-5)
+
+
+def test_fully_connected_weights_as_input_read_in_place(rng):
+    """Non-constant weights (e.g. a DEQUANTIZE output) are read through their N x K strides, not packed."""
+    x = rng.standard_normal((2, 50, 24)).astype(np.float32)
+    w = rng.standard_normal((40, 24)).astype(np.float32)
+    got = _run(fully_connected_model(x.shape, w, None, const_weights=False), {"x": x, "w": w})
+    assert_close(got, fully_connected_ref(x, w, None), rtol=1e-5)
+
+
+@pytest.mark.parametrize("adj_x,adj_y", [(False, False), (True, False), (False, True), (True, True)])
+def test_batch_matmul_transposes(rng, adj_x, adj_y):
+    m, k, n = 67, 40, 77
+    a = rng.standard_normal((3, k, m) if adj_x else (3, m, k)).astype(np.float32)
+    b = rng.standard_normal((3, n, k) if adj_y else (3, k, n)).astype(np.float32)
+    got = _run(batch_matmul_model(a.shape, b.shape, (3, m, n), adj_x, adj_y), {"a": a, "b": b})
+    assert_close(got, batch_matmul_ref(a, b, adj_x, adj_y), rtol=1e-5)
+
+
+@pytest.mark.parametrize("a_batch,b_batch", [(1, 4), (4, 1)])
+def test_batch_matmul_broadcasts_a_single_batch(rng, a_batch, b_batch):
+    a = rng.standard_normal((a_batch, 130, 18)).astype(np.float32)
+    b = rng.standard_normal((b_batch, 18, 70)).astype(np.float32)
+    got = _run(batch_matmul_model(a.shape, b.shape, (4, 130, 70), False, False), {"a": a, "b": b})
+    assert_close(got, batch_matmul_ref(a, b, False, False), rtol=1e-5)
+
+
+@pytest.mark.parametrize("config", ["64x64", "128x128", "64x64/3"])
+@pytest.mark.parametrize("x_shape,co,kernel,stride,dilation,padding", [
+    ((2, 9, 11, 32), 40, 3, 1, 1, "SAME"),    # tiled implicit GEMM, edge tiles in M and N
+    ((1, 12, 10, 16), 24, 3, 2, 1, "SAME"),   # stride 2 (SAME pads bottom/right only)
+    ((1, 11, 13, 48), 8, 3, 1, 2, "VALID"),   # dilation
+    ((1, 8, 8, 64), 130, 1, 1, 1, "SAME"),    # 1x1: a pure GEMM over NHWC
+    ((1, 10, 9, 4), 20, 3, 1, 1, "SAME"),     # Ci % 16 != 0: the generic conv2d_igemm fallback
+])
+def test_conv2d_matches_reference(rng, monkeypatch, config, x_shape, co, kernel, stride, dilation, padding):
+    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((co, kernel, kernel, x_shape[3])).astype(np.float32)
+    b = rng.standard_normal(co).astype(np.float32)
+    got = _run(conv2d_model(x.shape, w, b, stride, dilation, padding, "relu6"), {"x": x})
+    assert_close(got, conv2d_ref(x, w, b, stride, dilation, padding, "relu6"), rtol=1e-5)
+
+
+def test_conv2d_without_bias(rng):
+    x = rng.standard_normal((1, 7, 7, 16)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 16)).astype(np.float32)
+    got = _run(conv2d_model(x.shape, w, None), {"x": x})
+    assert_close(got, conv2d_ref(x, w, None), rtol=1e-5)
+
+
+def _wino_tiles(n: int, ho: int, wo: int, tile: int) -> int:
+    return n * -(-ho // tile) * -(-wo // tile)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("tile", [2, 4, 6])
+def test_winograd_matches_direct_within_bound(tile, padding):
+    x, w, b = random_problem((2, 38, 35, 24, 40), seed=tile)  # >= 64 tiles, partial edge tiles
+    attrs = Conv2DWinogradAttrs(tile=tile, padding=padding, activation="none")
+    result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs), padding), {"x": x}, backend="opencl")
+    assert result.stats["claimed_by_op"] == {"SdConv2DWinograd": 1}
+    got, want = result.outputs["y"], direct_conv2d(x, w, b, padding)
+    assert got.shape == want.shape
+    assert (np.abs(got - want) <= winograd_error_bound(x, w, b, tile, padding)).all()
+    # V [a*a, T, Ci] + M [a*a, T, Co] in the arena: the Winograd path ran
+    tiles = _wino_tiles(2, *want.shape[1:3], tile)
+    assert tiles >= 64
+    assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (24 + 40) * 4
+
+
+def test_winograd_small_map_runs_direct():
+    """Below 64 tiles the a*a GEMMs would fill a fraction of a work-group tile: direct conv, no V/M scratch."""
+    x, w, b = random_problem((1, 8, 8, 32, 48), seed=1)  # F4: 4 tiles
+    attrs = Conv2DWinogradAttrs(tile=4, padding="SAME", activation="relu")
+    result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x}, backend="opencl")
+    assert result.stats["claimed_by_op"] == {"SdConv2DWinograd": 1}
+    assert result.stats["max_node_scratch_bytes"] == 0
+    assert_close(result.outputs["y"], direct_conv2d(x, w, b, "SAME", "relu"), rtol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "relu6", "tanh"])
+def test_winograd_activation(activation):
+    x, w, b = random_problem((1, 34, 34, 16, 20), seed=3)  # F4: 81 tiles
+    attrs = Conv2DWinogradAttrs(tile=4, padding="SAME", activation=activation)
+    got = _run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x})
+    want = direct_conv2d(x, w, b, "SAME", activation)
+    assert (np.abs(got - want) <= winograd_error_bound(x, w, b, 4, "SAME")).all()  # activations: 1-Lipschitz
+    assert np.abs(got - direct_conv2d(x, w, b, "SAME")).max() > 0.1  # the activation was applied
+
+
+def test_weights_fp16_rounds_weights_to_half_and_keeps_fp32_math(rng):
+    """fp16 storage == the fp32 GEMM on half-rounded weights (exactly what vload_half gives back)."""
+    x = rng.standard_normal((1, 100, 96)).astype(np.float32)
+    w = rng.standard_normal((72, 96)).astype(np.float32)
+    b = rng.standard_normal(72).astype(np.float32)
+    model = fully_connected_model(x.shape, w, b)
+    got = _run(model, {"x": x}, weights_fp16=True)
+    assert_close(got, fully_connected_ref(x, _half(w), b), rtol=1e-5)
+    fp32 = fully_connected_ref(x, w, b)
+    err = float(np.abs(got - fp32).max() / np.abs(fp32).max())
+    assert 1e-5 < err < 2e-3, err  # it really is half storage, and ~1e-3 relative
+
+
+def test_weights_fp16_conv(rng):
+    x = rng.standard_normal((1, 12, 12, 32)).astype(np.float32)
+    w = rng.standard_normal((24, 3, 3, 32)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    got = _run(conv2d_model(x.shape, w, b), {"x": x}, weights_fp16=True)
+    assert_close(got, conv2d_ref(x, _half(w), b), rtol=1e-5)
+
+
+@pytest.mark.parametrize("tile", [2, 4, 6])
+def test_weights_fp16_winograd_half_u_only_for_f2(tile):
+    """F2 stores U = G g G^T as half (~3e-4); F4/F6 keep float32 U (half would give 5e-3 / 3e-2)."""
+    x, w, b = random_problem((1, 48, 48, 32, 24), seed=5)  # >= 64 tiles for every tile size
+    model = winograd_model(x.shape, w, b, WINOGRAD.encode(Conv2DWinogradAttrs(tile=tile)))
+    got = _run(model, {"x": x}, weights_fp16=True)
+    fp32 = _run(model, {"x": x})
+    want = direct_conv2d(x, w, b, "SAME")
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    if tile == 2:
+        assert 1e-5 < err < 1e-3, err
+    else:
+        np.testing.assert_array_equal(got, fp32)
+
+
+def test_weights_fp16_option_is_validated():
+    from ai_edge_litert.interpreter import load_delegate
+
+    from sdlite import native
+
+    with pytest.raises(ValueError, match="option weights_fp16='yes' must be 0 or 1"):
+        load_delegate(str(native.delegate_path()), {"backend": "opencl", "weights_fp16": "yes"})
+
+
+@pytest.mark.parametrize("tile", ["2", "4", "6"])
+@pytest.mark.parametrize("model", ["unet", "vae_decoder"])
+def test_tiny_model_fused_winograd_on_one_partition(tiny_export, tmp_path, model, tile):
+    """``--fuse --winograd N``: one partition, no CPU node, <= 1e-4 vs the CPU interpreter on the unrewritten
+    model. The tiny UNet's 8x8 latent is below 64 tiles (its Winograd convs run direct); the tiny VAE
+    decoder's 64x64 maps run the Winograd kernels (their V/M scratch is the largest node scratch)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from sdconvert.export.optimize import GraphOptions, optimize
+    from sdlite import native
+
+    src = tiny_export / f"{model}.tflite"
+    dst = tmp_path / f"{model}_w{tile}.tflite"
+    report = optimize(src, GraphOptions(fuse=True, winograd=tile), say=lambda _: None, dst=dst)
+    convs = [c for c in report["winograd"]["convs"] if c["tile"] == int(tile)]
+    assert convs
+
+    reference = Interpreter(model_path=str(src)).get_signature_runner("serving_default")
+    rng = np.random.default_rng(0)
+    inputs = {name: (np.array([500.0]) if "timestep" in name else rng.standard_normal(d["shape"])).astype(np.float32)
+              for name, d in reference.get_input_details().items()}
+    expected = reference(**inputs)
+
+    delegate = native.load(backend="opencl")
+    runner = Interpreter(model_path=str(dst), experimental_delegates=[delegate]).get_signature_runner("serving_default")
+    actual = runner(**inputs)
+    stats = native.stats(delegate)
+    assert stats["partitions"] == 1 and stats["declined_nodes"] == 0
+    assert stats["claimed_by_op"]["SdConv2DWinograd"] == len(convs)
+    m, a = int(tile), int(tile) + 2
+    wino_scratch = [a * a * _wino_tiles(c["shape"]["batch"], c["shape"]["in_h"], c["shape"]["in_w"], m)
+                    * (c["shape"]["in_c"] + c["shape"]["out_c"]) * 4 for c in convs
+                    if _wino_tiles(c["shape"]["batch"], c["shape"]["in_h"], c["shape"]["in_w"], m) >= 64]
+    if model == "vae_decoder":
+        assert wino_scratch and stats["max_node_scratch_bytes"] >= max(wino_scratch)
+    for name, value in expected.items():
+        assert_close(actual[name], value, rtol=1e-4)
