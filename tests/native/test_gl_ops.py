@@ -5,9 +5,11 @@ GL_MAX_COMPUTE_WORK_GROUP_COUNT, the profile's timing method, threads, and the n
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -272,3 +274,77 @@ def test_no_egl_driver_is_a_one_line_error(delegate_lib):
     assert len(lines) == 1, out.stdout + out.stderr
     assert "gl: no EGL display with an OpenGL ES 3.1 context" in lines[0]
     assert "install libegl1 libgles2" in lines[0]
+
+
+_GLSL_FILES = sorted([*(Path(__file__).resolve().parents[2] / "custom_ops" / "backends" / "gl" / "shaders").glob("*.glsl"),
+                      *(Path(__file__).resolve().parents[2] / "custom_ops" / "ops").glob("*/gl.glsl")])
+_SECTION = re.compile(r"^//== (?:kernel|fragment) (\w+)$", re.M)
+_WRITE_OP = r"\s*(?:=(?!=)|\+=|-=|\*=|/=)"
+
+
+def _shared_slot_violations(section: str) -> list[str]:
+    """Writes to a shared array after a constant-index read of it (`mx = scratch[0]; ... scratch[lid] = s`)."""
+    found = []
+    for name in re.findall(r"^\s*shared\s+\w+\s+(\w+)\s*\[", section, re.M):
+        reads = [m for m in re.finditer(rf"\b{name}\s*\[\s*\d+\s*\]", section)
+                 if not re.match(_WRITE_OP, section[m.end():])]
+        if reads and re.search(rf"\b{name}\s*\[[^\]]*\]{_WRITE_OP}", section[reads[0].end():]):
+            found.append(name)
+    return found
+
+
+def test_shared_broadcast_slots_are_never_rewritten():
+    """Issue #7 (shaders/common.glsl, "shared broadcast slots"): NVIDIA's GLSL compiler re-loads a value read
+    from shared memory past barrier() at its later uses, so a slot every invocation reads (a reduction's
+    result) must never be written again; softmax_f32 reused one array for its max and its sum and
+    normalised whole rows by a wrong sum on the H200. llvmpipe never re-loads, so the rule is checked
+    on the sources: no kernel may write a shared array after reading it at a constant index."""
+    assert len(_GLSL_FILES) >= 6
+    bad = []
+    for path in _GLSL_FILES:
+        # comments dropped (section markers kept): they name slots like `smax[0]` in prose
+        text = "\n".join(line if line.startswith("//== ") else line.split("//")[0]
+                          for line in path.read_text().splitlines())
+        parts = _SECTION.split(text)  # [common, name1, body1, name2, body2, ...]
+        for name, body in zip(parts[1::2], parts[2::2]):
+            bad += [f"{path.name}:{name}:{array}" for array in _shared_slot_violations(parts[0] + body)]
+    assert bad == []
+    # the check itself catches the issue #7 pattern
+    assert _shared_slot_violations("shared float scratch[64];\nmx = scratch[0];\nSD_BARRIER();\n"
+                                   "scratch[lid] = sum;\n") == ["scratch"]
+
+
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_softmax_of_4096_wide_rows_matches_float64(rng, scale):
+    """The SD attention-score shape (rows of 4096) that failed on NVIDIA (issue #7), at score scales of
+    unit and random-weight size; rows must sum to 1 and two invocations must agree bit for bit."""
+    x = (rng.standard_normal((1, 1, 256, 4096)) * scale).astype(np.float32)
+    options = S.SoftmaxOptionsT()
+    options.beta = 1.0
+    model = _unary_model(S.BuiltinOperator.SOFTMAX, x.shape, np.float32, S.BuiltinOptions.SoftmaxOptions, options)
+    runner = make_interpreter(model, native.load(backend=BACKEND)).get_signature_runner("serving_default")
+    first = runner(x=x)["y"].copy()
+    got = runner(x=x)["y"]
+    e = np.exp(x.astype(np.float64) - x.max(axis=-1, keepdims=True))
+    assert_close(got, (e / e.sum(axis=-1, keepdims=True)).astype(np.float32), rtol=1e-5)
+    np.testing.assert_allclose(got.sum(axis=-1, dtype=np.float64), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(got, first)
+
+
+def test_debug_knobs_dump_programs_strip_nv_pragmas_and_alias_kernels(rng, tmp_path, monkeypatch):
+    """SDGPU_GL_DUMP_DIR / SDGPU_GL_NO_NV_PRAGMAS / SDGPU_GL_KERNEL_ALIAS (gl_device.h), the tools that
+    localised issue #7 on the H200 (scripts/gl_softmax_probe.py)."""
+    x = rng.standard_normal((4, 100)).astype(np.float32)
+    options = S.SoftmaxOptionsT()
+    options.beta = 1.0
+    model = _unary_model(S.BuiltinOperator.SOFTMAX, x.shape, np.float32, S.BuiltinOptions.SoftmaxOptions, options)
+    monkeypatch.setenv("SDGPU_GL_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("SDGPU_GL_NO_NV_PRAGMAS", "1")
+    _run_fully_delegated(model, {"x": x})
+    source = (tmp_path / "softmax_f32_64x1x1.comp").read_text()
+    assert source.startswith("#version 310 es\n") and "shared float ssum[RED_WG];" in source
+    assert "optionNV" not in source
+    monkeypatch.setenv("SDGPU_GL_KERNEL_ALIAS", "softmax_f32=no_such_kernel")
+    with pytest.raises(native.NativeDelegateError,
+                       match="SDGPU_GL_KERNEL_ALIAS: 'softmax_f32=no_such_kernel' is not <kernel>=<library kernel>"):
+        native.load(backend=BACKEND)
