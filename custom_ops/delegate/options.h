@@ -2,7 +2,6 @@
 // (Python: load_delegate(path, {"backend": "cpu", ...})).
 //
 //   backend            "cpu" (default: Sd* ops only, builtins stay on XNNPACK), "opencl" or "gl" (whole graph on the GPU)
-//                      backends and rejected with a clear message for now.
 //   log_level          silent|error|warning (default)|info|debug, or 0..4
 //   num_threads        CPU worker threads incl. the caller: 1..256, or "auto"
 //                      (default: hardware concurrency capped at 8)
