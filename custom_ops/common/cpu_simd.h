@@ -72,6 +72,18 @@ inline CpuIsa ActiveCpuIsa() {
   return best;
 }
 
+// The copy of a kernel function for the active instruction set, given its generic, avx2 and avx512 copies
+// (instantiated by common/cpu_simd_instances.inc).
+template <typename Fn>
+inline Fn SelectIsa(Fn generic, Fn avx2, Fn avx512) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512: return avx512;
+    case CpuIsa::kAvx2: return avx2;
+    case CpuIsa::kGeneric: break;
+  }
+  return generic;
+}
+
 namespace simd {
 
 struct Generic {

@@ -10,40 +10,12 @@ namespace {
 
 enum class Fn { kExp = 0, kErfc = 1 };
 
-namespace generic {
-using Isa = simd::Generic;
-#include "common/cpu_simd_math.inc"
-#include "cpu_simd_math_map.inc"
-}  // namespace generic
-
 }  // namespace
 }  // namespace sdgpu
 
-#if SDGPU_SIMD_X86
-SDGPU_SIMD_AVX2_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx2 {
-using Isa = simd::Avx2;
-#include "common/cpu_simd_math.inc"
-#include "cpu_simd_math_map.inc"
-}  // namespace avx2
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-
-SDGPU_SIMD_AVX512_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx512 {
-using Isa = simd::Avx512;
-#include "common/cpu_simd_math.inc"
-#include "cpu_simd_math_map.inc"
-}  // namespace avx512
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-#endif
+#define SDGPU_SIMD_IMPL "cpu_simd_math_map.inc"
+#define SDGPU_SIMD_WITH_MATH
+#include "common/cpu_simd_instances.inc"
 
 extern "C" {
 

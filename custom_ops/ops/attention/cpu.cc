@@ -38,40 +38,12 @@ TileLayout LayoutFor(const AttentionProblem& p, const AttentionCpuConfig& cfg) {
   return lay;
 }
 
-namespace generic {
-using Isa = simd::Generic;
-#include "common/cpu_simd_math.inc"
-#include "ops/attention/cpu_impl.inc"
-}  // namespace generic
-
 }  // namespace
 }  // namespace sdgpu
 
-#if SDGPU_SIMD_X86
-SDGPU_SIMD_AVX2_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx2 {
-using Isa = simd::Avx2;
-#include "common/cpu_simd_math.inc"
-#include "ops/attention/cpu_impl.inc"
-}  // namespace avx2
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-
-SDGPU_SIMD_AVX512_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx512 {
-using Isa = simd::Avx512;
-#include "common/cpu_simd_math.inc"
-#include "ops/attention/cpu_impl.inc"
-}  // namespace avx512
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-#endif
+#define SDGPU_SIMD_IMPL "ops/attention/cpu_impl.inc"
+#define SDGPU_SIMD_WITH_MATH
+#include "common/cpu_simd_instances.inc"
 
 namespace sdgpu {
 
@@ -84,19 +56,7 @@ void AttentionCpu(const AttentionAttrs& a, const AttentionProblem& p, const Atte
   if (p.batch == 0 || p.seq_q == 0) return;
   const TileLayout lay = LayoutFor(p, cfg);
   float* base = static_cast<float*>(scratch);
-  switch (ActiveCpuIsa()) {
-#if SDGPU_SIMD_X86
-    case CpuIsa::kAvx512:
-      avx512::RunAttention(a, p, lay, q, k, v, out, base, pool);
-      return;
-    case CpuIsa::kAvx2:
-      avx2::RunAttention(a, p, lay, q, k, v, out, base, pool);
-      return;
-#endif
-    default:
-      generic::RunAttention(a, p, lay, q, k, v, out, base, pool);
-      return;
-  }
+  SelectIsa(&generic::RunAttention, &avx2::RunAttention, &avx512::RunAttention)(a, p, lay, q, k, v, out, base, pool);
 }
 
 }  // namespace sdgpu

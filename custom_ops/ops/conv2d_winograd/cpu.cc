@@ -157,55 +157,17 @@ void OutputTransform(const Conv2DWinogradAttrs& attrs, const WinogradGeometry& g
   });
 }
 
-namespace generic {
-using Isa = simd::Generic;
-#include "ops/conv2d_winograd/cpu_gemm.inc"
-}  // namespace generic
-
 }  // namespace
 }  // namespace sdgpu
 
-#if SDGPU_SIMD_X86
-SDGPU_SIMD_AVX2_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx2 {
-using Isa = simd::Avx2;
-#include "ops/conv2d_winograd/cpu_gemm.inc"
-}  // namespace avx2
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-
-SDGPU_SIMD_AVX512_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx512 {
-using Isa = simd::Avx512;
-#include "ops/conv2d_winograd/cpu_gemm.inc"
-}  // namespace avx512
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-#endif
+#define SDGPU_SIMD_IMPL "ops/conv2d_winograd/cpu_gemm.inc"
+#include "common/cpu_simd_instances.inc"
 
 namespace sdgpu {
 namespace {
 
 void BatchedGemm(const WinogradGeometry& g, const float* v, const float* u, float* mout, ThreadPool* pool) {
-  switch (ActiveCpuIsa()) {
-#if SDGPU_SIMD_X86
-    case CpuIsa::kAvx512:
-      avx512::RunBatchedGemm(g, v, u, mout, pool);
-      return;
-    case CpuIsa::kAvx2:
-      avx2::RunBatchedGemm(g, v, u, mout, pool);
-      return;
-#endif
-    default:
-      generic::RunBatchedGemm(g, v, u, mout, pool);
-      return;
-  }
+  SelectIsa(&generic::RunBatchedGemm, &avx2::RunBatchedGemm, &avx512::RunBatchedGemm)(g, v, u, mout, pool);
 }
 
 }  // namespace

@@ -25,58 +25,18 @@ int64_t ChannelsLastChunkGroups(const GroupNormGeometry& g) {
   return aligned <= kMaxChunkChannels ? aligned / cg : std::max<int64_t>(1, kMaxChunkChannels / cg);
 }
 
-namespace generic {
-using Isa = simd::Generic;
-#include "common/cpu_simd_math.inc"
-#include "ops/group_norm/cpu_impl.inc"
-}  // namespace generic
-
 }  // namespace
 }  // namespace sdgpu
 
-#if SDGPU_SIMD_X86
-SDGPU_SIMD_AVX2_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx2 {
-using Isa = simd::Avx2;
-#include "common/cpu_simd_math.inc"
-#include "ops/group_norm/cpu_impl.inc"
-}  // namespace avx2
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-
-SDGPU_SIMD_AVX512_BEGIN
-namespace sdgpu {
-namespace {
-namespace avx512 {
-using Isa = simd::Avx512;
-#include "common/cpu_simd_math.inc"
-#include "ops/group_norm/cpu_impl.inc"
-}  // namespace avx512
-}  // namespace
-}  // namespace sdgpu
-SDGPU_SIMD_END
-#endif
+#define SDGPU_SIMD_IMPL "ops/group_norm/cpu_impl.inc"
+#define SDGPU_SIMD_WITH_MATH
+#include "common/cpu_simd_instances.inc"
 
 namespace sdgpu {
 
 void GroupNormCpu(const GroupNormAttrs& attrs, const GroupNormGeometry& g, const float* x, const float* gamma,
                   const float* beta, float* y, ThreadPool* pool) {
-  switch (ActiveCpuIsa()) {
-#if SDGPU_SIMD_X86
-    case CpuIsa::kAvx512:
-      avx512::RunGroupNorm(attrs, g, x, gamma, beta, y, pool);
-      return;
-    case CpuIsa::kAvx2:
-      avx2::RunGroupNorm(attrs, g, x, gamma, beta, y, pool);
-      return;
-#endif
-    default:
-      generic::RunGroupNorm(attrs, g, x, gamma, beta, y, pool);
-      return;
-  }
+  SelectIsa(&generic::RunGroupNorm, &avx2::RunGroupNorm, &avx512::RunGroupNorm)(attrs, g, x, gamma, beta, y, pool);
 }
 
 }  // namespace sdgpu
