@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from sdconvert.atomic_dir import publish_dir
 from sdconvert.errors import UserError
 from sdconvert.export.optimize import GraphOptions, add_graph_arguments, format_fusion, optimize
 
@@ -176,24 +177,13 @@ def optimize_folder(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool
         # parity in the manifest stays the conversion's (plain model vs torch); this records what changed since
         manifest["optimized"] = {"source": str(src.absolute()), "options": asdict(opts)}
         mf.write(tmp / "manifest.json", manifest)
-        _replace_dir(tmp, out)
+        publish_dir(tmp, out)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` (possibly the input folder) is moved aside first, then removed."""
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
 
 
 def run(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool = False,

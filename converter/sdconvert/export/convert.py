@@ -19,6 +19,7 @@ from typing import Any, Sequence, TextIO
 
 import numpy as np
 
+from sdconvert.atomic_dir import publish_dir
 from sdconvert.errors import ParityError, UserError
 
 from . import checks, litert, sources, verify
@@ -104,17 +105,6 @@ def _prepare_tmp(out: Path, overwrite: bool) -> Path:
     return tmp
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    out = out.absolute()
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
-
-
 def run(opts: ConvertOptions) -> ConvertResult:
     """Run the whole job. Raises :class:`UserError` for user-fixable problems, leaving no output behind."""
     if opts.precision not in PRECISIONS:
@@ -130,7 +120,7 @@ def run(opts: ConvertOptions) -> ConvertResult:
     try:
         with litert.redirect_native_output(tmp / "conversion.log") as term:
             result = _run_in(tmp, opts, term)
-        _publish(tmp, opts.out)
+        publish_dir(tmp, opts.out)
         result.out = opts.out.absolute()
         return result
     except OSError as e:
