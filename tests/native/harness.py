@@ -40,3 +40,17 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-5) -
     assert actual.dtype == np.float32
     scale = float(np.abs(expected).max()) if expected.size else 0.0
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * scale)
+
+
+def signature_inputs(runner: Any, rng: np.random.Generator, timestep: float | None = None) -> dict[str, np.ndarray]:
+    """Random inputs for every input of a signature runner: int32 ids in [0, 100), floats N(0, 1);
+    a ``timestep`` input gets the fixed value ``timestep`` when given."""
+    out = {}
+    for name, d in runner.get_input_details().items():
+        if d["dtype"] == np.int32:
+            out[name] = rng.integers(0, 100, d["shape"]).astype(np.int32)
+        elif timestep is not None and "timestep" in name:
+            out[name] = np.full(d["shape"], timestep, np.float32)
+        else:
+            out[name] = rng.standard_normal(d["shape"]).astype(np.float32)
+    return out

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from harness import assert_close
+from harness import assert_close, signature_inputs
 from sdconvert.graph import read_model
 from sdlite import native
 
@@ -28,23 +28,11 @@ def tiny_fused_winograd_export(tmp_path_factory, tiny_export: Path) -> Path:
     return out
 
 
-def _inputs(runner, rng) -> dict[str, np.ndarray]:
-    out = {}
-    for name, d in runner.get_input_details().items():
-        if d["dtype"] == np.int32:
-            out[name] = rng.integers(0, 100, d["shape"]).astype(np.int32)
-        elif "timestep" in name:
-            out[name] = np.full(d["shape"], 500.0, np.float32)
-        else:
-            out[name] = rng.standard_normal(d["shape"]).astype(np.float32)
-    return out
-
-
 def _check(reference_path: Path, path: Path, rng) -> dict[str, int]:
     """Run `path` on gl twice and compare with the CPU interpreter on `reference_path`; returns the op
     histogram of `path`."""
     reference = Interpreter(model_path=str(reference_path)).get_signature_runner("serving_default")
-    inputs = _inputs(reference, rng)
+    inputs = signature_inputs(reference, rng, timestep=500.0)
     expected = reference(**inputs)
     histogram = read_model(path).op_histogram()
 

@@ -9,22 +9,12 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from harness import assert_close
+from harness import assert_close, signature_inputs
 from sdlite import native
 from sdlite.tflite_info import read_model_info
 
 MODELS = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
 SD_OPS = {"SdAttention", "SdGelu", "SdGroupNorm"}
-
-
-def _inputs(runner, rng) -> dict[str, np.ndarray]:
-    out = {}
-    for name, d in runner.get_input_details().items():
-        if d["dtype"] == np.int32:
-            out[name] = rng.integers(0, 100, d["shape"]).astype(np.int32)
-        else:
-            out[name] = rng.standard_normal(d["shape"]).astype(np.float32)
-    return out
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -36,7 +26,7 @@ def test_fused_model_fully_delegated_and_matches_cpu(tiny_fused_export: Path, rn
 
     cpu = native.load(backend="cpu")
     reference = Interpreter(model_path=path, experimental_delegates=[cpu]).get_signature_runner("serving_default")
-    inputs = _inputs(reference, rng)
+    inputs = signature_inputs(reference, rng)
     expected = reference(**inputs)
 
     delegate = native.load(backend="opencl")

@@ -9,20 +9,10 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from harness import assert_close
+from harness import assert_close, signature_inputs
 from sdlite import native
 
 MODELS = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
-
-
-def _inputs(runner, rng) -> dict[str, np.ndarray]:
-    out = {}
-    for name, d in runner.get_input_details().items():
-        if d["dtype"] == np.int32:
-            out[name] = rng.integers(0, 100, d["shape"]).astype(np.int32)
-        else:
-            out[name] = rng.standard_normal(d["shape"]).astype(np.float32)
-    return out
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -31,7 +21,7 @@ def test_model_fully_delegated_and_matches_cpu(tiny_export: Path, rng, model):
     manifest = json.loads((tiny_export / "manifest.json").read_text())
     expected_ops = manifest["models"][model]["num_ops"]
     reference = Interpreter(model_path=path).get_signature_runner("serving_default")
-    inputs = _inputs(reference, rng)
+    inputs = signature_inputs(reference, rng)
     expected = reference(**inputs)
 
     delegate = native.load(backend="opencl")
