@@ -8,7 +8,11 @@ Each candidate is split into the dispatches our kernels issue (direct: 1; Winogr
 * FLOPs saved in the GEMM stage: ``9 m^2 / a^2`` (a = m + 2), less the transforms' own FLOPs;
 * transformed input/output traffic: ``a^2 / m^2`` times the activations, written and read back once each;
 * weight growth ``a^2 / 9`` (read by the GEMM every run, and held in memory: see ``memory_bytes``);
-* tile padding: ``T = ceil(Ho/m) * ceil(Wo/m)`` -- F(6,3) on an 8x8 map computes 12x12 outputs (2.25x).
+* tile padding: ``T = ceil(Ho/m) * ceil(Wo/m)`` -- F(6,3) on an 8x8 map computes 12x12 outputs (2.25x);
+* GEMM row tiles (GPU profiles): the batched GEMM computes ``ceil(T / gemm_tile_m)`` whole row tiles, so a
+  16x16 map at F(4x4) (T = 16) pays for 64 rows -- 4x its useful FLOPs -- and the GPU delegate does not even
+  run Winograd below ``min_tiles`` tiles (it falls back to the direct conv; ``gpu/winograd_ops.cc``
+  kMinTiles). :func:`runs_winograd` tells the planner which tiles a profile can really use.
 
 Trade-offs: the model assumes perfect on-chip reuse inside a dispatch (so direct convs of small maps look
 better than they are) and one sustained GEMM rate for every shape; the profiles are order-of-magnitude
@@ -37,6 +41,10 @@ class DeviceProfile:
     activations and weights on this backend (2 for fp16 GPU delegates). ``direct_flops``: sustained
     FLOP/s of the direct conv when it runs in a different implementation than the Winograd GEMM (on CPU:
     XNNPACK's builtin CONV_2D vs our portable reference kernels); defaults to ``gemm_flops``.
+    ``gemm_tile_m``: rows of one work-group tile of the Winograd GEMM (M = T tiles; padding is paid for).
+    ``min_tiles``: fewest tiles T with which the backend runs a conv in the Winograd domain at all (the GPU
+    delegate runs smaller ones direct: each of the a*a GEMMs would fill a fraction of one row tile while
+    reading a*a/9 x the filter bytes; H200, 1280 channels: 8x8 map F2 0.17 ms vs direct 0.10 ms).
     """
 
     name: str
@@ -48,6 +56,8 @@ class DeviceProfile:
     memory_budget: int
     element_bytes: int = 4
     direct_flops: float | None = None
+    gemm_tile_m: int = 1
+    min_tiles: int = 1
 
     @property
     def direct_rate(self) -> float:
@@ -58,10 +68,10 @@ PROFILES: dict[str, DeviceProfile] = {
     p.name: p for p in (
         DeviceProfile("adreno740", "Snapdragon 8 Gen 2 GPU (the paper's S23 Ultra), fp16 storage, LPDDR5X",
                       gemm_flops=1.6e12, transform_flops=0.3e12, bandwidth=50e9, dispatch_s=15e-6,
-                      memory_budget=1 * GiB, element_bytes=2),
+                      memory_budget=1 * GiB, element_bytes=2, gemm_tile_m=64, min_tiles=64),
         DeviceProfile("h200", "NVIDIA H200 (fp32 CUDA cores, no TF32), HBM3e",
                       gemm_flops=45e12, transform_flops=8e12, bandwidth=4.0e12, dispatch_s=5e-6,
-                      memory_budget=16 * GiB, element_bytes=4),
+                      memory_budget=16 * GiB, element_bytes=4, gemm_tile_m=64, min_tiles=64),
         # Calibrated with --tune on 2 x86 cores: XNNPACK CONV_2D ~230 GFLOP/s, our portable Winograd
         # kernels ~25 GFLOP/s in the GEMM stage -- on CPU the honest answer is mostly "direct".
         DeviceProfile("cpu", "sdgpu reference CPU delegate (portable C++) vs XNNPACK CONV_2D, fp32",
@@ -117,6 +127,17 @@ class CostEstimate:
         return self.weight_bytes + self.scratch_bytes
 
 
+def num_tiles(spec: ConvSpec, tile: int) -> int:
+    """T = N * ceil(Ho/m) * ceil(Wo/m): the rows of each of the a*a Winograd GEMMs."""
+    return spec.batch * -(-spec.out_h // tile) * -(-spec.out_w // tile)
+
+
+def runs_winograd(spec: ConvSpec, tile: int, profile: DeviceProfile) -> bool:
+    """Whether ``profile``'s backend runs ``spec`` at ``tile`` in the Winograd domain (``min_tiles``); tile 0
+    (direct) always runs."""
+    return tile == 0 or num_tiles(spec, tile) >= profile.min_tiles
+
+
 def _stage(flops: float, nbytes: float, rate: float, p: DeviceProfile) -> float:
     return max(flops / rate, nbytes / p.bandwidth) + p.dispatch_s
 
@@ -130,11 +151,13 @@ def estimate(spec: ConvSpec, tile: int, profile: DeviceProfile) -> CostEstimate:
     if tile == 0:
         nbytes = eb * (b.input + b.weights + b.output + bias)
         return CostEstimate(0, f.total, nbytes, _stage(f.total, nbytes, profile.direct_rate, profile), 0, 0)
+    tiles = num_tiles(spec, tile)
+    row_padding = -(-tiles // profile.gemm_tile_m) * profile.gemm_tile_m / tiles  # whole GEMM row tiles
     in_bytes = eb * (b.input + b.transformed_input)
     gemm_bytes = eb * (b.transformed_input + b.transformed_weights + b.gemm_output)
     out_bytes = eb * (b.gemm_output + b.output + bias)
     time = (_stage(f.input_transform, in_bytes, profile.transform_flops, profile)
-            + _stage(f.gemm, gemm_bytes, profile.gemm_flops, profile)
+            + _stage(f.gemm * row_padding, gemm_bytes, profile.gemm_flops, profile)
             + _stage(f.output_transform, out_bytes, profile.transform_flops, profile))
     return CostEstimate(tile, f.total, in_bytes + gemm_bytes + out_bytes, time,
                         eb * b.transformed_weights, eb * b.scratch)

@@ -3,7 +3,10 @@
 Modes (``--winograd``):
 * ``off``: every conv direct.
 * ``2`` / ``4`` / ``6``: that tile size wherever the conv is *suitable* (cost model and budget ignored;
-  a note is added when the forced plan exceeds the memory budget).
+  a note is added when the forced plan exceeds the memory budget, and one that counts the convs with fewer
+  tiles than ``DeviceProfile.min_tiles``, which the GPU backend runs direct, e.g. F(4x4) on SD1.5's 16x16
+  and 8x8 maps).
+* ``auto`` only considers tiles the profile's backend really runs in the Winograd domain.
 * ``auto``: each suitable conv gets the cost model's fastest candidate (its *recommendation*); then, while
   transformed weights (summed) + Winograd scratch (max over convs, buffers are reused) exceed
   ``--memory-budget``, the conv whose downgrade costs the least predicted time per byte freed is moved to a
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sdconvert.winograd.convspec import ConvSpec, suitability
-from sdconvert.winograd.cost import CostEstimate, DeviceProfile, MiB, estimate, get_profile
+from sdconvert.winograd.cost import CostEstimate, DeviceProfile, MiB, estimate, get_profile, runs_winograd
 from sdconvert.winograd.transforms import KERNEL_TILES
 
 MODES: tuple[str, ...] = ("off", "auto") + tuple(str(t) for t in KERNEL_TILES)
@@ -185,8 +188,9 @@ class WinogradPlan:
 
 
 def _candidates(spec: ConvSpec, suitable: bool, tiles: Sequence[int], profile: DeviceProfile,
-                measured: Measurements | None) -> tuple[dict[int, CostEstimate], str]:
-    options = (0,) + (tuple(tiles) if suitable else ())
+                measured: Measurements | None, forced: int = 0) -> tuple[dict[int, CostEstimate], str]:
+    runnable = tuple(t for t in tiles if t == forced or runs_winograd(spec, t, profile))
+    options = (0,) + (runnable if suitable else ())
     predicted = {t: estimate(spec, t, profile) for t in options}
     source = "model"
     if measured:
@@ -243,16 +247,22 @@ def make_plan(specs: Sequence[ConvSpec], mode: str | int = "auto", profile: str 
     if mode not in ("off", "auto"):
         tiles = (int(mode),)
     decisions = []
+    too_few_tiles = 0
     for spec in specs:
         ok, reason = suitability(spec)
-        predicted, source = _candidates(spec, ok, tiles, prof, measured)
-        rec = _fastest(predicted)
+        forced = int(mode) if mode not in ("off", "auto") else 0
+        predicted, source = _candidates(spec, ok, tiles, prof, measured, forced)
+        rec = _fastest({t: c for t, c in predicted.items() if runs_winograd(spec, t, prof)})
         if mode == "off" or not ok:
             tile = 0
         else:
-            tile = rec if mode == "auto" else int(mode)
+            tile = rec if mode == "auto" else forced
+            too_few_tiles += not runs_winograd(spec, tile, prof)
         decisions.append(ConvDecision(spec, ok, reason, rec, tile, predicted, source))
     plan = WinogradPlan(mode, prof, budget, decisions)
+    if too_few_tiles:
+        plan.notes.append(f"{too_few_tiles} conv(s) have fewer than {prof.min_tiles} tiles at F{mode}: the "
+                          f"{prof.name} GPU backend runs them direct (--winograd auto leaves them direct)")
     if mode == "auto":
         plan.decisions = _fit_budget(decisions, budget)
         if plan.memory_bytes > budget:
