@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cpu-warmup", type=int, default=1)
     ap.add_argument("--torch-runs", type=int, default=20)
     ap.add_argument("--torch-warmup", type=int, default=5)
+    ap.add_argument("--litert-gpu-variants", default=env("H200_LITERT_GPU_VARIANTS", "plain,litert"),
+                    help="model variants tried on the stock accelerator (litert = --fuse --target litert)")
     ap.add_argument("--litert-gpu-runs", type=int, default=3)
     ap.add_argument("--litert-gpu-timeout", type=float, default=150.0,
                     help="per model; after one timeout the other models are not attempted")
@@ -130,6 +132,7 @@ class Bench:
             raise SystemExit(f"kit has no model {missing[0]!r} (has {sorted(self.kit.doc['models'])})")
         self.variants = [Variant(v).name for v in parse_list(args.variants)]
         self.cpu_variants = [Variant(v).name for v in parse_list(args.cpu_variants)]
+        self.litert_gpu_variants = [Variant(v).name for v in parse_list(args.litert_gpu_variants)]
         self.backends = parse_list(args.backends, ("opencl", "gl"), "backend")
         self.stages = [s for s in parse_list(args.stages, (*STAGES, "report"), "stage") if s != "report"]
         self.call_rows: dict[str, str] = {}  # status of the rows of this call
@@ -137,7 +140,8 @@ class Bench:
         self.results: dict[str, Any] = {"rows": prev.get("rows", {}), "prepare": prev.get("prepare", {}),
                                         "calls": prev.get("calls", [])}
         self.plan = {"models": self.models, "variants": self.variants, "backends": self.backends,
-                     "cpu_variants": self.cpu_variants, "torch_device": args.torch_device, "profile": args.profile,
+                     "cpu_variants": self.cpu_variants, "litert_gpu_variants": self.litert_gpu_variants,
+                     "torch_device": args.torch_device, "profile": args.profile,
                      "seed": args.seed, "winograd_profile": args.winograd_profile,
                      "cpu_threads": BackendOptions(name="cpu").threads,
                      "kit_models": {m: {"precision": self.kit.doc["models"][m].get("precision")} for m in self.models}}
@@ -163,7 +167,8 @@ class Bench:
 
     def display_plan(self) -> dict[str, Any]:
         """This call's plan widened by the rows earlier calls left in the work dir (so none is hidden)."""
-        plan = {**self.plan, **{k: list(self.plan[k]) for k in ("models", "variants", "backends", "cpu_variants")}}
+        plan = {**self.plan, **{k: list(self.plan[k]) for k in ("models", "variants", "backends", "cpu_variants",
+                                                                "litert_gpu_variants")}}
         for key in self.results["rows"]:
             model, row = key.split("|", 1)
             kind, _, rest = row.partition("-")
@@ -175,9 +180,12 @@ class Bench:
                 plan["variants"] += [variant] if variant not in plan["variants"] else []
             elif row.startswith("litert-cpu-") and row[11:] not in plan["cpu_variants"]:
                 plan["cpu_variants"].append(row[11:])
+            elif row.startswith("litert-gpu-") and row[11:] not in plan["litert_gpu_variants"]:
+                plan["litert_gpu_variants"].append(row[11:])
         plan["models"] = [m for m in MODELS if m in plan["models"]]
         plan["variants"].sort(key=self.variants_order)
         plan["cpu_variants"].sort(key=self.variants_order)
+        plan["litert_gpu_variants"].sort(key=self.variants_order)
         return plan
 
     def save(self) -> None:
@@ -256,7 +264,8 @@ class Bench:
             return
         out = self.work.root / "rows" / f"{model}-prepare.json"
         out.unlink(missing_ok=True)
-        wanted = sorted(set(self.variants) | set(self.cpu_variants), key=self.variants_order)
+        wanted = sorted(set(self.variants) | set(self.cpu_variants) | set(self.litert_gpu_variants),
+                        key=self.variants_order)
         status, error = _run(self.worker(
             "prepare", "--name", model, "--skeleton", str(self.kit.skeleton(model)), "--variants", ",".join(wanted),
             "--winograd-profile", self.args.winograd_profile, "--seed", str(self.args.seed),
@@ -306,8 +315,12 @@ class Bench:
             self.tflite_row(model, f"litert-cpu-{v}", v, "cpu", self.args.cpu_runs, self.args.cpu_warmup, "off")
 
     def stage_litert_gpu(self, model: str) -> None:
-        row = "litert-gpu-plain"
-        path = self.work.model(model, Variant("plain"))
+        for v in self.litert_gpu_variants:
+            self.litert_gpu_row(model, v)
+
+    def litert_gpu_row(self, model: str, variant: str) -> None:
+        row = f"litert-gpu-{variant}"
+        path = self.work.model(model, Variant(variant))
         timed_out = [m for m in self.models if m != model and self.call_rows.get(f"{m}|{row}") == "timeout"]
         if timed_out:
             self.record(model, row, {"status": "skipped", "error": f"the attempt on {timed_out[0]} timed out"})

@@ -26,7 +26,9 @@ def row_ids(plan: dict[str, Any]) -> list[tuple[str, str]]:
     for v in plan["cpu_variants"]:
         suffix = "" if v == "plain" else f", {Variant(v).title}"
         out.append((f"litert-cpu-{v}", f"LiteRT CPU (XNNPACK, {threads} threads){suffix}"))
-    out.append(("litert-gpu-plain", "LiteRT GPU (stock accelerator)"))
+    for v in plan.get("litert_gpu_variants", ["plain"]):
+        suffix = "" if v == "plain" else f", {Variant(v).title}"
+        out.append((f"litert-gpu-{v}", f"LiteRT GPU (stock accelerator){suffix}"))
     dev = "CUDA" if plan.get("torch_device", "cuda").startswith("cuda") else plan.get("torch_device", "cpu").upper()
     out.append(("torch-fp32", f"PyTorch {dev} fp32 (TF32 off)"))
     out.append(("torch-fp16", f"PyTorch {dev} fp16"))
@@ -229,7 +231,7 @@ def markdown(results: dict[str, Any], plan: dict[str, Any], derived: dict[str, A
             r = rows.get(f"{m}|{rid}")
             if r and r.get("status") != "ok":
                 notes.append(f"- {TITLES[m]}, {label}: {r.get('status')}: {str(r.get('error', ''))[:300]}")
-            elif r and rid == "litert-gpu-plain":
+            elif r and rid.startswith("litert-gpu-"):
                 notes.append(f"- {TITLES[m]}, {label}: ran; {r.get('placement', '')}")
             elif r and rid.startswith("ours-") and r.get("profile_error"):
                 notes.append(f"- {TITLES[m]}, {label}: no device profile: {r['profile_error'][:200]}")

@@ -61,14 +61,15 @@ def write_json(path: Path, data: Any) -> None:
 
 @dataclass(frozen=True)
 class Variant:
-    """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto)."""
+    """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto),
+    ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops)."""
 
     name: str
 
     def __post_init__(self) -> None:
-        if self.name not in ("plain", "fused") and not (
+        if self.name not in ("plain", "fused", "litert") and not (
                 self.name.startswith("fused+wino") and self.winograd in ("2", "4", "6", "auto")):
-            raise SystemExit(f"unknown variant {self.name!r} (plain, fused, fused+wino2/4/6/auto)")
+            raise SystemExit(f"unknown variant {self.name!r} (plain, fused, fused+wino2/4/6/auto, litert)")
 
     @property
     def fused(self) -> bool:
@@ -82,6 +83,8 @@ class Variant:
     def title(self) -> str:
         if self.name == "plain":
             return "unfused"
+        if self.name == "litert":
+            return "--fuse --target litert"
         if self.winograd == "off":
             return "fused"
         return f"fused + Winograd {'auto' if self.winograd == 'auto' else 'F' + self.winograd}"

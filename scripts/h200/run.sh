@@ -7,6 +7,8 @@
 #   wheels   install the carried .whl/*.whl into /tmp/site (no network, --no-deps)
 #   opencl   make an OpenCL ICD loader + NVIDIA ICD available (carried ocl-icd deb; /etc/OpenCL/vendors)
 #   gl       (only with H200_GL=1 or gl in H200_BACKENDS) EGL/GLES loaders from .gl/ + NVIDIA's EGL vendor file
+#   vulkan   the Vulkan loader (carried libvulkan1 deb) + NVIDIA's ICD (VK_DRIVER_FILES) for the stock LiteRT GPU
+#            accelerator (WebGPU over Vulkan); without it that row fails with "No adapters found"
 #   info     nvidia-smi -L, the OpenCL devices (scripts/h200/cl_info.py)
 #   bench    python3 scripts/h200/bench.py "$@" (its own stages: H200_STAGES, H200_MODELS, H200_VARIANTS,
 #            H200_BACKENDS, H200_PROFILE, H200_DEADLINE_S; see bench.py --help)
@@ -86,6 +88,23 @@ do_gl() {
   fi
 }
 
+do_vulkan() {
+  local deb icd
+  if ! ldconfig -p | grep -q 'libvulkan.so.1'; then
+    deb=$(ls .gl/libvulkan1_*.deb 2>/dev/null | head -n1)
+    [ -n "$deb" ] || { say "libvulkan.so.1 missing and no libvulkan1 deb in .gl/"; return 1; }
+    dpkg -x "$deb" / && ldconfig || return 1
+    say "installed the Vulkan loader from $deb"
+  fi
+  if [ -z "${VK_DRIVER_FILES:-}" ]; then
+    icd=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd*.json \
+          /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -n1)
+    [ -n "$icd" ] || { say "no NVIDIA Vulkan ICD file found"; return 1; }
+    export VK_DRIVER_FILES=$icd
+  fi
+  say "VK_DRIVER_FILES=$VK_DRIVER_FILES"
+}
+
 do_info() {
   nvidia-smi -L || say "nvidia-smi failed"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
@@ -100,6 +119,7 @@ export H200_COMMAND="${H200_COMMAND:-$(env | grep '^H200_\(STAGES\|MODELS\|VARIA
 stage wheels do_wheels
 stage opencl do_opencl
 if [ "${H200_GL:-0}" = 1 ] || [[ "${H200_BACKENDS:-}" == *gl* ]] || [[ "$*" == *gl* ]]; then stage gl do_gl; fi
+[[ "${H200_STAGES:-litert-gpu}" == *litert-gpu* ]] && stage vulkan do_vulkan
 stage info do_info
 
 export H200_DEADLINE_S=${H200_DEADLINE_S:-510}  # counted from H200_T0, i.e. including the set-up above

@@ -132,7 +132,9 @@ def run_prepare(args: argparse.Namespace) -> dict[str, Any]:
             done[v.name] = meta
             continue
         t0 = time.monotonic()
-        if v.winograd == "off":
+        if v.name == "litert":
+            out = _optimize(plain, dst, GraphOptions(fuse=True, target="litert"))
+        elif v.winograd == "off":
             out = _optimize(plain, dst, GraphOptions(fuse=True))
         else:
             out = _optimize(work.model(args.name, Variant("fused")), dst,

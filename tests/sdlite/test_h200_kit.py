@@ -79,14 +79,15 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     details = {k: json.loads(v) if k.endswith(".json") else v for k, v in details.items()}
     assert details["results.json"]["rows"] == rows
     ours = ["ours-opencl-plain", "ours-opencl-fused+wino4"]
-    assert set(rows) == {f"unet_b1|{r}" for r in
-                         [*ours, "litert-cpu-plain", "litert-gpu-plain", "torch-fp32", "torch-fp16"]}
+    stock = ["litert-gpu-plain", "litert-gpu-litert"]  # the plain export and `--fuse --target litert`
+    assert set(rows) == {f"unet_b1|{r}" for r in [*ours, "litert-cpu-plain", *stock, "torch-fp32", "torch-fp16"]}
     assert data["prepare"]["unet_b1"]["status"] == "ok"
-    assert set(data["prepare"]["unet_b1"]["variants"]) == {"plain", "fused", "fused+wino4"}
+    assert set(data["prepare"]["unet_b1"]["variants"]) == {"plain", "fused", "fused+wino4", "litert"}
     for rid in [*ours, "litert-cpu-plain", "torch-fp32"]:
         assert rows[f"unet_b1|{rid}"]["status"] == "ok", rows[f"unet_b1|{rid}"]
-    gpu = rows["unet_b1|litert-gpu-plain"]
-    assert gpu["status"] in ("ok", "error", "crashed", "timeout") and (gpu["status"] == "ok" or gpu["error"])
+    for rid in stock:
+        gpu = rows[f"unet_b1|{rid}"]
+        assert gpu["status"] in ("ok", "error", "crashed", "timeout") and (gpu["status"] == "ok" or gpu["error"])
     for rid in ours:
         row = rows[f"unet_b1|{rid}"]
         assert row["backend"] == "opencl" and row["timings_us"]["count"] == 2 and row["timings_us"]["median"] > 0
@@ -112,6 +113,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     labels = [line.split("|")[1].strip() for line in table[2:]]
     assert labels == ["ours OpenCL, unfused", "ours OpenCL, fused + Winograd F4",
                       f"LiteRT CPU (XNNPACK, {data['plan']['cpu_threads']} threads)", "LiteRT GPU (stock accelerator)",
+                      "LiteRT GPU (stock accelerator), --fuse --target litert",
                       "PyTorch CPU fp32 (TF32 off)", "PyTorch CPU fp16"]
     assert float(table[2].split("|")[2]) == pytest.approx(plain_ms / 1e3, abs=0.06)
     assert md.startswith("### tiny random-weight fp32 on ")
