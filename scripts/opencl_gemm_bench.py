@@ -77,6 +77,12 @@ CASES = [
     Case("wino", "unet L2 F4", (16, 16, 1280, 1280), 4),
     Case("wino", "unet L2 F2", (16, 16, 1280, 1280), 2),
     Case("wino", "unet L3 F2", (8, 8, 1280, 1280), 2),
+    Case("wino", "unet L2up F4", (16, 16, 2560, 1280), 4),     # up-block conv1 (skip concatenated)
+    Case("wino", "unet L2up F2", (16, 16, 2560, 1280), 2),
+    Case("conv", "unet L2up 3x3", (16, 16, 2560, 1280)),
+    Case("wino", "unet L3up F2", (8, 8, 2560, 1280), 2),
+    Case("conv", "unet L3up 3x3", (8, 8, 2560, 1280)),
+    Case("fc", "unet time emb", (1, 1280, 1280)),
     Case("wino", "vae 128 F4", (128, 128, 512, 512), 4),
     Case("wino", "vae 512 F4", (512, 512, 128, 128), 4),
 ]

@@ -9,7 +9,10 @@
 //               int pw, int M, int act, int splits, int k_split)           z = splits; needs Ci % 16 == 0
 //   gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N,
 //                      int act)                                            global = (N, M, batch), local 16 x 16
-// with BMxBN in {64x64, 128x64, 128x128}. Constant weights (FULLY_CONNECTED, CONV_2D filters) are
+// with BMxBN in {64x64, 128x64, 128x128}, plus the GEMM-only skinny gemm_t16x64 (same parameters; rows
+// M <= 16 per tile: the Winograd GEMMs of small maps, where T = 16 tiles would leave 3/4 of a 64-row
+// tile idle, and FCs of a few rows; weight-bandwidth bound by design, see gemm_tiled.cl). A config
+// whose kernel the device lacks (the GL backend has no gemm_t16x64 yet) is skipped. Constant weights (FULLY_CONNECTED, CONV_2D filters) are
 // re-laid out once as a K x N row-major matrix (float32, or half with weights_fp16) so B tiles load
 // along N; non-constant operands are read in place through their strides.
 //
@@ -41,12 +44,15 @@ struct TileConfig {
   int bm, bn;
   double speed;
   const char* gemm;
-  const char* conv;
+  const char* conv;  // nullptr: no implicit-GEMM conv instance
 };
+// The skinny config's speed reflects one FMA per local read (no register blocking along m): it only
+// wins where the 64-row tiles would mostly compute padding (M <= ~32).
 constexpr TileConfig kTileConfigs[] = {
     {128, 128, 1.0, "gemm_t128x128", "conv_t128x128"},
     {128, 64, 0.8, "gemm_t128x64", "conv_t128x64"},
     {64, 64, 0.6, "gemm_t64x64", "conv_t64x64"},
+    {16, 64, 0.35, "gemm_t16x64", nullptr},
 };
 // Work-groups that keep a large GPU busy (two resident per SM on a 132-SM H200); fewer tiles
 // leave SMs idle, which the cost model charges and split-K repairs. Smaller GPUs fill a fortiori.
@@ -130,6 +136,9 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
   double best_cost = 0.0;
   for (const TileConfig& c : kTileConfigs) {
     if (forced && (c.bm != fbm || c.bn != fbn)) continue;
+    const char* name = conv ? c.conv : c.gemm;
+    const Kernel* probe = nullptr;
+    if (name == nullptr || !dev.GetKernel(name, &probe).ok()) continue;  // config not on this backend
     for (int s = 1; s <= kMaxSplits; s *= 2) {
       if (forced && s != std::max(1, std::min(fsplits, kMaxSplits))) continue;
       if (s > 1 && !forced && CeilDiv(K, s) < kMinSplitK) break;
@@ -141,7 +150,10 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
       }
     }
   }
-  if (best == nullptr) return Status::Error("SDGPU_GEMM_TILES names no tile config (64x64, 128x64, 128x128)");
+  if (best == nullptr) {
+    return Status::Error(forced ? "SDGPU_GEMM_TILES names no tile config of this backend (64x64, 128x64, 128x128, 16x64)"
+                                : "the device has no tiled GEMM kernels");
+  }
   TilePlan p;
   p.bm = best->bm;
   p.bn = best->bn;

@@ -16,9 +16,12 @@
 // Falls back to the implicit-GEMM convolution (same math, direct summation, within the same error
 // bound) when the device has no Winograd kernels (the GL backend today), when the filter is not a
 // constant in the model (a DEQUANTIZE output), when a tensor would overflow the kernels' int32
-// offsets, or when the map has fewer than kMinTiles tiles: each of the a*a GEMMs then fills a
-// fraction of one 64-row work-group tile while reading a*a/9 x the filter bytes (H200, 1280
-// channels: 8x8 map F2 0.17 ms vs direct 0.10 ms, 16x16 F4 0.32 vs 0.30; 16x16 F2, 64 tiles: 0.18).
+// offsets, or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
+// row tile is mostly padding while the a*a GEMMs read a*a/9 x the filter bytes; from 16 tiles the
+// skinny 16-row kernel gemm_t16x64 streams the transformed weights once per 16 tiles. A backend
+// without that kernel (GL today) needs kMinTilesNoSkinny (64) tiles, a full 64-row tile (H200, 1280
+// channels, 64-row tiles only: 8x8 map F2 0.17 ms vs direct 0.10 ms, 16x16 F4 0.32 vs 0.30; 16x16
+// F2, 64 tiles: 0.18). The planner's GPU profiles mirror this (winograd/cost.py min_tiles).
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -33,7 +36,8 @@ namespace {
 #include "ops/conv2d_winograd/matrices.inc"
 
 constexpr size_t kTransformWg = 64;
-constexpr int kMinTiles = 64;  // smallest tile count T run in the Winograd domain (header comment)
+constexpr int kMinTiles = 16;          // smallest tile count T run in the Winograd domain (header comment)
+constexpr int kMinTilesNoSkinny = 64;  // the same without the skinny GEMM kernel
 
 struct WinogradGeom {
   int m = 0, a = 0, n = 0, h = 0, w = 0, ci = 0, co = 0, ho = 0, wo = 0, pad = 0;
@@ -139,7 +143,9 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const bool fits = a2 * g.tiles * std::max(g.ci, g.co) <= INT_MAX && a2 * g.ci * g.co <= INT_MAX;
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
-  bool ok = constant_filter && fits && g.tiles >= kMinTiles && dev.GetKernel("winograd_input" + suffix, &u->input_).ok() &&
+  const Kernel* skinny = nullptr;
+  const int min_tiles = dev.GetKernel("gemm_t16x64", &skinny).ok() ? kMinTiles : kMinTilesNoSkinny;
+  bool ok = constant_filter && fits && g.tiles >= min_tiles && dev.GetKernel("winograd_input" + suffix, &u->input_).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
   if (ok) {
     GemmShape& s = u->gemm_;

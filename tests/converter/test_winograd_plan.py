@@ -90,8 +90,8 @@ def test_modes_on_sd15_unet() -> None:
     assert forced.counts() == {"direct": 49, "F2": 0, "F4": 49, "F6": 0}
     assert all((d.tile == 4) == d.suitable for d in forced.decisions)
     assert forced.memory_bytes > forced.memory_budget
-    # F4 on the 16x16 and 8x8 maps gives 2*16 and 2*4 tiles < min_tiles (64): the GPU backend runs those direct
-    assert forced.notes[0].startswith("25 conv(s) have fewer than 64 tiles at F4: the adreno740 GPU backend")
+    # F4 on the 8x8 map gives 2*4 tiles < min_tiles (16): the GPU backend runs those direct
+    assert forced.notes[0].startswith("14 conv(s) have fewer than 16 tiles at F4: the adreno740 GPU backend")
     assert forced.notes[1].startswith("forced --winograd 4 needs")
     unlimited = make_plan(specs, "auto", "adreno740", memory_budget=1 << 50)
     assert all(d.tile == d.recommended for d in unlimited.decisions)
@@ -99,19 +99,19 @@ def test_modes_on_sd15_unet() -> None:
 
 
 def test_gpu_profiles_pay_for_whole_gemm_row_tiles() -> None:
-    # SD1.5's 16x16 map with 1280 channels: F4 has T = 16 tiles, one quarter of a 64-row GEMM tile
+    # SD1.5's 8x8 map with 1280 channels: F4 has T = 4 tiles, one quarter of the skinny 16-row GEMM tile
     sixteen, eight = ConvSpec("l2", 1, 16, 16, 1280, 1280), ConvSpec("l3", 1, 8, 8, 1280, 1280)
     h200, cpu = get_profile("h200"), get_profile("cpu")
-    assert (h200.gemm_tile_m, h200.min_tiles, cpu.gemm_tile_m, cpu.min_tiles) == (64, 64, 1, 1)
-    assert not runs_winograd(sixteen, 4, h200) and runs_winograd(sixteen, 2, h200) and runs_winograd(sixteen, 4, cpu)
-    padded = replace(h200, min_tiles=1)
+    assert (h200.gemm_tile_m, h200.min_tiles, cpu.gemm_tile_m, cpu.min_tiles) == (16, 16, 1, 1)
+    assert not runs_winograd(eight, 4, h200) and runs_winograd(eight, 2, h200) and runs_winograd(eight, 4, cpu)
+    padded = replace(h200, min_tiles=1, gemm_flops=1e12)  # compute-bound, so the padded rows show
     unpadded = replace(padded, gemm_tile_m=1)
-    g4 = kernel_flops(sixteen, 4).gemm
-    # 64 rows paid for 16 used: the GEMM stage alone costs 4x its useful FLOPs
-    assert estimate(sixteen, 4, padded).time_s > 4 * g4 / h200.gemm_flops > estimate(sixteen, 4, unpadded).time_s
+    g4 = kernel_flops(eight, 4).gemm
+    # 16 rows paid for 4 used: the GEMM stage alone costs 4x its useful FLOPs
+    assert estimate(eight, 4, padded).time_s > 4 * g4 / padded.gemm_flops > estimate(eight, 4, unpadded).time_s
     d16, d8 = (make_plan([s], "auto", "h200", memory_budget=1 << 40).decisions[0] for s in (sixteen, eight))
-    assert (d16.tile, sorted(d16.predicted)) == (2, [0, 2])   # F4/F6 are not candidates (16 / 9 tiles)
-    assert (d8.tile, sorted(d8.predicted)) == (0, [0])       # F2 would give 16 tiles: direct
+    assert (d16.tile, sorted(d16.predicted)) == (4, [0, 2, 4])  # F6: 9 tiles; H200: F4 0.13 < F2 0.15 ms
+    assert (d8.tile, sorted(d8.predicted)) == (2, [0, 2])          # F4/F6 give 4 tiles: not candidates
 
 
 def test_auto_respects_budget_and_more_budget_never_hurts() -> None:

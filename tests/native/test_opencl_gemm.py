@@ -16,7 +16,7 @@ from sdconvert.winograd.reference import direct_conv2d, winograd_error_bound
 from tflite_gemm_models import (batch_matmul_model, batch_matmul_ref, conv2d_model, conv2d_ref,
                                 fully_connected_model, fully_connected_ref, winograd_model)
 
-TILE_CONFIGS = ("64x64", "128x64", "128x128")
+TILE_CONFIGS = ("64x64", "128x64", "128x128", "16x64")  # 16x64: the skinny kernel (GEMM only)
 
 
 def _half(a: np.ndarray) -> np.ndarray:
@@ -42,10 +42,11 @@ def test_fully_connected_every_tile_config(rng, monkeypatch, config, m, k, n):
     assert_close(got, fully_connected_ref(x, w, b, "relu"), rtol=1e-5)
 
 
+@pytest.mark.parametrize("config", ["64x64", "16x64"])
 @pytest.mark.parametrize("splits", [2, 3, 8])
-def test_split_k_sums_every_slice(rng, monkeypatch, splits):
+def test_split_k_sums_every_slice(rng, monkeypatch, config, splits):
     """K = 600 over 2/3/8 slices (slice lengths rounded up to 16; the last slice is short)."""
-    monkeypatch.setenv("SDGPU_GEMM_TILES", f"64x64/{splits}")
+    monkeypatch.setenv("SDGPU_GEMM_TILES", f"{config}/{splits}")
     x = rng.standard_normal((20, 600)).astype(np.float32)
     w = rng.standard_normal((33, 600)).astype(np.float32)
     b = rng.standard_normal(33).astype(np.float32)
@@ -132,13 +133,30 @@ def test_winograd_matches_direct_within_bound(tile, padding):
 
 
 def test_winograd_small_map_runs_direct():
-    """Below 64 tiles the a*a GEMMs would fill a fraction of a work-group tile: direct conv, no V/M scratch."""
+    """Below 16 tiles the a*a GEMMs would fill a fraction of even the skinny 16-row tile: direct conv, no scratch."""
     x, w, b = random_problem((1, 8, 8, 32, 48), seed=1)  # F4: 4 tiles
     attrs = Conv2DWinogradAttrs(tile=4, padding="SAME", activation="relu")
     result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x}, backend="opencl")
     assert result.stats["claimed_by_op"] == {"SdConv2DWinograd": 1}
     assert result.stats["max_node_scratch_bytes"] == 0
     assert_close(result.outputs["y"], direct_conv2d(x, w, b, "SAME", "relu"), rtol=1e-5)
+
+
+@pytest.mark.parametrize("weights_fp16", [False, True])
+@pytest.mark.parametrize("tile,hw,tiles", [(4, 16, 16), (2, 8, 16), (2, 12, 36)])
+def test_winograd_few_tiles_use_the_skinny_gemm(tile, hw, tiles, weights_fp16):
+    """16 <= T < 64 (SD's 16x16 map at F4, 8x8 at F2): the Winograd path with the 16-row GEMM (V/M scratch, no split)."""
+    x, w, b = random_problem((1, hw, hw, 48, 40), seed=tile + hw)
+    assert _wino_tiles(1, hw, hw, tile) == tiles
+    attrs = Conv2DWinogradAttrs(tile=tile, padding="SAME", activation="none")
+    result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x}, backend="opencl",
+                 weights_fp16=weights_fp16)
+    assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (48 + 40) * 4
+    got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
+    if weights_fp16 and tile == 2:  # U stored as half (test_weights_fp16_winograd_half_u_only_for_f2)
+        assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-3
+    else:
+        assert (np.abs(got - want) <= winograd_error_bound(x, w, b, tile, "SAME")).all()
 
 
 @pytest.mark.parametrize("activation", ["relu", "relu6", "tanh"])

@@ -18,6 +18,7 @@
 // Instances (tile configs are #defines through the macros below, so one source
 // serves PoCL and NVIDIA; gpu/matmul_ops.cc picks one per shape):
 //   gemm_t64x64 / gemm_t128x64 / gemm_t128x128   strided GEMM (FC, BATCH_MATMUL, Winograd's batched GEMM)
+//   gemm_t16x64                                   the same GEMM for <= 16-row tiles (own loop, see below)
 //   conv_t64x64 / conv_t128x64 / conv_t128x128   NHWC implicit-GEMM conv, needs Ci % 16 == 0
 //   gemm_splitk_reduce                            sums split-K partials, adds bias, activation
 // Split-K: get_group_id(2) = batch * splits + split; a split covers K range
@@ -252,6 +253,67 @@
 SD_GEMM_TILED(gemm_t64x64, 64, 64)
 SD_GEMM_TILED(gemm_t128x64, 128, 64)
 SD_GEMM_TILED(gemm_t128x128, 128, 128)
+
+// ---- skinny GEMM: at most 16 rows per tile ------------------------------------------
+// gemm_t16x64: the parameters, C/A/B/bias semantics, split-K contract and grid formula of gemm_tBMxBN
+// with BM = 16, BN = 64 (global = (ceil(N/64)*16, ceil(M/16)*16, batch*splits), local = (16, 16, 1)).
+// For the Winograd GEMMs of small maps (T = 16 tiles: SD's 8x8 map at F(2x2), 16x16 at F(4x4)) and FCs
+// of a few rows, where a 64-row tile would compute >= 75% padding. Meant to be weight-bandwidth bound:
+// the 256 work-items are 64 columns x 4 k-lanes; per 64-deep K step lane l owns the 16 consecutive k
+// of [16l, 16l + 16), loads its column's 16 B elements into registers first (16 independent loads in
+// flight, each warp reading whole 256-byte row segments; every B element is read once per row tile)
+// and then, per row, takes 4 A values at a time from local memory as one float4 broadcast (one warp =
+// one lane = one address): 4 FMAs per local read, the limit of a kernel with no register blocking
+// along m. The 4 lanes are summed through local memory at the end.
+#define GS_BK 64
+#define GS_KPL (GS_BK / 4)             // k per lane and step
+#define GS_AST (GS_BK / 4 + 1)         // A row stride in float4s (padded)
+__kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
+    __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam,
+    int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half, __global const float* bias,
+    int biaso, int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split) {
+  __local float4 As4[16 * GS_AST];  // [row][k / 4]
+  __local float red[4 * 16 * 64];   // [lane][row][column]
+  __local float* As = (__local float*)As4;
+  const int lid = get_local_id(1) * 16 + get_local_id(0);
+  const int c = lid & 63, lane = lid >> 6;
+  const int n0 = get_group_id(0) * 64, m0 = get_group_id(1) * 16;
+  const int z = get_group_id(2), bz = z / splits, sz = z - bz * splits;
+  const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);
+  const int abase = ao + bz * sab, bbase = bo + bz * sbb;
+  const int n = n0 + c;
+  float acc[16];
+  for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+  for (int kt = kbeg; kt < kend; kt += GS_BK) {
+    for (int e = lid; e < 16 * GS_BK; e += 256) {  // consecutive work-items along k: coalesced when sak == 1
+      const int r = e / GS_BK, kk = e - r * GS_BK, m = m0 + r, k = kt + kk;
+      As[r * 4 * GS_AST + kk] = (m < M && k < kend) ? A[abase + m * sam + k * sak] : 0.0f;
+    }
+    float bv[GS_KPL];
+    for (int t = 0; t < GS_KPL; ++t) {
+      const int k = kt + lane * GS_KPL + t, i = bbase + k * sbk + n * sbn;
+      bv[t] = (k < kend && n < N) ? (b_half ? vload_half(i, (__global const half*)B) : B[i]) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int q = 0; q < GS_KPL / 4; ++q) {
+      for (int r = 0; r < 16; ++r) {
+        const float4 a = As4[r * GS_AST + lane * (GS_KPL / 4) + q];
+        acc[r] = mad(a.x, bv[4 * q], mad(a.y, bv[4 * q + 1], mad(a.z, bv[4 * q + 2], mad(a.w, bv[4 * q + 3], acc[r]))));
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (int r = 0; r < 16; ++r) red[(lane * 16 + r) * 64 + c] = acc[r];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (n >= N) return;
+  const float bn = has_bias ? bias[biaso + n] : 0.0f;
+  for (int q = 0; q < 4; ++q) {  // lane l finishes rows 4l .. 4l+3 of its column
+    const int r = lane * 4 + q, m = m0 + r;
+    if (m >= M) break;
+    const float v = red[r * 64 + c] + red[(16 + r) * 64 + c] + red[(32 + r) * 64 + c] + red[(48 + r) * 64 + c];
+    C[co + bz * scb + sz * scs + m * scm + n] = sd_act(alpha * v + bn, act);
+  }
+}
 
 // ---- implicit-GEMM convolution -----------------------------------------------------
 // conv_tBMxBN(Y, yo, int scs, X, xo, W, wo, int sbk, int sbn, int b_half, bias, biaso, int has_bias,
