@@ -89,20 +89,25 @@ do_gl() {
 }
 
 do_vulkan() {
-  local deb icd
-  if ! ldconfig -p | grep -q 'libvulkan.so.1'; then
-    deb=$(ls .gl/libvulkan1_*.deb 2>/dev/null | head -n1)
-    [ -n "$deb" ] || { say "libvulkan.so.1 missing and no libvulkan1 deb in .gl/"; return 1; }
-    dpkg -x "$deb" / && ldconfig || return 1
-    say "installed the Vulkan loader from $deb"
-  fi
+  local spec pkg lib deb icd
+  # NVIDIA's Vulkan ICD is libGLX_nvidia.so.0, which needs glvnd's libGLdispatch: without it the loader finds
+  # no adapter ("No adapters found")
+  for spec in libvulkan1:libvulkan.so.1 libglvnd0:libGLdispatch.so.0 libegl1:libEGL.so.1 libgles2:libGLESv2.so.2; do
+    pkg=${spec%%:*}; lib=${spec#*:}
+    ldconfig -p | grep -q "$lib" && continue
+    deb=$(ls .gl/${pkg}_*.deb 2>/dev/null | head -n1)
+    [ -n "$deb" ] || { say "$lib missing and no $pkg deb in .gl/"; return 1; }
+    dpkg -x "$deb" / || return 1
+    say "installed $lib from $deb"
+  done
+  ldconfig
   if [ -z "${VK_DRIVER_FILES:-}" ]; then
     icd=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd*.json \
           /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -n1)
     [ -n "$icd" ] || { say "no NVIDIA Vulkan ICD file found"; return 1; }
     export VK_DRIVER_FILES=$icd
   fi
-  say "VK_DRIVER_FILES=$VK_DRIVER_FILES"
+  say "VK_DRIVER_FILES=$VK_DRIVER_FILES ($(grep -o '"library_path"[^,]*' "$VK_DRIVER_FILES"))"
 }
 
 do_info() {
