@@ -1,0 +1,78 @@
+"""Time models under our delegate for several values of ONE delegate option, side by side in one process.
+
+    python3 scripts/h200/option_sweep.py --lib .h200/lib/libsdgpu_delegate.so \
+        --option opencl_flush_every=0,1,8,32,128 /tmp/h200-work/models/unet_b1/plain.tflite ...
+
+Each (model, value) gets a fresh interpreter with ``{"backend": BACKEND, KEY: value}``; the timing is the wall time of
+``invoke()`` (which ends with the delegate's blocking read of the outputs, so the GPU work is included), median over
+``--runs`` after ``--warmup`` runs, the values interleaved round-robin so drift hits them alike. Writes a JSON and a
+markdown table to ``--out`` and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+", type=Path)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--backend", default="opencl")
+    ap.add_argument("--option", required=True, help="KEY=v1,v2,... (the first value is the ratio baseline)")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="round-robin rounds over the values")
+    ap.add_argument("--out", type=Path, default=Path("option-sweep"))
+    args = ap.parse_args()
+    from ai_edge_litert.interpreter import Interpreter, load_delegate
+
+    key, _, values_text = args.option.partition("=")
+    values = [v for v in values_text.split(",") if v]
+    if not key or not values:
+        raise SystemExit("--option wants KEY=v1,v2,...")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, list[float]]] = {}
+    rng = np.random.default_rng(0)
+    for model in args.models:
+        interps = {}
+        for v in values:
+            delegate = load_delegate(args.lib, {"backend": args.backend, key: v})
+            it = Interpreter(model_path=str(model), experimental_delegates=[delegate])
+            it.allocate_tensors()
+            for d in it.get_input_details():
+                it.set_tensor(d["index"], rng.standard_normal(d["shape"]).astype(d["dtype"]))
+            for _ in range(args.warmup):
+                it.invoke()
+            interps[v] = it
+        times: dict[str, list[float]] = {v: [] for v in values}
+        per_round = max(1, args.runs // args.rounds)
+        for _ in range(args.rounds):
+            for v, it in interps.items():
+                for _ in range(per_round):
+                    t0 = time.perf_counter()
+                    it.invoke()
+                    times[v].append((time.perf_counter() - t0) * 1e3)
+        results[str(model)] = times
+        del interps
+    lines = [f"| model | {key} | median ms | min ms | ratio to {key}={values[0]} |", "|---|---:|---:|---:|---:|"]
+    for model, times in results.items():
+        base = statistics.median(times[values[0]])
+        for v in values:
+            med = statistics.median(times[v])
+            lines.append(f"| {Path(model).parent.name}/{Path(model).name} | {v} | {med:.2f} | {min(times[v]):.2f} | "
+                         f"{med / base:.3f} |")
+    table = "\n".join(lines)
+    (args.out / "option_sweep.json").write_text(json.dumps({"option": key, "values": values, "ms": results}, indent=1))
+    (args.out / "option_sweep.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
