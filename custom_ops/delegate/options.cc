@@ -53,10 +53,6 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       }
     } else if (key == "profile_path") {
       out->profile_path = std::string(value);
-    } else if (key == "opencl_flush_every") {
-      if (!ParseIntIn(value, 0, 4096, &out->opencl_flush_every)) {
-        return Status::Error("option opencl_flush_every='" + std::string(value) + "' must be 0..4096");
-      }
     } else if (key == "opencl_cache_dir") {
       out->opencl_cache_dir = std::string(value);
     } else if (key == "weights_fp16") {
@@ -67,7 +63,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
-                           "profile_path, opencl_cache_dir, opencl_flush_every, weights_fp16)");
+                           "profile_path, opencl_cache_dir, weights_fp16)");
     }
   }
   return Status::Ok();

@@ -10,9 +10,6 @@
 //                      in one tile, where partial_softmax would otherwise recompute scores)
 //   profile_path       opencl: write per-node GPU kernel times (OpenCL events) as JSON here
 //   opencl_cache_dir   opencl: program-binary cache dir ("" = ~/.cache/sdgpu/opencl, "none" = off)
-//   opencl_flush_every opencl: clFlush after every N kernel launches of an invoke (0..4096, default
-//                      kDefaultOpenClFlushEvery; 0 = only the blocking read at the end submits), so the GPU
-//                      starts on the first kernels while the host is still enqueueing the rest
 //   weights_fp16       gpu backends: "1" stores the constant weights the GEMM/conv/Winograd ops pack
 //                      (FULLY_CONNECTED, CONV_2D filters, Winograd U) as half -- half the device weight
 //                      memory; arithmetic stays fp32 (relative error ~1e-3). "0" (default) keeps float32.
@@ -28,8 +25,6 @@
 
 namespace sdgpu {
 
-constexpr int kDefaultOpenClFlushEvery = 0;
-
 struct DelegateOptions {
   std::string backend = "cpu";
   LogLevel log_level = LogLevel::kWarning;
@@ -38,7 +33,6 @@ struct DelegateOptions {
   int attention_block_k = 256;
   std::string profile_path;      // opencl: per-node kernel times (JSON) written after each invoke
   std::string opencl_cache_dir;  // opencl: program-binary cache ("" = ~/.cache/sdgpu/opencl, "none" = off)
-  int opencl_flush_every = kDefaultOpenClFlushEvery;  // opencl: clFlush every N launches (0 = never)
   bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
 };
 

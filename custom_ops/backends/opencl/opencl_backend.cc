@@ -28,7 +28,6 @@ Status CreateOpenClBackend(const DelegateOptions& options, const Logger& logger,
   ocl::OpenClDeviceOptions o;
   o.profiling = !options.profile_path.empty();
   o.cache_dir = ResolveCacheDir(options.opencl_cache_dir);
-  o.flush_every = options.opencl_flush_every;
   std::unique_ptr<ocl::OpenClDevice> device;
   SDGPU_RETURN_IF_ERROR(ocl::OpenClDevice::Create(o, logger, &device));
   *out = std::make_unique<gpu::GpuBackend>(options, std::move(device), "SdGpuOpenCL");

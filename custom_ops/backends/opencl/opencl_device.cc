@@ -293,10 +293,6 @@ Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, co
       api_->clEnqueueNDRangeKernel(queue(), k, dims, nullptr, g, l, 0, nullptr, timed ? &ev : nullptr);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clEnqueueNDRangeKernel(" + kernel.name() + ")").c_str()));
   if (ev != nullptr) timings->push_back(std::make_unique<OpenClTimer>(api_, ClEventHandle(api_, ev)));
-  if (options_.flush_every > 0 && ++unflushed_ >= options_.flush_every) {
-    unflushed_ = 0;
-    return ClCheck(api_->clFlush(queue()), "clFlush");
-  }
   return Status::Ok();
 }
 

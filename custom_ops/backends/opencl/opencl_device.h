@@ -66,7 +66,6 @@ using ClEventHandle = ClHandle<cl_event, &ClApi::clReleaseEvent>;
 struct OpenClDeviceOptions {
   bool profiling = false;     // queue with CL_QUEUE_PROFILING_ENABLE; launches record event Timers
   std::string cache_dir;      // "" = no program-binary cache
-  int flush_every = 0;        // clFlush after every N launches (0 = never: the blocking read submits)
 };
 
 class OpenClDevice final : public gpu::Device {
@@ -110,7 +109,6 @@ class OpenClDevice final : public gpu::Device {
   ClProgramHandle program_;
   bool program_from_cache_ = false;
   mutable std::mutex mu_;  // guards kernels_ and argument setting + enqueue
-  mutable int unflushed_ = 0;  // launches since the last clFlush (guarded by mu_)
   mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
 };
 
