@@ -57,18 +57,20 @@ class GeluKernel final : public BackendKernel {
   GeluKernel(const GeluAttrs& attrs, ThreadPool* pool) : attrs_(attrs), pool_(pool) {}
   Status Prepare(const std::vector<TensorInfo>& in, const TensorInfo&, size_t* scratch) override {
     count_ = NumElements(in[0].dims);
+    last_dim_ = in[0].dims.empty() ? 1 : in[0].dims.back();
     *scratch = 0;
     return Status::Ok();
   }
   Status Run(const KernelIO& io) override {
-    GeluCpu(attrs_, static_cast<const float*>(io.inputs[0]), static_cast<float*>(io.output), count_, pool_);
+    GeluCpu(attrs_, static_cast<const float*>(io.inputs[0]), static_cast<float*>(io.output), count_, last_dim_,
+            pool_);
     return Status::Ok();
   }
 
  private:
   GeluAttrs attrs_;
   ThreadPool* pool_;
-  int64_t count_ = 0;
+  int64_t count_ = 0, last_dim_ = 1;
 };
 
 class GroupNormKernel final : public BackendKernel {
