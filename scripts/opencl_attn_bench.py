@@ -8,7 +8,8 @@ Phases (``--phases``, in order; each bounded by ``--deadline-s`` from the start)
             one-row kernels), and the unfused path our backend runs for plain graphs (BATCH_MATMUL -> SOFTMAX ->
             BATCH_MATMUL over [N*H, S, D]). Device ms from the event profile (warm-up excluded), effective
             TFLOP/s (4*Sq*Sk*D per head: the Q.K and P.V products), and each output's relative L2 distance to
-            the first row of its shape (all variants compute the same thing).
+            the first row of its shape (all variants compute the same thing) and to a float64 numpy reference.
+            ``--tilings`` / ``--only-shapes`` / ``--variants`` pick the rows (candidate tilings side by side).
 ``models``  SD1.5 models refilled from ``--models-dir`` skeletons (N(0, 0.02) weights), plain and fused
             (``sdconvert.export.optimize.optimize`` with GraphOptions(fuse=True), prepared in a background
             process while ``attn`` runs): wall ms per invoke, device ms per op type; for the fused variants
@@ -19,6 +20,8 @@ Writes OUT/attn_bench.json after every row and prints one line per row.
 
     python scripts/opencl_attn_bench.py --lib build/k2/libsdgpu_delegate.so --out /tmp/ab --quick   # PoCL
     source .h200/setup.sh; python scripts/opencl_attn_bench.py --lib .h200/lib/k2.so --out $OUT     # device
+    source .h200/setup.sh; python scripts/opencl_attn_bench.py --lib .h200/lib/attn.so --out $OUT --phases attn \
+        --only-shapes unet64,unet32 --tilings d40,d80    # the block-tiled kernels vs the op's pick
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -73,12 +77,27 @@ QUICK_SHAPES = [
     Shape("q160 self", 1, 45, 45, 2, 160, 1),
     Shape("q512", 1, 40, 40, 1, 512, 1),
 ]
-def rows_for(s: Shape, legacy: bool) -> list[tuple[str, str | None]]:
-    """(variant, SDGPU_ATTN_TILING) rows of one shape: the op's own tiling, the any-head-dim kernels ("dyn"),
-    optionally the fallback kernels ("legacy"), then "unfused" = the BATCH_MATMUL/SOFTMAX graph. (Tilings
-    tried on an H200 and dropped are listed above ATT_INSTANTIATE in ops/attention/opencl.cl.)"""
-    tilings = [None, "dyn"] + (["legacy"] if legacy and s.head_dim <= 256 else [])
-    return [(v, t) for t in tilings for v in ("flash", "partial_softmax")] + [("unfused", None)]
+
+
+def tiling_fits(tiling: str, head_dim: int) -> bool:
+    """Whether a SDGPU_ATTN_TILING value is meant for a head dim: a fixed-D tiling names it ("d40", "r40"); any
+    other name ("dyn", "legacy") runs every head dim. (The op ignores a forced tiling of another head dim and runs
+    its own pick, a row that would only repeat "auto".)"""
+    digits = re.search(r"\d+", tiling)
+    return digits is None or int(digits.group()) == head_dim
+
+
+def rows_for(s: Shape, legacy: bool, tilings: list[str] | None = None,
+             variants: tuple[str, ...] = ("flash", "partial_softmax", "unfused")) -> list[tuple[str, str | None]]:
+    """(variant, SDGPU_ATTN_TILING) rows of one shape: the op's own tiling, then the forced ones (default: the
+    any-head-dim kernels "dyn", with ``legacy`` also the fallback kernels), then "unfused" = the
+    BATCH_MATMUL/SOFTMAX graph. (Tilings tried on an H200 and dropped are listed above the instantiation lines in
+    ops/attention/opencl.cl.)"""
+    if tilings is None:
+        tilings = ["dyn"] + (["legacy"] if legacy and s.head_dim <= 256 else [])
+    forced = [t for t in tilings if tiling_fits(t, s.head_dim) and not (t == "legacy" and s.head_dim > 256)]
+    rows = [(v, t) for t in [None, *forced] for v in ("flash", "partial_softmax") if v in variants]
+    return rows + ([("unfused", None)] if "unfused" in variants else [])
 
 
 def log(msg: str) -> None:
@@ -125,11 +144,30 @@ def unfused_model(s: Shape) -> bytes:
     return g.build()
 
 
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, s: Shape) -> np.ndarray:
+    """softmax(scale * Q K^T) V in float64, one (batch, head) at a time (the S x S scores of one head only)."""
+    out = np.empty(q.shape, np.float64)
+    for n in range(s.n):
+        for h in range(s.heads):
+            cols = slice(h * s.head_dim, (h + 1) * s.head_dim)
+            sc = (q[n, :, cols].astype(np.float64) @ k[n, :, cols].astype(np.float64).T) * s.head_dim**-0.5
+            p = np.exp(sc - sc.max(axis=1, keepdims=True))
+            out[n, :, cols] = (p / p.sum(axis=1, keepdims=True)) @ v[n, :, cols].astype(np.float64)
+    return out
+
+
 def to_heads(x: np.ndarray, s: Shape) -> np.ndarray:
     """[N, S, H*D] -> [N*H, S, D] (the unfused graph's layout)."""
     n, seq, _ = x.shape
     heads = x.reshape(n, seq, s.heads, s.head_dim).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(heads.reshape(-1, seq, s.head_dim))
+
+
+def selected_shapes(args: argparse.Namespace) -> list[Shape]:
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    if args.only_shapes:
+        shapes = [s for s in shapes if any(p in s.name for p in args.only_shapes)]
+    return shapes
 
 
 # --- timing -------------------------------------------------------------------------------------------------------
@@ -184,11 +222,12 @@ def by_op_type(nodes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def phase_attn(args: argparse.Namespace, results: dict[str, Any], deadline: float) -> None:
     rows = results.setdefault("attn", [])
     rng = np.random.default_rng(0)
-    for s in QUICK_SHAPES if args.quick else SHAPES:
+    for s in selected_shapes(args):
         q, k, v = (rng.standard_normal((s.n, seq, s.heads * s.head_dim)).astype(np.float32)
                    for seq in (s.sq, s.sk, s.sk))
         first: np.ndarray | None = None
-        for variant, tiling in rows_for(s, args.legacy):
+        want = reference(q, k, v, s)
+        for variant, tiling in rows_for(s, args.legacy, args.tilings, args.variants):
             if time.time() > deadline:
                 log("attn: deadline reached")
                 return
@@ -215,17 +254,18 @@ def phase_attn(args: argparse.Namespace, results: dict[str, Any], deadline: floa
             if first is None:
                 first = out
             rel = float(np.linalg.norm(out - first) / max(np.linalg.norm(first), 1e-30))
+            rel_ref = float(np.linalg.norm(out - want) / np.linalg.norm(want))
             ms = sum(n["ms"] for n in r["nodes"])
             row = dict(shape=s.name, dims=[s.n, s.sq, s.sk, s.heads, s.head_dim], per_step=s.per_step, row=tag,
                        device_ms=ms, by_op=by_op_type(r["nodes"]), tflops=s.flops / (ms * 1e-3) / 1e12 if ms else 0.0,
-                       wall_ms=float(np.median(r["wall_ms"])), rel_to_first=rel)
+                       wall_ms=float(np.median(r["wall_ms"])), rel_to_first=rel, rel_to_ref=rel_ref)
             rows.append(row)
             log(f"{s.name:<14} {tag:<24} {ms:8.3f} ms {row['tflops']:6.2f} TFLOP/s wall {row['wall_ms']:7.2f} ms "
-                f"rel {rel:.1e}")
+                f"rel {rel:.1e} ref {rel_ref:.1e}")
             save(args, results)
     # per-step totals of the best fused row and of the unfused row per shape
     best: dict[str, float] = defaultdict(float)
-    for s in SHAPES if not args.quick else QUICK_SHAPES:
+    for s in selected_shapes(args):
         cand = [r for r in rows if r.get("shape") == s.name and "device_ms" in r]
         for label, pick in (("fused_auto_flash", lambda r: r["row"] == "flash/auto"),
                             ("fused_auto_partial", lambda r: r["row"] == "partial_softmax/auto"),
@@ -368,6 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attn-runs", type=int, default=10, help="timed invokes per attention row")
     ap.add_argument("--parity", action="store_true", help="fused models: output vs the CPU interpreter")
     ap.add_argument("--legacy", action="store_true", help="also time the fallback (one query row) kernels")
+    ap.add_argument("--tilings", type=lambda v: [t for t in v.split(",") if t], default=None,
+                    help="SDGPU_ATTN_TILING values to time besides the op's own pick (default: dyn[,legacy]); "
+                         "a fixed-D name (d40, r40) only for shapes of that head dim")
+    ap.add_argument("--only-shapes", type=lambda v: [t for t in v.split(",") if t], default=None,
+                    help="comma list of substrings of the shape names to keep (e.g. 'unet64,unet32 self')")
+    ap.add_argument("--variants", type=lambda v: tuple(t for t in v.split(",") if t),
+                    default=("flash", "partial_softmax", "unfused"), help="attn rows: flash,partial_softmax,unfused")
     ap.add_argument("--deadline-s", type=float, default=280.0)
     ap.add_argument("--attn-share", type=float, default=0.35, help="part of the deadline for the attn phase")
     ap.add_argument("--quick", action="store_true", help="small attention shapes, no models (PoCL)")

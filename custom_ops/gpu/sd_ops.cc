@@ -25,23 +25,27 @@ constexpr int64_t kGroupNormChunk = 4096;
 // Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
 constexpr int64_t kGroupNormRowsChunk = 8192;
 
-// The tiled attention kernels attn_{flash,stats,pv}_<suffix> (ops/attention/opencl.cl, "Tiled kernels"):
-// queries per work-group (BQ) and work-group size (NT) of each instantiation. Correctness constants: they
-// mirror the ATT_INSTANTIATE lines of the kernel source. head_dim 0 = any head dim up to max_head_dim.
+// The tiled attention kernels attn_{flash,stats,pv}_<suffix> (ops/attention/opencl.cl, "Tiled kernels" and
+// "Row-wise tiled kernels"): queries per work-group (BQ) and work-group size (NT) of each instantiation.
+// Correctness constants: they mirror the ATT_INSTANTIATE / ATR_INSTANTIATE lines of the kernel source.
+// head_dim 0 = any head dim up to max_head_dim. min_keys: the tiling is picked only for Sk >= min_keys.
 struct AttnTiling {
   const char* suffix;
   int head_dim;
   int max_head_dim;
   size_t bq;
   size_t nt;
+  int min_keys;
 };
-// The first entry that fits a head dim is used (a fixed-D one before "dyn").
+// The first entry that fits a head dim and key count is used (a fixed-D one before "dyn").
 constexpr AttnTiling kAttnTilings[] = {
-    {"d40", 40, 40, 64, 128},
-    {"d80", 80, 80, 32, 128},
-    {"d160", 160, 160, 32, 128},
-    {"d512", 512, 512, 32, 256},
-    {"dyn", 0, 512, 32, 256},  // ATT_DYN_MAXD
+    {"r40", 40, 40, 128, 128, 256},  // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS)
+    {"r80", 80, 80, 64, 128, 256},   // self-attention at 32x32
+    {"d40", 40, 40, 64, 128, 0},
+    {"d80", 80, 80, 32, 128, 0},
+    {"d160", 160, 160, 32, 128, 0},
+    {"d512", 512, 512, 32, 256, 0},
+    {"dyn", 0, 512, 32, 256, 0},  // ATT_DYN_MAXD
 };
 constexpr int kTiledMaxHeadDim = 512;  // ATT_DYN_MAXD
 
@@ -299,13 +303,15 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
 // the fallback kernels); a forced tiling that cannot run the head dim is ignored.
 const char* ForcedAttnTiling() { return std::getenv("SDGPU_ATTN_TILING"); }
 
-// The tiling for `head_dim`: its own instantiation, else the any-head-dim one; nullptr when none fits.
-const AttnTiling* PickAttnTiling(int head_dim, const char* forced) {
+// The tiling for `head_dim` and `keys` (Sk): the first instantiation of its own head dim whose min_keys it
+// reaches, else the any-head-dim one; nullptr when none fits. A forced tiling wins whenever it fits the head dim.
+const AttnTiling* PickAttnTiling(int head_dim, int keys, const char* forced) {
   const AttnTiling* pick = nullptr;
   for (const AttnTiling& t : kAttnTilings) {
     const bool fits = t.head_dim == 0 ? head_dim <= t.max_head_dim : head_dim == t.head_dim;
     if (!fits) continue;
     if (forced != nullptr && std::strcmp(forced, t.suffix) == 0) return &t;
+    if (keys < t.min_keys) continue;
     if (pick == nullptr || (pick->head_dim == 0 && t.head_dim != 0)) pick = &t;
   }
   return pick;
@@ -325,7 +331,7 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
 
   const char* forced = ForcedAttnTiling();
   const bool legacy_only = forced != nullptr && std::strcmp(forced, "legacy") == 0;
-  const AttnTiling* t = legacy_only ? nullptr : PickAttnTiling(attrs.head_dim, forced);
+  const AttnTiling* t = legacy_only ? nullptr : PickAttnTiling(attrs.head_dim, u->sk_, forced);
   if (t != nullptr && t->nt <= dev.max_work_group_size()) {
     const std::string sfx = std::string("_") + t->suffix;
     const bool found = flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()

@@ -572,7 +572,8 @@ ATT_INLINE void att_pv_tiled(__global float* O, int oo, __global const float* st
                  vs, (__local float*)ps, BQ, BK, RM, NC, DC, JC, DMAX);                                              \
   }
 
-// SD1.x head dims (64x64 / 32x32 / 16x16 and 8x8 levels); Q resident (DC = D), V with K (JC = BK).
+// SD1.x head dims (64x64 / 32x32 / 16x16 and 8x8 levels); Q resident (DC = D), V with K (JC = BK). d40 / d80
+// run the cross-attention (77 keys) and any Sk < 256; the long self-attention uses r40 / r80 further down.
 // Local memory (flash): d40 33 KB, d80 37 KB, d160 45 KB (NVIDIA allows 48 KB per work-group).
 // Measured on an H200 (scripts/opencl_attn_bench.py, BENCHMARKS): these beat 8 rows per work-item
 // (d40 RM 8: 1.52 vs 0.92 ms at 4096x4096x8 heads), 128-query blocks (1.78 ms) and 16-query blocks for
@@ -586,3 +587,366 @@ ATT_INSTANTIATE(d512, 512, 32, 64, 4, 32, 32, 8, 512)
 // Any other head dim up to 512: chunked like d512 (resident Q when D <= 32), 2 rows x 32 columns; 32 KB.
 ATT_INSTANTIATE(dyn, 0, 32, 32, 2, 16, 32, 8, ATT_DYN_MAXD)
 #undef ATT_INSTANTIATE
+
+// ===========================================================================
+// Row-wise tiled kernels ("r" tilings; the default for long self-attention at the head dims that have one).
+// Same math and log2 domain as the tiled kernels above (attn_stats_r* pair with attn_pv_r* only), a different
+// work split:
+//
+// Work-group = BQ = RW*RM queries of one (batch, head), NT = RW*NS work-items. Work-item lid = sp*RW + w
+// owns query rows w, w+RW, ... (RM of them) with the WHOLE head dim: its output accumulators live in
+// registers, its Q rows (pre-scaled by scale*log2(e)) too or, with QL, in local memory, and its softmax
+// state is its own, so no per-tile cross-item reduction exists (the tiled kernels above pay one `red`
+// round-trip + 2 barriers per tile for the row max). The NS "key splits" sp share each staged BK = NS*KS
+// key tile: split sp scores and accumulates keys sp*KS .. sp*KS+KS-1 of every tile, and the NS partial
+// (m, l, O) of a row are merged once, after the last tile, through local memory (log2(NS) rounds). With
+// RW = 32 one split is one NVIDIA warp: every K/V read from local memory is the same address across the
+// warp (a broadcast, no bank conflicts), RM*4 FMAs per float4 read. Trade-offs: RM*D floats of O (plus
+// RM*D of Q without QL) per work-item bound RM*D (register pressure: <= 80 with Q in registers, <= 160
+// with QL), the merge costs NS*BQ*D/2 floats of local memory once, and splitting keys (NS) is what fills
+// the GPU when Sq*H is small (one work-item per row would give 1-2 warps per SM at 32x32).
+// DB = 1: K/V tiles double-buffered in local memory and the next tile's global loads issued (into
+// registers) before the current tile's math: one barrier per tile instead of two.
+//
+// Kernels (the parameter lists of the fallback kernels; global = ceil(Sq/BQ)*H*N*NT, local = NT; host table
+// kAttnTilings in gpu/sd_ops.cc mirrors BQ and NT): attn_flash_<t>, attn_stats_<t>, attn_pv_<t> with
+// <t> = the suffix of an ATR_INSTANTIATE line; D is fixed per instantiation (multiple of 4).
+// ===========================================================================
+#define ATR_Q4MAX 20  // >= RM*D/4 with Q in registers (QL = 0)
+#define ATR_O4MAX 40  // >= RM*D/4
+#define ATR_SMAX 32   // >= RM*KS
+#define ATR_PFMAX 10  // >= ceil(BK*D/4 / NT) (float4 per work-item per staged K or V tile)
+
+// dst[r*D4 + c4] = src row (row0 + r), float4 column c4 for r < nrows (zeros for r >= rows_valid).
+ATT_INLINE void atr_stage(__local float4* dst, __global const float* src, int row0, int rows_valid, int HD, int col0,
+                          const int D4, const int nrows, int lid, const int NT) {
+  for (int e = lid; e < nrows * D4; e += NT) {
+    const int r = e / D4;
+    dst[e] = r < rows_valid ? vload4(e - r * D4, src + (row0 + r) * HD + col0) : (float4)(0.0f);
+  }
+}
+
+// The same tile in two halves: global -> registers (issued early), registers -> local (after the math).
+ATT_INLINE void atr_fetch(float4* reg, __global const float* src, int row0, int rows_valid, int HD, int col0,
+                          const int D4, const int nrows, int lid, const int NT) {
+#pragma unroll
+  for (int it = 0; it < (nrows * D4 + NT - 1) / NT; ++it) {
+    const int e = lid + it * NT;
+    const int r = e / D4;
+    reg[it] = e < nrows * D4 && r < rows_valid ? vload4(e - r * D4, src + (row0 + r) * HD + col0) : (float4)(0.0f);
+  }
+}
+
+ATT_INLINE void atr_store(__local float4* dst, const float4* reg, const int D4, const int nrows, int lid,
+                          const int NT) {
+#pragma unroll
+  for (int it = 0; it < (nrows * D4 + NT - 1) / NT; ++it) {
+    const int e = lid + it * NT;
+    if (e < nrows * D4) dst[e] = reg[it];
+  }
+}
+
+// MODE 0: flash -> O; 1: stats (m, s per row) -> stats; 2: P.V with the stats of MODE 1 -> O.
+// QL = 1: the Q block lives in local memory ([D/4][BQ] float4, pre-scaled) instead of registers, re-read per
+// key tile (RM distinct float4 per d4 step, amortised over KS keys): frees RM*D registers for larger RM.
+// LZ > 0 (flash): lazy rescaling, the accumulators are rescaled only when a row's tile max exceeds its
+// reference max by more than LZ (log2 units; probabilities stay <= 2^LZ, far from fp32 overflow); the
+// reference, not the true max, then enters the final merge, which is exact for any reference.
+ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global float* stats, int so,
+                          __global const float* Q, int qo, __global const float* K, int ko, __global const float* V,
+                          int vo, int Sq, int Sk, int H, const int D, float scale, int causal, __local float4* lds,
+                          const int RM, const int RW, const int NS, const int KS, const int DB, const float LZ,
+                          const int QL) {
+  const int NT = RW * NS, BQ = RW * RM, BK = NS * KS, D4 = D / 4;
+  const int WITH_V = MODE != 1;
+  const int TILE4 = BK * D4 * (WITH_V ? 2 : 1);  // float4 of one staged buffer: K tile [+ V tile]
+  const int lid = get_local_id(0), sp = lid / RW, w = lid - sp * RW;
+  int n, h, q0;
+  att_block_coords(Sq, H, BQ, &n, &h, &q0);
+  const int HD = H * D, col0 = h * D;
+  const float sl2 = scale * ATT_LOG2E;
+  __global const float* Kb = K + ko;
+  __global const float* Vb = V + vo;
+  __local float4* qs = lds;                      // QL: [D4][BQ]
+  __local float4* tiles = lds + (QL ? BQ * D4 : 0);
+
+  float4 q[ATR_Q4MAX], o[ATR_O4MAX];
+  float m[ATT_RMAX], l[ATT_RMAX];
+  if (QL) {
+    for (int e = lid; e < BQ * D4; e += NT) {
+      const int r = e / D4, c4 = e - r * D4;
+      qs[c4 * BQ + r] = vload4(c4, Q + qo + (n * Sq + min(q0 + r, Sq - 1)) * HD + col0) * sl2;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    const int r = min(q0 + w + RW * i, Sq - 1);  // rows past Sq compute a copy of the last one, never stored
+    if (!QL) {
+      __global const float* qp = Q + qo + (n * Sq + r) * HD + col0;
+#pragma unroll
+      for (int d4 = 0; d4 < D4; ++d4) q[i * D4 + d4] = vload4(d4, qp) * sl2;
+    }
+    if (MODE == 2) {
+      const int row = (n * H + h) * Sq + r;
+      m[i] = stats[so + 2 * row];
+      l[i] = 1.0f / stats[so + 2 * row + 1];  // 1/s folded into the probabilities
+    } else {
+      m[i] = -INFINITY;
+      l[i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < RM * D4; ++e) o[e] = (float4)(0.0f);
+
+  const int kend = causal ? min(Sk, q0 + BQ) : Sk;
+  const int ntiles = (kend + BK - 1) / BK;
+  float4 pk[ATR_PFMAX], pv[ATR_PFMAX];
+  if (DB) {
+    atr_stage(tiles, Kb, n * Sk, min(BK, Sk), HD, col0, D4, BK, lid, NT);
+    if (WITH_V) atr_stage(tiles + BK * D4, Vb, n * Sk, min(BK, Sk), HD, col0, D4, BK, lid, NT);
+  }
+  if (DB || QL) barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < ntiles; ++t) {
+    const int j0 = t * BK;
+    __local float4* buf = tiles + (DB ? (t & 1) * TILE4 : 0);
+    if (DB) {
+      if (t + 1 < ntiles) {
+        const int jn = j0 + BK;
+        atr_fetch(pk, Kb, n * Sk + jn, min(BK, Sk - jn), HD, col0, D4, BK, lid, NT);
+        if (WITH_V) atr_fetch(pv, Vb, n * Sk + jn, min(BK, Sk - jn), HD, col0, D4, BK, lid, NT);
+      }
+    } else {
+      if (t > 0) barrier(CLK_LOCAL_MEM_FENCE);  // everyone is done with the previous tile
+      atr_stage(buf, Kb, n * Sk + j0, min(BK, Sk - j0), HD, col0, D4, BK, lid, NT);
+      if (WITH_V) atr_stage(buf + BK * D4, Vb, n * Sk + j0, min(BK, Sk - j0), HD, col0, D4, BK, lid, NT);
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    __local const float4* kt = buf + sp * KS * D4;
+    __local const float4* vt = buf + BK * D4 + sp * KS * D4;
+    float s[ATR_SMAX];
+#pragma unroll
+    for (int e = 0; e < RM * KS; ++e) s[e] = 0.0f;
+    if (QL) {  // d outer: RM Q reads per step, each used for KS keys; RM*KS independent accumulator chains
+#pragma unroll
+      for (int d4 = 0; d4 < D4; ++d4) {
+        float4 qv[ATT_RMAX];
+#pragma unroll
+        for (int i = 0; i < RM; ++i) qv[i] = qs[d4 * BQ + w + RW * i];
+#pragma unroll
+        for (int u = 0; u < KS; ++u) {
+          const float4 kv = kt[u * D4 + d4];
+#pragma unroll
+          for (int i = 0; i < RM; ++i) {
+            float a = s[i * KS + u];
+            a = mad(qv[i].s0, kv.s0, a);
+            a = mad(qv[i].s1, kv.s1, a);
+            a = mad(qv[i].s2, kv.s2, a);
+            a = mad(qv[i].s3, kv.s3, a);
+            s[i * KS + u] = a;
+          }
+        }
+      }
+    } else {  // keys outer, Q in registers (d outer measured the same for flash on the H200)
+#pragma unroll
+      for (int u = 0; u < KS; ++u) {
+#pragma unroll
+        for (int d4 = 0; d4 < D4; ++d4) {
+          const float4 kv = kt[u * D4 + d4];
+#pragma unroll
+          for (int i = 0; i < RM; ++i) {
+            const float4 qv = q[i * D4 + d4];
+            float a = s[i * KS + u];
+            a = mad(qv.s0, kv.s0, a);
+            a = mad(qv.s1, kv.s1, a);
+            a = mad(qv.s2, kv.s2, a);
+            a = mad(qv.s3, kv.s3, a);
+            s[i * KS + u] = a;
+          }
+        }
+      }
+    }
+    if (causal || j0 + BK > Sk) {  // uniform: only the last tile, or causal blocks, have masked keys
+#pragma unroll
+      for (int u = 0; u < KS; ++u) {
+        const int j = j0 + sp * KS + u;
+#pragma unroll
+        for (int i = 0; i < RM; ++i) {
+          const bool keep = j < Sk && (!causal || j <= q0 + w + RW * i);
+          s[i * KS + u] = keep ? s[i * KS + u] : -INFINITY;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+      if (MODE == 2) {
+#pragma unroll
+        for (int u = 0; u < KS; ++u) s[i * KS + u] = exp2(s[i * KS + u] - m[i]) * l[i];
+        continue;
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < KS; ++u) mx = fmax(mx, s[i * KS + u]);
+      float mref;
+      if (MODE == 0 && LZ > 0.0f) {
+        if (mx > m[i] + LZ) {  // false for a tile with no key (mx = -INFINITY)
+          const float corr = exp2(m[i] - mx);  // 0 when m = -INFINITY (l, o are 0 then anyway)
+          m[i] = mx;
+          l[i] *= corr;
+#pragma unroll
+          for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= corr;
+        }
+        mref = m[i] == -INFINITY ? 0.0f : m[i];
+      } else {
+        mx = fmax(mx, m[i]);
+        mref = mx == -INFINITY ? 0.0f : mx;  // no key yet: keep everything at 0
+        const float corr = exp2(m[i] - mref);
+        m[i] = mx;
+        l[i] *= corr;
+        if (MODE == 0) {
+#pragma unroll
+          for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= corr;
+        }
+      }
+      float sum = l[i];
+#pragma unroll
+      for (int u = 0; u < KS; ++u) {
+        const float p = exp2(s[i * KS + u] - mref);
+        s[i * KS + u] = p;
+        sum += p;
+      }
+      l[i] = sum;
+    }
+    if (WITH_V) {
+#pragma unroll
+      for (int u = 0; u < KS; ++u) {
+#pragma unroll
+        for (int d4 = 0; d4 < D4; ++d4) {
+          const float4 vv = vt[u * D4 + d4];
+#pragma unroll
+          for (int i = 0; i < RM; ++i) o[i * D4 + d4] = mad((float4)(s[i * KS + u]), vv, o[i * D4 + d4]);
+        }
+      }
+    }
+    if (DB) {
+      if (t + 1 < ntiles) {
+        __local float4* nb = tiles + ((t + 1) & 1) * TILE4;
+        atr_store(nb, pk, D4, BK, lid, NT);
+        if (WITH_V) atr_store(nb + BK * D4, pv, D4, BK, lid, NT);
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);  // tile t+1 visible; tile t free again
+    }
+  }
+  if (!DB) barrier(CLK_LOCAL_MEM_FENCE);
+
+  // Merge the NS key splits of every row: (m, l) first, then O by a tree over the splits.
+  __local float* redm = (__local float*)lds;
+  __local float* redl = redm + NS * BQ;
+  __local float4* ob = (__local float4*)(redl + NS * BQ);  // [NS/2][D4][BQ]
+  if (MODE != 2) {
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+      redm[sp * BQ + w + RW * i] = m[i];
+      redl[sp * BQ + w + RW * i] = l[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+      const int r = w + RW * i;
+      float mx = -INFINITY;
+      for (int k = 0; k < NS; ++k) mx = fmax(mx, redm[k * BQ + r]);
+      const float mref = mx == -INFINITY ? 0.0f : mx;
+      float sum = 0.0f;
+      for (int k = 0; k < NS; ++k) sum += redl[k * BQ + r] * exp2(redm[k * BQ + r] - mref);
+      if (MODE == 1) {
+        m[i] = mx;
+        l[i] = sum;
+      } else {
+        const float f = sum > 0.0f ? exp2(m[i] - mref) / sum : 0.0f;
+#pragma unroll
+        for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= f;
+      }
+    }
+  }
+  if (MODE != 1) {
+    for (int hs = NS / 2; hs > 0; hs /= 2) {
+      if (sp >= hs && sp < 2 * hs) {
+#pragma unroll
+        for (int i = 0; i < RM; ++i) {
+#pragma unroll
+          for (int d4 = 0; d4 < D4; ++d4) ob[((sp - hs) * D4 + d4) * BQ + w + RW * i] = o[i * D4 + d4];
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (sp < hs) {
+#pragma unroll
+        for (int i = 0; i < RM; ++i) {
+#pragma unroll
+          for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] += ob[(sp * D4 + d4) * BQ + w + RW * i];
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+  }
+  if (sp != 0) return;
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    const int r = q0 + w + RW * i;
+    if (r >= Sq) continue;
+    if (MODE == 1) {
+      const int row = (n * H + h) * Sq + r;
+      stats[so + 2 * row] = m[i];
+      stats[so + 2 * row + 1] = l[i];
+    } else {
+      __global float* dst = O + oo + (n * Sq + r) * HD + col0;
+#pragma unroll
+      for (int d4 = 0; d4 < D4; ++d4) vstore4(o[i * D4 + d4], d4, dst);
+    }
+  }
+}
+
+// Instantiations: suffix, D, RM, RW, NS, KS, DB, LZ, QL. Local memory (float4): [the Q block BQ*D/4 (QL)] +
+// the staged tile(s) (1 + DB) * BK * D/4 * (K + V); the merge reuses it: 2*NS*BQ/4 (m, l) + (NS/2)*BQ*D/4 (O).
+#define ATR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ATR_LDS4(D, RM, RW, NS, KS, DB, QL, KV)                                                      \
+  ATR_MAX((QL) * (RW) * (RM) * ((D) / 4) + (1 + (DB)) * (NS) * (KS) * ((D) / 4) * (KV),               \
+          (2 * (NS) * (RW) * (RM)) / 4 + ((NS) / 2) * (RW) * (RM) * ((D) / 4))
+#define ATR_INSTANTIATE(T, D, RM, RW, NS, KS, DB, LZ, QL)                                                            \
+  __kernel void attn_flash_##T(__global float* O, int oo, __global const float* Q, int qo, __global const float* K, \
+                               int ko, __global const float* V, int vo, int Sq, int Sk, int H, int Dr, float scale, \
+                               int causal) {                                                                         \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
+    atr_tiled(0, O, oo, O, 0, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, QL);    \
+  }                                                                                                                  \
+  __kernel void attn_stats_##T(__global float* stats, int so, __global const float* Q, int qo,                      \
+                               __global const float* K, int ko, int Sq, int Sk, int H, int Dr, float scale,         \
+                               int causal) {                                                                         \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 1)];                                                      \
+    atr_tiled(1, stats, 0, stats, so, Q, qo, K, ko, K, ko, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, \
+              QL);                                                                                                     \
+  }                                                                                                                  \
+  __kernel void attn_pv_##T(__global float* O, int oo, __global const float* stats, int so, __global const float* Q, \
+                            int qo, __global const float* K, int ko, __global const float* V, int vo, int Sq, int Sk, \
+                            int H, int Dr, float scale, int causal) {                                                \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
+    atr_tiled(2, O, oo, (__global float*)stats, so, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW,  \
+              NS, KS, DB, LZ, QL);                                                                                     \
+  }
+
+// SD1.x self-attention at the 64x64 and 32x32 levels (host: picked for Sk >= 256). Cross-attention (77 keys)
+// stays on d40/d80 above: there the one-time split merge and the strided per-row Q loads / O stores are not
+// amortised over 3-5 key tiles (H200, 4096 x 77: d40 0.028 ms, row-wise 0.041 - 0.072; 1024 x 77: d80 0.024,
+// row-wise 0.025 - 0.052). H200, N=1, 8 heads, flash (scripts/opencl_attn_bench.py):
+//   r40: 2 rows x 40 per work-item, Q in registers, 2 key splits of 64 rows, 8 keys per split per tile,
+//        double buffered; 22 KB local. 4096 x 4096: 0.647 ms (33 TFLOP/s) vs d40 0.918 ms.
+//   r80: 2 rows x 80 per work-item with Q in local memory (registers hold only O), 4 key splits of 32 rows,
+//        4 keys per split per tile, double buffered, lazy rescaling; 43 KB local. 1024 x 1024: 0.141 ms vs
+//        d80 0.206 ms.
+// Tried there and dropped (ms, d40 4096 / d80 1024): 1 row per work-item (1.17 - 1.19 / 0.151 - 0.159);
+// no double buffering (0.96 / 0.16 - 0.23); 4 splits of 32 or 64 rows (0.71 - 0.76); 1 split, no merge
+// (1.26 - 1.32: too few warps); 16 keys per split per tile, or lazy rescaling, for d40 (0.665 - 0.678);
+// Q in local memory for d40 (2 rows 0.72 - 0.82, 4 rows 0.82); 8 splits for d80 (0.150 - 0.186); the d-outer
+// product order with Q in registers (0.664 / 0.159; 6% faster for d40 partial_softmax, which SD does not
+// pick at these shapes).
+ATR_INSTANTIATE(r40, 40, 2, 64, 2, 8, 1, 0.0f, 0)
+ATR_INSTANTIATE(r80, 80, 2, 32, 4, 4, 1, 8.0f, 1)
+#undef ATR_INSTANTIATE
