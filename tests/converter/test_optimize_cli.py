@@ -23,8 +23,13 @@ from sdconvert.rewrite import expected_sites
 from sdlite import native
 from sdlite.tflite_info import read_model_info
 
-FUSED_OPS = {"attention": "SdAttention", "gelu": "SdGelu", "group_norm": "SdGroupNorm"}
-TINY_UNET_SITES = {"attention": 14, "gelu": 7, "group_norm": 30}
+# fused op -> the rules that emit it (LayerNorms become one-group SdGroupNorms)
+FUSED_OPS = {"SdAttention": ("attention",), "SdGelu": ("gelu",), "SdGroupNorm": ("group_norm", "layer_norm")}
+TINY_UNET_SITES = {"attention": 14, "gelu": 7, "group_norm": 30, "layer_norm": 21}  # 21 = 7 transformer blocks x 3
+
+
+def _fused_ops(sites: dict[str, int]) -> dict[str, int]:
+    return {op: sum(sites[r] for r in rules) for op, rules in FUSED_OPS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +94,11 @@ def test_fuse_counts_and_table_match_a_fused_conversion(tiny_export, fused_conve
     # the table sdconvert --fuse prints: "unet: N -> M ops" then one row per rule
     lines = stdout.splitlines()
     assert lines[0] == f"unet: {conv['ops_before']} -> {conv['ops_after']} ops"
-    assert lines[1:4] == [f"  {'attention':<24}{14:>6}", f"  {'gelu':<24}{7:>6}", f"  {'group_norm':<24}{30:>6}"]
+    assert lines[1:5] == [f"  {'attention':<24}{14:>6}", f"  {'gelu':<24}{7:>6}", f"  {'group_norm':<24}{30:>6}",
+                          f"  {'layer_norm':<24}{21:>6}"]
     assert "Winograd plan" not in stdout
     hist = read_model_info(out).op_histogram
-    assert {r: hist.get(op, 0) for r, op in FUSED_OPS.items()} == TINY_UNET_SITES
+    assert {op: hist.get(op, 0) for op in FUSED_OPS} == _fused_ops(TINY_UNET_SITES)
     # same graph as the conversion's fused UNet except for the Winograd convs the conversion also made
     conv_hist = dict(fused_conversion["manifest"]["models"]["unet"]["op_histogram"])
     n_wino = conv_hist.pop("SdConv2DWinograd")
@@ -107,7 +113,8 @@ def test_fused_model_matches_plain_through_delegate(tiny_export, tmp_path, unet_
     plain = run_tflite(src, unet_inputs)["noise_pred"]
     delegate = native.load("cpu")
     fused = run_tflite(out, unet_inputs, delegates=[delegate])["noise_pred"]
-    assert native.stats(delegate)["claimed_by_op"] == {"SdAttention": 14, "SdGelu": 7, "SdGroupNorm": 30}
+    # 51 SdGroupNorm = 30 GroupNorms + 21 LayerNorms
+    assert native.stats(delegate)["claimed_by_op"] == {"SdAttention": 14, "SdGelu": 7, "SdGroupNorm": 51}
     assert _rel(fused, plain) <= 1e-5
 
 
@@ -159,7 +166,7 @@ def test_folder_is_optimized_with_manifest(tiny_export, tiny_fused_export):
         assert m["fusion"][name]["counts"] == sites[name]
         hist = read_model_info(tiny_fused_export / entry["file"]).op_histogram
         assert entry["op_histogram"] == hist and entry["num_ops"] < base["models"][name]["num_ops"]
-        assert {r: hist.get(op, 0) for r, op in FUSED_OPS.items()} == sites[name]
+        assert {op: hist.get(op, 0) for op in FUSED_OPS} == _fused_ops(sites[name])
         assert entry["inputs"] == base["models"][name]["inputs"] and entry["outputs"] == base["models"][name]["outputs"]
     assert m["optimized"]["source"] == str(tiny_export.absolute()) and m["optimized"]["options"]["fuse"] is True
     assert m["winograd"] == {}
@@ -216,7 +223,7 @@ def test_existing_output_needs_overwrite(tiny_export, tmp_path, capsys):
     _one_line_error(rc, stdout, err, "already exists; pass --overwrite to replace it")
     assert out.read_bytes() == b"keep me"
     assert main([str(tiny_export / "unet.tflite"), "--fuse", "-q", "--overwrite", "-o", str(out)]) == 0
-    assert read_model_info(out).op_histogram["SdGroupNorm"] == 30
+    assert read_model_info(out).op_histogram["SdGroupNorm"] == 51  # 30 GroupNorms + 21 LayerNorms
 
 
 def test_in_place_with_overwrite(tiny_export, tmp_path):

@@ -15,7 +15,8 @@ from sdconvert.rewrite.rules.attention import choose_attention_variant
 from sdconvert.rewrite.semantic import check_fused
 
 MODELS = ("unet", "vae_decoder", "vae_encoder", "text_encoder")
-SD_OPS = {"attention": "SdAttention", "gelu": "SdGelu", "group_norm": "SdGroupNorm"}
+# fused op -> the rules that emit it (LayerNorms become one-group SdGroupNorms)
+SD_OPS = {"SdAttention": ("attention",), "SdGelu": ("gelu",), "SdGroupNorm": ("group_norm", "layer_norm")}
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +31,19 @@ def fused(tiny_export: Path, tmp_path_factory) -> dict:
 
 
 def test_expected_sites_sd15_matches_the_architecture():
-    # 16 transformer blocks x (self + cross) attention, one GEGLU each; 22 ResNets x 2 + 16 + conv_norm_out GroupNorms
-    assert expected_sites(SD15)["unet"] == {"attention": 32, "gelu": 16, "group_norm": 61}
+    # 16 transformer blocks x (self + cross) attention, one GEGLU each; 22 ResNets x 2 + 16 + conv_norm_out GroupNorms;
+    # 16 blocks x norm1/2/3 LayerNorms. CLIP ViT-L: 12 layers x (layer_norm1, layer_norm2) + final_layer_norm
+    sites = expected_sites(SD15)
+    assert sites["unet"] == {"attention": 32, "gelu": 16, "group_norm": 61, "layer_norm": 48}
+    assert sites["text_encoder"] == {"attention": 12, "gelu": 12, "group_norm": 0, "layer_norm": 25}
 
 
 def test_expected_sites_tiny(tiny_sites):
     assert tiny_sites == {
-        "unet": {"attention": 14, "gelu": 7, "group_norm": 30},
-        "vae_decoder": {"attention": 1, "gelu": 0, "group_norm": 22},
-        "vae_encoder": {"attention": 1, "gelu": 0, "group_norm": 14},
-        "text_encoder": {"attention": 2, "gelu": 2, "group_norm": 0},
+        "unet": {"attention": 14, "gelu": 7, "group_norm": 30, "layer_norm": 21},  # 7 transformer blocks x 3
+        "vae_decoder": {"attention": 1, "gelu": 0, "group_norm": 22, "layer_norm": 0},
+        "vae_encoder": {"attention": 1, "gelu": 0, "group_norm": 14, "layer_norm": 0},
+        "text_encoder": {"attention": 2, "gelu": 2, "group_norm": 0, "layer_norm": 5},  # 2 layers x 2 + final
     }
 
 
@@ -48,8 +52,8 @@ def test_every_site_is_fused(fused, tiny_sites, model):
     rep = fused[model]
     assert rep.counts == tiny_sites[model]
     assert rep.rejections == {}
-    for rule, op in SD_OPS.items():
-        assert rep.histogram_after.get(op, 0) == tiny_sites[model][rule]
+    for op, rules in SD_OPS.items():
+        assert rep.histogram_after.get(op, 0) == sum(tiny_sites[model][r] for r in rules)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -60,9 +64,12 @@ def test_op_count_drops_accordingly(fused, tiny_sites, model):
     # every decomposed site disappears: no softmax, no builtin GELU, no GroupNorm statistics left
     assert after.get("SOFTMAX", 0) == before.get("SOFTMAX", 0) - n["attention"] == 0
     assert after.get("GELU", 0) == 0
-    # each GroupNorm had exactly one RSQRT and two MEANs; LayerNorms keep theirs
-    assert after.get("RSQRT", 0) == before.get("RSQRT", 0) - n["group_norm"]
-    assert after.get("MEAN", 0) == before.get("MEAN", 0) - 2 * n["group_norm"]
+    # each GroupNorm and each LayerNorm had exactly one RSQRT and two MEANs (LayerNorms: and one SQUARED_DIFFERENCE);
+    # since the layer_norm rule none of them is left
+    norms = n["group_norm"] + n["layer_norm"]
+    assert after.get("RSQRT", 0) == before.get("RSQRT", 0) - norms == 0
+    assert after.get("MEAN", 0) == before.get("MEAN", 0) - 2 * norms == 0
+    assert after.get("SQUARED_DIFFERENCE", 0) == before.get("SQUARED_DIFFERENCE", 0) - n["layer_norm"] == 0
     assert after.get("BROADCAST_TO", 0) == 0
     assert rep.ops_after == sum(after.values()) < rep.ops_before == sum(before.values())
     assert rep.ops_before - rep.ops_after > 3 * sum(n.values())
@@ -138,6 +145,6 @@ def test_report_is_json_serialisable(fused):
 
     d = fused["unet"].to_dict()
     json.loads(json.dumps(d))
-    assert d["counts"] == {"attention": 14, "group_norm": 30, "gelu": 7}
+    assert d["counts"] == {"attention": 14, "group_norm": 30, "layer_norm": 21, "gelu": 7}
     assert "attention" in fused["unet"].format_table() and "ops: " in fused["unet"].format_table()
     assert all(np.isfinite(f["attrs"].get("scale", 1.0)) for f in d["fused"])

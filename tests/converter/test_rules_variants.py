@@ -124,7 +124,7 @@ def group_norm_variants(tmp_path_factory) -> Path:
             m = r.mean(dim=(1, 3), keepdim=True)
             v = ((r - m) ** 2).mean(dim=(1, 3), keepdim=True)
             c = ((r - m) * torch.rsqrt(v + 1e-5)).reshape(1, 6, 6, 32) * self.g + self.b
-            d = self.ln(x3.transpose(1, 2))  # LayerNorm: not a GroupNorm
+            d = self.ln(x3.transpose(1, 2))  # LayerNorm: not a GroupNorm (the layer_norm rule takes it)
             r2 = y.reshape(1, 8, -1)  # group mean subtraction only: looks like one, is not
             e = (r2 - r2.mean(dim=2, keepdim=True)).reshape(1, 32, 6, 6)
             return a, b, c, d, e
@@ -137,13 +137,19 @@ def test_group_norm_variants(group_norm_variants, tmp_path):
     rep = fuse_model(group_norm_variants, tmp_path / "f.tflite")
     assert rep.counts["group_norm"] == 3
     got = sorted(
-        (f.attrs["groups"], f.attrs["activation"], f.attrs["channel_axis"], round(f.attrs["eps"], 9)) for f in rep.fused
+        (f.attrs["groups"], f.attrs["activation"], f.attrs["channel_axis"], round(f.attrs["eps"], 9))
+        for f in rep.fused
+        if f.rule == "group_norm"
     )
     assert got == [(4, "none", 1, 0.001), (8, "none", -1, 1e-05), (8, "silu", 1, 1e-05)]
+    # the group mean subtraction without a variance step is no LayerNorm either (a silent layer_norm non-match)
     assert rep.rejections == {"group_norm": {"decomposed: no single-exit region after the group statistics": 1}}
     gammas = [f.inputs[1].value for f in rep.fused]
     assert all(np.abs(g - 1).max() > 0.1 for g in gammas)  # fitted, non-trivial affine parameters
-    assert rep.histogram_after["SQUARED_DIFFERENCE"] == 1  # the LayerNorm is untouched
+    # the LayerNorm is not a GroupNorm match; since the layer_norm rule it is a one-group SdGroupNorm on [10, 1, 32]
+    assert rep.counts["layer_norm"] == 1 and "SQUARED_DIFFERENCE" not in rep.histogram_after
+    ((ln_view, ln_groups),) = [(f.inputs[0].shape, f.attrs["groups"]) for f in rep.fused if f.rule == "layer_norm"]
+    assert (ln_view, ln_groups) == ((10, 1, 32), 1)
     assert max(r.max_rel_err for r in check_fused(group_norm_variants, rep.fused, seed=2)) <= 1e-5
 
 
@@ -190,7 +196,7 @@ def test_tanh_gelu_chain_and_adj_y_attention(tmp_path):
     o = _op(sg, "BATCH_MATMUL", [p, v], (4, 6, 8), (S.BuiltinOptions.BatchMatMulOptions, S.BatchMatMulOptionsT()))
     src = write_model(_model(sg, [x, q, k, v], [gelu, o]), tmp_path / "hand.tflite")
     rep = fuse_model(src, tmp_path / "f.tflite")
-    assert rep.counts == {"attention": 1, "group_norm": 0, "gelu": 1}
+    assert rep.counts == {"attention": 1, "group_norm": 0, "layer_norm": 0, "gelu": 1}
     att = next(f for f in rep.fused if f.op_type == "SdAttention")
     assert (att.attrs["heads"], att.attrs["head_dim"], att.attrs["scale"]) == (1, 8, 0.25)
     assert next(f for f in rep.fused if f.op_type == "SdGelu").alternative == "tanh_chain"

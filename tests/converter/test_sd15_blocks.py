@@ -53,14 +53,15 @@ class ResnetBlock(torch.nn.Module):
         return {"out": self.block(hidden_states, temb)}
 
 
-# name -> (module factory, inputs, expected fusion counts, 3x3 stride-1 convs (Winograd-suitable), all convs)
+# name -> (module factory, inputs, expected fusion counts, 3x3 stride-1 convs (Winograd-suitable), all convs);
+# the transformer block's norm1/2/3 LayerNorms become one-group SdGroupNorms on [4096, 1, 320]
 BLOCKS = {
     "transformer_64x64": (TransformerBlock, {"hidden_states": (1, 320, 64, 64), "encoder_hidden_states": (1, 77, 768)},
-                          {"attention": 2, "gelu": 1, "group_norm": 1}, 0, 2),
+                          {"attention": 2, "gelu": 1, "group_norm": 1, "layer_norm": 3}, 0, 2),
     "resnet_64x64_320": (lambda: ResnetBlock(320, 320), {"hidden_states": (1, 320, 64, 64), "temb": (1, 1280)},
-                         {"attention": 0, "gelu": 0, "group_norm": 2}, 2, 2),
+                         {"attention": 0, "gelu": 0, "group_norm": 2, "layer_norm": 0}, 2, 2),
     "resnet_32x32_320_640": (lambda: ResnetBlock(320, 640), {"hidden_states": (1, 320, 32, 32), "temb": (1, 1280)},
-                             {"attention": 0, "gelu": 0, "group_norm": 2}, 2, 3),
+                             {"attention": 0, "gelu": 0, "group_norm": 2, "layer_norm": 0}, 2, 3),
 }
 
 
@@ -104,13 +105,15 @@ def test_block_fused_matches_plain_through_delegate(blocks, tmp_path, name: str,
     assert graph["fusion"]["counts"] == counts
     assert graph["fusion"]["rejections"] == {}
     hist = read_model_info(dst).op_histogram
-    expected_ops = {"SdAttention": counts["attention"], "SdGelu": counts["gelu"], "SdGroupNorm": counts["group_norm"],
+    expected_ops = {"SdAttention": counts["attention"], "SdGelu": counts["gelu"],
+                    "SdGroupNorm": counts["group_norm"] + counts["layer_norm"],
                     "SdConv2DWinograd": suitable if winograd == "4" else 0}
     assert {op: hist.get(op, 0) for op in expected_ops} == expected_ops
     assert hist.get("CONV_2D", 0) == convs - expected_ops["SdConv2DWinograd"]
     before = read_model_info(path).op_histogram
     assert "SOFTMAX" not in hist  # every attention went into SdAttention
-    assert hist.get("RSQRT", 0) == before.get("RSQRT", 0) - counts["group_norm"]  # LayerNorms keep theirs
+    # one RSQRT per GroupNorm and per LayerNorm, all fused
+    assert hist.get("RSQRT", 0) == before.get("RSQRT", 0) - counts["group_norm"] - counts["layer_norm"] == 0
     if winograd == "4":
         assert graph["winograd"]["summary"]["decisions"]["F4"] == suitable == graph["winograd"]["summary"]["suitable"]
         assert dst.stat().st_size < 1.01 * path.stat().st_size  # filters are transformed at load time, not stored

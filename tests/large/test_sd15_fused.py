@@ -21,7 +21,8 @@ from sdconvert.rewrite.sites import SITE_RULES
 from sdconvert.winograd.cost import get_profile
 
 FP32_TOLERANCE = 1e-4  # sdconvert.export.verify.TOLERANCE["fp32"]
-SD_OPS = {"attention": "SdAttention", "gelu": "SdGelu", "group_norm": "SdGroupNorm"}
+# fused op -> the rules that emit it (LayerNorms become one-group SdGroupNorms)
+SD_OPS = {"SdAttention": ("attention",), "SdGelu": ("gelu",), "SdGroupNorm": ("group_norm", "layer_norm")}
 
 
 def test_sd15_unet_fp32_fused_winograd_auto(tmp_path_factory, capfd):
@@ -34,17 +35,21 @@ def test_sd15_unet_fp32_fused_winograd_auto(tmp_path_factory, capfd):
     unet = m["models"]["unet"]
     fusion = m["fusion"]["unet"]
 
-    # every site fused: 32 attention (16 blocks x self+cross), 16 GEGLU, 61 GroupNorm -- counted from the modules
+    # every site fused: 32 attention (16 blocks x self+cross), 16 GEGLU, 61 GroupNorm, 48 LayerNorm (16 blocks x
+    # norm1/2/3) -- counted from the modules
     sites = expected_sites(SD15)["unet"]
-    assert sites == {"attention": 32, "gelu": 16, "group_norm": 61}
+    assert sites == {"attention": 32, "gelu": 16, "group_norm": 61, "layer_norm": 48}
     assert fusion["counts"] == sites and set(fusion["counts"]) == set(SITE_RULES)
     assert fusion["rejections"] == {}
     before, after = fusion["histogram_before"], fusion["histogram_after"]
-    assert {r: after.get(op, 0) for r, op in SD_OPS.items()} == sites
+    assert {op: after.get(op, 0) for op in SD_OPS} == {op: sum(sites[r] for r in rs) for op, rs in SD_OPS.items()}
+    assert after["SdGroupNorm"] == 61 + 48
     assert after.get("SOFTMAX", 0) == 0 and before["SOFTMAX"] == 32
     assert after.get("GELU", 0) == 0 and after.get("BROADCAST_TO", 0) == 0
-    assert after.get("RSQRT", 0) == before.get("RSQRT", 0) - 61  # the 16 LayerNorm x 3 keep theirs
-    assert after.get("MEAN", 0) == before.get("MEAN", 0) - 2 * 61
+    # one RSQRT and two MEANs per GroupNorm and per LayerNorm (61 + 48 = 109): none left
+    assert after.get("RSQRT", 0) == before.get("RSQRT", 0) - 109 == 0
+    assert after.get("MEAN", 0) == before.get("MEAN", 0) - 2 * 109 == 0
+    assert after.get("SQUARED_DIFFERENCE", 0) == before.get("SQUARED_DIFFERENCE", 0) - 48 == 0  # LayerNorm variances
     # op count drops accordingly (the unfused fp32 UNet has ~2.8-3.2k ops, see test_sd15_export.py)
     assert 2837 <= fusion["ops_before"] <= 3200, fusion["ops_before"]
     assert fusion["ops_before"] - fusion["ops_after"] > 3 * sum(sites.values())

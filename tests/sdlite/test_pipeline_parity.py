@@ -214,7 +214,8 @@ def fused_winograd_export(tiny_export: Path, tmp_path_factory) -> Path:
 
 
 FUSED_VARIANTS = {"fused": "tiny_fused_export", "fused_winograd4": "fused_winograd_export"}
-FUSED_OPS = {"attention": "SdAttention", "gelu": "SdGelu", "group_norm": "SdGroupNorm"}
+# fused op -> the rules that emit it (LayerNorms become one-group SdGroupNorms)
+FUSED_OPS = {"SdAttention": ("attention",), "SdGelu": ("gelu",), "SdGroupNorm": ("group_norm", "layer_norm")}
 
 
 def assert_sd_ops_ran_in_delegate(pipe, names: tuple[str, ...]) -> int:
@@ -251,9 +252,11 @@ def test_fused_txt2img_matches_diffusers(request, variant: str, tiny_modules, to
         assert_sd_ops_ran_in_delegate(pipe, names)
         plan = json.loads((folder / "manifest.json").read_text()).get("winograd", {})
         sites = expected_sites(TINY)  # counted from the diffusers modules (tests/converter/test_rules.py pins them)
-        for name in names:  # every attention / GELU / GroupNorm site fused; every suitable 3x3 conv in Winograd form
+        for name in names:  # every attention / GELU / Group-/LayerNorm site fused; every suitable 3x3 conv Winograd
             hist = pipe.interpreter.runner(name).info.op_histogram
-            assert {r: hist.get(op, 0) for r, op in FUSED_OPS.items()} == sites[name]
+            assert {op: hist.get(op, 0) for op in FUSED_OPS} == {
+                op: sum(sites[name][r] for r in rules) for op, rules in FUSED_OPS.items()
+            }
             assert hist.get("SdConv2DWinograd", 0) == (plan[name]["summary"]["suitable"] if plan else 0)
         if variant == "fused_winograd4":
             assert pipe.interpreter.runner("unet").info.op_histogram["SdConv2DWinograd"] == 26
@@ -262,7 +265,8 @@ def test_fused_txt2img_matches_diffusers(request, variant: str, tiny_modules, to
 
 
 def test_fused_img2img_matches_diffusers(tiny_fused_export: Path, tiny_modules, tokenizer, tiny_export: Path) -> None:
-    """img2img on the fused folder: the fused VAE encoder (1 attention, 14 GroupNorms) runs too."""
+    """img2img on the fused folder: the fused VAE encoder (1 attention, 14 GroupNorms) runs too; the UNet has 14
+    attention + 7 GELU + 51 SdGroupNorm (30 GroupNorms + 21 LayerNorms)."""
     ref = diffusers_pipe(diffusers.StableDiffusionImg2ImgPipeline, tiny_modules, tokenizer, tiny_export, "ddim")
     yy, xx = np.mgrid[0:64, 0:64].astype(np.float32) / 63.0
     image01 = np.stack([xx, yy, 1 - xx * yy])[None]
@@ -280,6 +284,6 @@ def test_fused_img2img_matches_diffusers(tiny_fused_export: Path, tiny_modules, 
         db = psnr(result.images[0], theirs)
         print(f"\n  img2img fused: PSNR {db:.1f} dB vs diffusers")
         assert db >= MIN_PSNR_DB
-        assert assert_sd_ops_ran_in_delegate(pipe, ("vae_encoder", "unet")) == 15 + 51
+        assert assert_sd_ops_ran_in_delegate(pipe, ("vae_encoder", "unet")) == 15 + 72
     finally:
         pipe.close()

@@ -2,10 +2,12 @@
 
 Targets:
 - ``sdgpu`` (default): attention, GroupNorm(+SiLU) and GELU become ``SdAttention``/``SdGroupNorm``/``SdGelu``
-  custom ops for our native delegate. Composites the rules recognise directly (``odml.group_norm``) are fused as
-  they are; all others are inlined and the decomposed rules run again.
+  custom ops for our native delegate; LayerNorms become ``SdGroupNorm(groups=1)`` on a [rows, 1, C] view.
+  Composites the rules recognise directly (``odml.group_norm``) are fused as they are; all others are inlined and
+  the decomposed rules run again.
 - ``litert``: a model the stock LiteRT GPU accelerator can run: no custom ops, composites inlined, GroupNorms
-  re-emitted without BROADCAST_TO, remaining BROADCAST_TOs folded into implicit broadcasting where shapes allow.
+  re-emitted without BROADCAST_TO, remaining BROADCAST_TOs folded into implicit broadcasting where shapes allow
+  (LayerNorms stay as they are: they have no BROADCAST_TO).
 """
 
 from __future__ import annotations

@@ -1,0 +1,230 @@
+"""LayerNorm over the last axis -> ``RESHAPE [R, 1, C] -> SdGroupNorm(groups=1) -> RESHAPE`` (no new op or kernel).
+
+LayerNorm over the last axis of x[..., C] is GroupNorm with one group on x viewed as [R, 1, C] (R = numel / C rows,
+channels last): statistics over the 1 x C elements of each row, biased variance, per-channel gamma/beta. The
+RESHAPEs are zero-copy views in the GPU delegate, so a transformer LayerNorm (~9 TFLite ops and as many kernel
+launches: MEAN, SQUARED_DIFFERENCE, MEAN, ADD eps, RSQRT, MUL, SUB, MUL, ADD, then the affine MUL/ADD) becomes one
+read and one write. The trade-off: SdGroupNorm's GPU kernels parallelise over (batch, group) pairs, here one short
+row each (C = 320..1280 in SD1.5, under the 4096-element limit of the one-kernel path: one work-group per row, one
+launch) -- thousands of small reductions instead of the few large ones GroupNorm has.
+
+What litert-torch emits for ``nn.LayerNorm`` (UNet transformer norm1/2/3, CLIP layer_norm1/2 and final_layer_norm):
+x viewed as [1, R, C] (a RESHAPE when x is not already rank 3 with N=1), ``MEAN(axis 2) -> RESHAPE [1,R,1] ->
+SQUARED_DIFFERENCE -> MEAN -> ADD eps -> RSQRT``, applied as ``x * rs + (0 - mean * rs)``, then ``MUL gamma`` /
+``ADD beta`` when they are not the identity (init values fold away), and a RESHAPE back to x's shape.
+
+Matching is semantic, as in :mod:`.group_norm`. Pattern (anchor ``MEAN``): a MEAN over ONE axis whose output is
+subtracted from its own input (``SUB`` / ``SQUARED_DIFFERENCE``, possibly after a RESHAPE of the mean). Check: the
+first tensor after it whose backward slice from x contains the mean and a RSQRT/SQRT/DIV and has no other exits is
+the normalised output (a mean subtraction with no variance step is not LayerNorm-shaped: silent); statistics over
+any axis but the last are rejected; per-channel affine ops that follow (and a RESHAPE) are absorbed; the region is
+evaluated in float64 on random rows (offsets and scales spread so that eps, read from the graph's ``ADD`` before the
+RSQRT, is observable) and gamma/beta are fitted per channel by least squares -- a residual above 1e-6 rejects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import ops as sdops
+from ...graph.evaluate import Unsupported, evaluate_region
+from ...graph.ir import Op, Tensor
+from ...ops.group_norm import GroupNormAttrs
+from ..edit import custom_op, emit_to, reshape
+from ..engine import Alternative, Check, Context, FusedOp, Match, Rule, ref
+from ..match import FLOAT32, activation, backward_slice, const_value, is_single_exit, sole_consumer
+from .group_norm import _eps, _fit
+
+FIT_TOLERANCE = 1e-6
+MIN_FIT_ROWS = 16  # rows per channel the gamma/beta fit sees; 2 would fit any two points exactly
+_NORMALISERS = frozenset({"RSQRT", "SQRT", "DIV"})
+_CENTERING = frozenset({"SUB", "SQUARED_DIFFERENCE"})
+
+
+def _reduced_axes(op: Op, shape: tuple[int, ...]) -> set[int] | None:
+    """The axes a MEAN really reduces: litert-torch also lists size-1 ones (axes [0, 2] of [1, R, C])."""
+    v = const_value(op.inputs[1], max_ops=0) if len(op.inputs) > 1 else None
+    if v is None:
+        return None
+    return {a for a in (int(i) % len(shape) for i in np.asarray(v).reshape(-1)) if shape[a] > 1}
+
+
+def _centred(mean: Op, x: Tensor) -> bool:
+    """The mean (directly or through one RESHAPE) is subtracted from x."""
+    m = mean.outputs[0]
+    views = [m] + [c.outputs[0] for c in m.consumers if c.type == "RESHAPE"]
+    return any(
+        c.type in _CENTERING and any(i is x for i in c.inputs) and any(i is v for i in c.inputs)
+        for v in views
+        for c in v.consumers
+    )
+
+
+def _pattern(ctx: Context, mean: Op) -> Match | None:
+    x = mean.inputs[0] if mean.inputs else None
+    if x is None or x.shape is None or len(x.shape) < 2 or x.dtype != FLOAT32 or x.shape[-1] < 2:
+        return None
+    axes = _reduced_axes(mean, tuple(x.shape))
+    if axes is None or len(axes) != 1 or not _centred(mean, x):
+        return None
+    return Match("decomposed", mean, [mean], dict(x=x, axis=next(iter(axes))))
+
+
+@dataclass
+class _Plan:
+    x: Tensor
+    out: Tensor
+    gamma: np.ndarray
+    beta: np.ndarray
+    eps: float
+    region: list[Op]
+
+
+def _layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def _samples(shape: tuple[int, ...], seed: int = 0) -> list[np.ndarray]:
+    """Enough random inputs for >= MIN_FIT_ROWS rows; each row gets its own offset and a scale from 1e-4 to 10,
+    so the mean subtraction is exercised and some rows have a variance near eps (which makes eps observable)."""
+    rng = np.random.default_rng(seed)
+    rows = math.prod(shape[:-1])
+    out = []
+    for _ in range(max(2, -(-MIN_FIT_ROWS // rows))):
+        scale = 10.0 ** rng.uniform(-4.0, 1.0, (*shape[:-1], 1))
+        offset = rng.standard_normal((*shape[:-1], 1)) * 3.0
+        out.append(rng.standard_normal(shape) * scale + offset)
+    return out
+
+
+def _core(ctx: Context, mean: Op, x: Tensor) -> tuple[Tensor, list[Op]] | str | None:
+    """The normalised output and its region; a reason when the statistics leak out; None: no variance step."""
+    sg = ctx.sg
+    start = ctx.pos(mean)
+    normalised = False
+    for op in sg.ops[start + 1 : start + 48]:
+        if len(op.outputs) != 1:
+            continue
+        t = op.outputs[0]
+        if t.numel != x.numel or t.dtype != FLOAT32:
+            continue
+        sl = backward_slice(t, [x], max_ops=48)
+        if sl is None or not any(o is mean for o in sl) or not any(o.type in _NORMALISERS for o in sl):
+            continue
+        normalised = True
+        if is_single_exit(sg, sl, t):
+            return t, sl
+    return "an intermediate of the statistics is used outside the normalisation" if normalised else None
+
+
+def _affine_tail(ctx: Context, t: Tensor, sl: list[Op], numel: int) -> list[tuple[Tensor, list[Op]]]:
+    """Candidate exits: t, then t through each following MUL/ADD/SUB/DIV by a constant or RESHAPE (longest last)."""
+    sg = ctx.sg
+    exits = [(t, list(sl))]
+    cur, ext = t, []
+    for _ in range(6):
+        c = sole_consumer(sg, cur)
+        if c is None or activation(c):
+            break
+        if c.type in ("MUL", "ADD", "SUB", "DIV") and len(c.inputs) == 2:
+            other = c.inputs[1] if c.inputs[0] is cur else c.inputs[0]
+            if other is cur or other is None or const_value(other) is None or (c.type == "DIV" and c.inputs[1] is cur):
+                break
+        elif c.type != "RESHAPE":
+            break
+        nxt = c.outputs[0]
+        if nxt.numel != numel:
+            break
+        ext.append(c)
+        cur = nxt
+        exits.append((cur, sl + ext))
+    return exits
+
+
+def _check(ctx: Context, m: Match) -> Check:
+    x: Tensor = m.captures["x"]
+    shape = tuple(x.shape or ())
+    core = _core(ctx, m.anchor, x)
+    if core is None:
+        return Check.reject("mean subtraction without a variance normalisation", silent=True)
+    if isinstance(core, str):
+        return Check.reject(core)
+    if m.captures["axis"] != len(shape) - 1:
+        return Check.reject(f"statistics over axis {m.captures['axis']} of {list(shape)}, not the last axis")
+    exits = _affine_tail(ctx, *core, x.numel)
+    region = sorted(exits[-1][1], key=ctx.pos)
+    eps = _eps(region)
+    try:
+        samples = _samples(shape)
+        ys = [evaluate_region(region, {id(x): s}, [e for e, _ in exits]) for s in samples]
+    except (Unsupported, ValueError, IndexError, TypeError) as e:
+        return Check.reject(f"cannot evaluate region: {e}")
+    nrm = np.concatenate([_layer_norm(s, eps) for s in samples], axis=0)
+    resid = math.inf
+    for i in range(len(exits) - 1, -1, -1):
+        y = np.concatenate([ys[k][i].reshape(shape) for k in range(len(samples))], axis=0)
+        gamma, beta, resid = _fit(y, nrm, -1)
+        if resid <= FIT_TOLERANCE:
+            out, ops = exits[i]
+            return Check.accept(_Plan(x, out, gamma, beta, float(eps), sorted(ops, key=ctx.pos)))
+    return Check.reject(f"region is not a LayerNorm over the last axis (eps={eps:g}, fit residual {resid:.1e})")
+
+
+def _source(ctx: Context, p: _Plan) -> tuple[Tensor, int]:
+    """x, or the input of the RESHAPE producing x when only the region reads x (litert-torch's [N, S, C] ->
+    [1, N*S, C] view becomes dead: the [R, 1, C] view is taken from the original tensor). Returns (tensor, ops
+    that become dead)."""
+    rop = p.x.producer
+    inside = {id(o) for o in p.region}
+    if (
+        rop is not None
+        and rop.type == "RESHAPE"
+        and rop.inputs[0] is not None
+        and rop.inputs[0].numel == p.x.numel
+        and not ctx.sg.is_output(p.x)
+        and all(id(c) in inside for c in p.x.consumers)
+    ):
+        return rop.inputs[0], 1
+    return p.x, 0
+
+
+def _rewrite(ctx: Context, m: Match, p: _Plan) -> FusedOp:
+    sg = ctx.sg
+    c = (p.x.shape or ())[-1]
+    view = (p.x.numel // c, 1, c)
+    src, dead = _source(ctx, p)
+    attrs = GroupNormAttrs(groups=1, eps=float(np.float32(p.eps)), activation="none", channel_axis=-1)
+    spec = sdops.get("SdGroupNorm")
+    gamma, beta = p.gamma.astype(np.float32), p.beta.astype(np.float32)
+    g = sg.new_constant("ln_gamma", gamma)
+    b = sg.new_constant("ln_beta", beta)
+
+    def build(before: Op, y: Tensor) -> None:
+        xv = reshape(sg, src, view, before=before)
+        custom_op(sg, spec, attrs, [xv, g, b], y, before=before)
+
+    emit_to(sg, p.out, view, build)
+    return FusedOp(
+        "layer_norm",
+        m.alternative,
+        spec.name,
+        {**attrs.__dict__},
+        ctx.sg_index,
+        [ref(src, view), ref(g, value=gamma), ref(b, value=beta)],
+        ref(p.out, view),
+        len(p.region) + dead,
+    )
+
+
+RULE = Rule(
+    "layer_norm",
+    (Alternative("decomposed", frozenset({"MEAN"}), _pattern, _check, _rewrite),),
+    __doc__ or "",
+)
+
+__all__ = ["RULE"]
