@@ -89,6 +89,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _code_version(kit_git: dict[str, Any]) -> dict[str, Any]:
+    """The code's commit: H200_CODE_COMMIT when the caller runs a committed snapshot (the kit's own stamp is from
+    when its models were packed), else the kit's stamp."""
+    commit = os.environ.get("H200_CODE_COMMIT", "").strip()
+    return {"commit": commit, "dirty": False, "kit": kit_git} if commit else kit_git
+
+
 def _signal_name(rc: int) -> str:
     try:
         return signal.Signals(-rc).name
@@ -220,7 +227,7 @@ class Bench:
 
         env: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "python": platform.python_version(),
                                "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                               "config": self.kit.config, "git": self.kit.doc.get("git", {}),
+                               "config": self.kit.config, "git": _code_version(self.kit.doc.get("git", {})),
                                "command": os.environ.get("H200_COMMAND") or shlex.join([Path(sys.argv[0]).name,
                                                                                         *sys.argv[1:]])}
         try:
