@@ -89,6 +89,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _json_document(stdout: str, log_file: Path) -> Any:
+    """The JSON document in ``stdout``: native libraries (the stock GPU accelerator) may print lines before it;
+    those are appended to ``log_file``."""
+    start = 0 if stdout.startswith("{") else stdout.find("\n{")
+    if start < 0:
+        raise ValueError(f"no JSON document in the output: {stdout[-300:]!r}")
+    start += stdout[start] == "\n"
+    if start:
+        with open(log_file, "a") as f:
+            f.write("stdout before the JSON document:\n" + stdout[:start])
+    return json.JSONDecoder().raw_decode(stdout[start:])[0]
+
+
 def _code_version(kit_git: dict[str, Any]) -> dict[str, Any]:
     """The code's commit: H200_CODE_COMMIT when the caller runs a committed snapshot (the kit's own stamp is from
     when its models were packed), else the kit's stamp."""
@@ -351,7 +364,7 @@ class Bench:
             rc, stdout = None, ""
         seconds = round(time.monotonic() - t0, 1)
         if rc == 0:
-            res = json.loads(stdout)["results"][0]
+            res = _json_document(stdout, err_file)["results"][0]
             data = {"status": "ok", **{k: res[k] for k in ("timings_us", "placement", "load_s", "first_run_us")}}
         elif rc is None:
             data = {"status": "timeout", "error": f"no result after {timeout:.0f} s; {_tail(err_file)}"}
