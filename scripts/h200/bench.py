@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--litert-gpu-runs", type=int, default=3)
     ap.add_argument("--litert-gpu-timeout", type=float, default=150.0,
                     help="per model; after one timeout the other models are not attempted")
-    ap.add_argument("--profile", choices=("inline", "separate", "off"), default=env("H200_PROFILE", "inline"),
+    ap.add_argument("--profile", choices=("inline", "separate", "off"), default=env("H200_PROFILE", "separate"),
                     help="device profile of our rows: during the timed runs (inline), a second session, or none")
     ap.add_argument("--winograd-profile", default="h200", help="device profile for the Winograd planner")
     ap.add_argument("--seed", type=int, default=0)

@@ -14,6 +14,8 @@ CL_SUCCESS = 0
 CL_PLATFORM_NOT_FOUND_KHR = -1001
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 PLATFORM_INFO = {"name": 0x0902, "vendor": 0x0903, "version": 0x0901}
+CL_DEVICE_TYPE = 0x1000
+CL_DEVICE_TYPE_GPU = 1 << 2
 DEVICE_STR_INFO = {"name": 0x102B, "vendor": 0x102C, "driver_version": 0x102D, "version": 0x102F}
 CL_DEVICE_MAX_COMPUTE_UNITS = 0x1002  # cl_uint
 CL_DEVICE_GLOBAL_MEM_SIZE = 0x101F  # cl_ulong
@@ -60,7 +62,7 @@ def _info_num(fn, handle, param: int, ctype, what: str) -> int:
 
 
 def devices() -> list[dict[str, Any]]:
-    """One record per (platform, device)."""
+    """One record per (platform, device); GPU devices first (the delegate takes the first GPU of any platform)."""
     lib = _lib()
     count = ctypes.c_uint32(0)
     rc = lib.clGetPlatformIDs(0, None, ctypes.byref(count))
@@ -82,12 +84,14 @@ def devices() -> list[dict[str, Any]]:
         for d in devs:
             rec: dict[str, Any] = {"platform": plat}
             rec.update({k: _info_str(lib.clGetDeviceInfo, d, v, "clGetDeviceInfo") for k, v in DEVICE_STR_INFO.items()})
+            rec["is_gpu"] = bool(_info_num(lib.clGetDeviceInfo, d, CL_DEVICE_TYPE, ctypes.c_uint64,
+                                           "clGetDeviceInfo") & CL_DEVICE_TYPE_GPU)
             rec["compute_units"] = _info_num(lib.clGetDeviceInfo, d, CL_DEVICE_MAX_COMPUTE_UNITS, ctypes.c_uint32,
                                              "clGetDeviceInfo")
             rec["global_mem_gib"] = round(_info_num(lib.clGetDeviceInfo, d, CL_DEVICE_GLOBAL_MEM_SIZE, ctypes.c_uint64,
                                                     "clGetDeviceInfo") / 2**30, 1)
             out.append(rec)
-    return out
+    return sorted(out, key=lambda r: not r.get("is_gpu", False))
 
 
 def summary() -> tuple[list[dict[str, Any]], str]:
