@@ -66,17 +66,21 @@ do_opencl() {
   fi
 }
 
-do_gl() {
+install_libs() {  # install_libs PKG:LIB ...: unpack .gl/PKG_*.deb into / for each LIB the linker cache lacks
   local spec pkg lib deb
-  for spec in libglvnd0:libGLdispatch.so.0 libegl1:libEGL.so.1 libgles2:libGLESv2.so.2; do
+  for spec in "$@"; do
     pkg=${spec%%:*}; lib=${spec#*:}
     ldconfig -p | grep -q "$lib" && continue
     deb=$(ls .gl/${pkg}_*.deb 2>/dev/null | head -n1)
-    [ -n "$deb" ] || { say "no $pkg deb in .gl/"; return 1; }
+    [ -n "$deb" ] || { say "$lib missing and no $pkg deb in .gl/"; return 1; }
     dpkg -x "$deb" / || return 1
     say "installed $lib from $deb"
   done
   ldconfig
+}
+
+do_gl() {
+  install_libs libglvnd0:libGLdispatch.so.0 libegl1:libEGL.so.1 libgles2:libGLESv2.so.2 || return 1
   if ! ls /usr/share/glvnd/egl_vendor.d/*nvidia*.json >/dev/null 2>&1; then
     local egl
     egl=$(find / \( -path /proc -o -path /sys \) -prune -o -name 'libEGL_nvidia.so.0' -print 2>/dev/null | head -n1)
@@ -89,18 +93,11 @@ do_gl() {
 }
 
 do_vulkan() {
-  local spec pkg lib deb icd
+  local icd
   # NVIDIA's Vulkan ICD is libGLX_nvidia.so.0, which needs glvnd's libGLdispatch: without it the loader finds
   # no adapter ("No adapters found")
-  for spec in libvulkan1:libvulkan.so.1 libglvnd0:libGLdispatch.so.0 libegl1:libEGL.so.1 libgles2:libGLESv2.so.2; do
-    pkg=${spec%%:*}; lib=${spec#*:}
-    ldconfig -p | grep -q "$lib" && continue
-    deb=$(ls .gl/${pkg}_*.deb 2>/dev/null | head -n1)
-    [ -n "$deb" ] || { say "$lib missing and no $pkg deb in .gl/"; return 1; }
-    dpkg -x "$deb" / || return 1
-    say "installed $lib from $deb"
-  done
-  ldconfig
+  install_libs libvulkan1:libvulkan.so.1 libglvnd0:libGLdispatch.so.0 libegl1:libEGL.so.1 libgles2:libGLESv2.so.2 ||
+    return 1
   if [ -z "${VK_DRIVER_FILES:-}" ]; then
     icd=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd*.json \
           /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -n1)
