@@ -11,20 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import assert_close, make_interpreter, run
+from attention_cases import run_attention as _run
+from harness import assert_close, make_interpreter
 from sdconvert.ops import attention as A
 from sdlite import native
 from tflite_models import attention_model
-
-
-def _run(rng, variant, causal, n, sq, sk, heads, head_dim, scale=None, spread=1.0):
-    scale = head_dim**-0.5 if scale is None else scale
-    attrs = A.AttentionAttrs(heads=heads, head_dim=head_dim, scale=scale, causal=causal, variant=variant)
-    q, k, v = (spread * rng.standard_normal((n, s, heads * head_dim)).astype(np.float32) for s in (sq, sk, sk))
-    result = run(attention_model(n, sq, sk, heads, head_dim, A.SPEC.encode(attrs)), {"q": q, "k": k, "v": v},
-                 backend="opencl")
-    assert result.stats["claimed_nodes"] == 1 and result.stats["declined_nodes"] == 0
-    return result.outputs["o"], A.reference([q, k, v], attrs)
 
 
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
