@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/matmul_ops.h"
@@ -46,13 +47,14 @@ struct WinogradGeom {
 
 const double* GMatrix(int m) { return m == 2 ? kF2_G : m == 4 ? kF4_G : kF6_G; }
 
-// u[(i*a + j)][ci][co] = (G f G^T)[i][j] for the 3x3 filter f = filter[co, :, :, ci] (OHWI).
-void TransformFilter(const WinogradGeom& g, const float* filter, float* u) {
+// u[(i*a + j)][ci][co] = (G f G^T)[i][j] for the 3x3 filter f = filter[co, :, :, ci] (OHWI), input
+// channels [ci0, ci1).
+void TransformFilterChannels(const WinogradGeom& g, const float* filter, float* u, int ci0, int ci1) {
   const double* G = GMatrix(g.m);
   const int a = g.a;
   const size_t plane = static_cast<size_t>(g.ci) * g.co;
   std::vector<double> f(static_cast<size_t>(g.co) * 9);
-  for (int ci = 0; ci < g.ci; ++ci) {
+  for (int ci = ci0; ci < ci1; ++ci) {
     for (int co = 0; co < g.co; ++co) {
       for (int rs = 0; rs < 9; ++rs) f[static_cast<size_t>(co) * 9 + rs] = filter[(static_cast<size_t>(co) * 9 + rs) * g.ci + ci];
     }
@@ -70,6 +72,27 @@ void TransformFilter(const WinogradGeom& g, const float* filter, float* u) {
       }
     }
   }
+}
+
+// The whole transform, split over input channels across up to kTransformThreads host threads: it runs
+// once, at the op's first Enqueue, but SD1.5's UNet has ~500M filter weights to transform in float64
+// (~15-20 s on one core of the H200 host). Falls back to one thread if threads cannot be started.
+constexpr unsigned kTransformThreads = 16;
+void TransformFilter(const WinogradGeom& g, const float* filter, float* u) {
+  const unsigned hw = std::max(1u, std::min(kTransformThreads, std::thread::hardware_concurrency()));
+  const int parts = static_cast<int>(std::min<int64_t>(hw, std::max(1, g.ci / 8)));
+  std::vector<std::thread> threads;
+  int started = 0;
+  try {
+    for (; started < parts - 1; ++started) {
+      const int ci0 = static_cast<int>(int64_t{g.ci} * started / parts);
+      const int ci1 = static_cast<int>(int64_t{g.ci} * (started + 1) / parts);
+      threads.emplace_back(TransformFilterChannels, std::cref(g), filter, u, ci0, ci1);
+    }
+  } catch (...) {  // no more threads: this thread does the rest
+  }
+  TransformFilterChannels(g, filter, u, static_cast<int>(int64_t{g.ci} * started / parts), g.ci);
+  for (std::thread& t : threads) t.join();
 }
 
 class WinogradOp final : public GpuOp {
