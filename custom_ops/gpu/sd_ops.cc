@@ -22,6 +22,10 @@ constexpr int kMaxHeadDim = 256;  // ATT_MAXD in the fallback attention kernels
 // the one-kernel path.
 constexpr size_t kGroupNormWg2 = 256;
 constexpr int64_t kGroupNormChunk = 4096;
+// layer_norm_rows (ops/group_norm/opencl.cl): work-group size LN_WG and the widest row it holds in registers
+// (4 * LN_WG * LN_V4 floats). Correctness constants.
+constexpr size_t kLayerNormRowsWg = 64;
+constexpr int64_t kLayerNormRowsMaxC = 4 * 64 * 8;
 // Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
 constexpr int64_t kGroupNormRowsChunk = 8192;
 
@@ -138,6 +142,9 @@ class SdGeluGatedOp final : public GpuOp {
   int mode_ = 12, rows_ = 0, f_ = 0;
 };
 
+// The LayerNorm view (groups == 1, x [R, 1, C], C % 4 == 0, C <= kLayerNormRowsMaxC, float4-aligned):
+//   layer_norm_rows(y, yo, x, xo, gamma, go, beta, bo, int C4, float eps, int silu), one kLayerNormRowsWg-wide
+//   work-group per row, the row held in registers (one read, one write); y/x offsets in float4 units.
 // One kernel (groups of <= kGroupNormChunk elements, or a backend without the two-stage kernels):
 //   group_norm_f32(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int B, int G, float eps, int silu);
 //   one kGroupNormWg-wide work-group per (batch, group).
@@ -155,6 +162,14 @@ class SdGroupNormOp final : public GpuOp {
     const int A = static_cast<int>(g_.a), C = static_cast<int>(g_.c), B = static_cast<int>(g_.b);
     const int G = static_cast<int>(g_.groups);
     const size_t ngroups = static_cast<size_t>(g_.n * g_.groups);
+    if (rows_kernel_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0) {
+      Args a;
+      a.Buf(out.buffer, out.elem_offset() / 4).Buf(in[0].buffer, in[0].elem_offset() / 4);
+      a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+      a.Int(C / 4).Float(eps_).Int(silu_);
+      return dev.Launch(*rows_kernel_, a, {static_cast<size_t>(g_.n) * kLayerNormRowsWg, 1, 1},
+                        {kLayerNormRowsWg, 1, 1}, timings);
+    }
     if (partial_ == nullptr) {
       Args a;
       a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
@@ -193,6 +208,7 @@ class SdGroupNormOp final : public GpuOp {
   }
 
   const Kernel* single_ = nullptr;
+  const Kernel* rows_kernel_ = nullptr;  // layer_norm_rows: the LayerNorm view (see MakeSdGroupNorm)
   const Kernel* partial_ = nullptr;  // null: one-kernel path
   const Kernel* partial_rows_ = nullptr;  // null: not channels-last with C % 4 == 0
   const Kernel* finalize_ = nullptr;
@@ -274,6 +290,13 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   u->device_inputs_ = {0, 1, 2};
   u->count_ = u->g_.a * (u->g_.c / u->g_.groups) * u->g_.b;
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
+  // The LayerNorm view ([R, 1, C], one group): one work-group per row, the row in registers (row kernel when
+  // the backend has it and C fits; float4-aligned tensors are checked per launch).
+  const GroupNormGeometry& lg = u->g_;
+  if (lg.groups == 1 && lg.a == 1 && lg.b == 1 && lg.c % 4 == 0 && lg.c <= kLayerNormRowsMaxC &&
+      dev.max_work_group_size() >= kLayerNormRowsWg && !dev.GetKernel("layer_norm_rows", &u->rows_kernel_).ok()) {
+    u->rows_kernel_ = nullptr;
+  }
   if (u->count_ > kGroupNormChunk && dev.max_work_group_size() >= kGroupNormWg2 &&
       dev.GetKernel("group_norm_partial", &u->partial_).ok() &&
       dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&

@@ -266,3 +266,60 @@ __kernel void group_norm_apply4(__global float4* y, int yo, __global const float
   }
   y[yo + i] = r;
 }
+
+// ---------------------------------------------------------------------------
+// Row-wise fast path (the LayerNorm view the converter emits: groups == 1, one position per batch row,
+// x [R, 1, C] channels last, C % 4 == 0, C <= 4 * LN_WG * LN_V4): one LN_WG-wide work-group per row keeps
+// the row in registers as float4s, so each element is read once and written once (the general kernels
+// above read it two or three times, with per-element index arithmetic); mean, then the centred variance
+// from the registers (no E[x^2] - E[x]^2 cancellation), then normalise + affine (+ SiLU).
+//   layer_norm_rows(y, yo, x, xo, gamma, go, beta, bo, int C4, float eps, int silu)
+//   y/x offsets in float4 units, gamma/beta offsets in floats; global = (R * LN_WG), local = (LN_WG).
+// ---------------------------------------------------------------------------
+#define LN_WG 64
+#define LN_V4 8
+
+inline float ln_sum(__local float* red, float v) {
+  const int lid = get_local_id(0);
+  red[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = LN_WG / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] += red[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float total = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);  // red is reused by the next reduction
+  return total;
+}
+
+__kernel __attribute__((reqd_work_group_size(LN_WG, 1, 1))) void layer_norm_rows(
+    __global float4* y, int yo, __global const float4* x, int xo, __global const float* gamma, int go,
+    __global const float* beta, int bo, int C4, float eps, int silu) {
+  __local float red[LN_WG];
+  const int row = get_group_id(0), lid = get_local_id(0);
+  const int base = row * C4;
+  float4 v[LN_V4];
+  float s = 0.0f;
+  for (int t = 0; t < LN_V4; ++t) {
+    const int c = lid + t * LN_WG;
+    v[t] = c < C4 ? x[xo + base + c] : (float4)(0.0f);
+    s += (v[t].x + v[t].y) + (v[t].z + v[t].w);
+  }
+  const float inv_n = 1.0f / (4.0f * (float)C4);
+  const float mean = ln_sum(red, s) * inv_n;
+  float q = 0.0f;
+  for (int t = 0; t < LN_V4; ++t) {
+    if (lid + t * LN_WG < C4) {
+      const float4 d = v[t] - mean;
+      q += dot(d, d);
+    }
+  }
+  const float rstd = rsqrt(ln_sum(red, q) * inv_n + eps);
+  for (int t = 0; t < LN_V4; ++t) {
+    const int c = lid + t * LN_WG;
+    if (c >= C4) break;
+    float4 r = (v[t] - mean) * rstd * vload4(c, gamma + go) + vload4(c, beta + bo);
+    if (silu) r = r / (1.0f + exp(-r));
+    y[yo + base + c] = r;
+  }
+}
