@@ -403,6 +403,30 @@ def _post(
     return x_in, out, channel_axis, act, extra, post_perm
 
 
+def _affine_tail(ctx: Context, t: Tensor, sl: list[Op], numel: int) -> list[tuple[Tensor, list[Op]]]:
+    """Candidate exits: t, then t through each following MUL/ADD/SUB/DIV by a constant or RESHAPE (longest last)."""
+    sg = ctx.sg
+    exits = [(t, list(sl))]
+    cur, ext = t, []
+    for _ in range(6):
+        c = sole_consumer(sg, cur)
+        if c is None or activation(c):
+            break
+        if c.type in ("MUL", "ADD", "SUB", "DIV") and len(c.inputs) == 2:
+            other = c.inputs[1] if c.inputs[0] is cur else c.inputs[0]
+            if other is cur or other is None or const_value(other) is None or (c.type == "DIV" and c.inputs[1] is cur):
+                break
+        elif c.type != "RESHAPE":
+            break
+        nxt = c.outputs[0]
+        if nxt.numel != numel:
+            break
+        ext.append(c)
+        cur = nxt
+        exits.append((cur, sl + ext))
+    return exits
+
+
 def _check_decomposed(ctx: Context, m: Match) -> Check:
     sg = ctx.sg
     x: Tensor = m.captures["x"]
@@ -426,26 +450,7 @@ def _check_decomposed(ctx: Context, m: Match) -> Check:
     if core is None:
         return Check.reject("no single-exit region after the group statistics")
     t, sl = core
-    exits = [(t, list(sl))]
-    cur, ext = t, []
-    for _ in range(6):
-        c = sole_consumer(sg, cur)
-        if c is None or activation(c):
-            break
-        if c.type == "RESHAPE":
-            nxt = c.outputs[0]
-        elif c.type in ("MUL", "ADD", "SUB", "DIV") and len(c.inputs) == 2:
-            other = c.inputs[1] if c.inputs[0] is cur else c.inputs[0]
-            if other is cur or other is None or const_value(other) is None or (c.type == "DIV" and c.inputs[1] is cur):
-                break
-            nxt = c.outputs[0]
-        else:
-            break
-        if nxt.numel != x.numel:
-            break
-        ext.append(c)
-        cur = nxt
-        exits.append((cur, sl + ext))
+    exits = _affine_tail(ctx, t, sl, x.numel)
     region = sorted(exits[-1][1], key=ctx.pos)
     eps = _eps(region)
     lay = NormLayout.of(tuple(x.shape or ()), axis)

@@ -39,8 +39,8 @@ from ...graph.ir import Op, Tensor
 from ...ops.group_norm import GroupNormAttrs
 from ..edit import custom_op, emit_to, reshape
 from ..engine import Alternative, Check, Context, FusedOp, Match, Rule, ref
-from ..match import FLOAT32, activation, backward_slice, const_value, is_single_exit, sole_consumer
-from .group_norm import NormLayout, _eps, verify_norm
+from ..match import FLOAT32, backward_slice, const_value, is_single_exit
+from .group_norm import NormLayout, _affine_tail, _eps, verify_norm
 
 FIT_TOLERANCE = 1e-6
 _NORMALISERS = frozenset({"RSQRT", "SQRT", "DIV"})
@@ -104,30 +104,6 @@ def _core(ctx: Context, mean: Op, x: Tensor) -> tuple[Tensor, list[Op]] | str | 
         if is_single_exit(sg, sl, t):
             return t, sl
     return "an intermediate of the statistics is used outside the normalisation" if normalised else None
-
-
-def _affine_tail(ctx: Context, t: Tensor, sl: list[Op], numel: int) -> list[tuple[Tensor, list[Op]]]:
-    """Candidate exits: t, then t through each following MUL/ADD/SUB/DIV by a constant or RESHAPE (longest last)."""
-    sg = ctx.sg
-    exits = [(t, list(sl))]
-    cur, ext = t, []
-    for _ in range(6):
-        c = sole_consumer(sg, cur)
-        if c is None or activation(c):
-            break
-        if c.type in ("MUL", "ADD", "SUB", "DIV") and len(c.inputs) == 2:
-            other = c.inputs[1] if c.inputs[0] is cur else c.inputs[0]
-            if other is cur or other is None or const_value(other) is None or (c.type == "DIV" and c.inputs[1] is cur):
-                break
-        elif c.type != "RESHAPE":
-            break
-        nxt = c.outputs[0]
-        if nxt.numel != numel:
-            break
-        ext.append(c)
-        cur = nxt
-        exits.append((cur, sl + ext))
-    return exits
 
 
 def _check(ctx: Context, m: Match) -> Check:
