@@ -1,12 +1,13 @@
 """Time models under our delegate for several values of ONE delegate option, side by side in one process.
 
     python3 scripts/h200/option_sweep.py --lib .h200/lib/libsdgpu_delegate.so \
-        --option opencl_flush_every=0,1,8,32,128 /tmp/h200-work/models/unet_b1/plain.tflite ...
+        --option weights_fp16=0,1 /tmp/h200-work/models/unet_b1/plain.tflite ...
 
 Each (model, value) gets a fresh interpreter with ``{"backend": BACKEND, KEY: value}``; the timing is the wall time of
 ``invoke()`` (which ends with the delegate's blocking read of the outputs, so the GPU work is included), median over
 ``--runs`` after ``--warmup`` runs, the values interleaved round-robin so drift hits them alike. Writes a JSON and a
-markdown table to ``--out`` and prints the table.
+markdown table to ``--out`` and prints the table. (BENCHMARKS' ``opencl_flush_every`` sweep ran with commit 124a2e7, which
+had that option; it was dropped after the sweep showed no effect.)
 """
 from __future__ import annotations
 
