@@ -1,8 +1,9 @@
-"""Tiled GEMM / implicit-GEMM conv / Winograd kernels of the OpenCL backend (PoCL in CI) vs float64 NumPy.
+"""Tiled GEMM / Winograd kernels of the OpenCL backend (PoCL in CI) vs float64 NumPy: what only OpenCL has.
 
 Shapes are picked to hit full tiles, edge tiles in M, N and K, K not a multiple of the 16-wide K step, every
-tile config (forced through SDGPU_GEMM_TILES), split-K, transposed operands, broadcast batches, the conv
-fallback for Ci % 16 != 0, and the weights_fp16 storage option.
+tile config (forced through SDGPU_GEMM_TILES, the skinny 16x64 included), split-K and its cost model, Winograd
+with few tiles, and the weights_fp16 storage option. The tests every GPU backend shares (transposed / broadcast
+operands, convs, Winograd transforms) are in test_gpu_gemm.py.
 """
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from harness import assert_close, run
 from sdconvert.ops.conv2d_winograd import SPEC as WINOGRAD, Conv2DWinogradAttrs
 from sdconvert.winograd.accuracy import random_problem
 from sdconvert.winograd.reference import direct_conv2d, winograd_error_bound
-from tflite_gemm_models import (batch_matmul_model, batch_matmul_ref, conv2d_model, conv2d_ref,
-                                fully_connected_model, fully_connected_ref, winograd_model)
+from tflite_gemm_models import fully_connected_model, fully_connected_ref, winograd_model
 
 TILE_CONFIGS = ("64x64", "128x64", "128x128", "16x64")  # 16x64: the skinny kernel (GEMM only)
 
@@ -63,73 +63,8 @@ def test_cost_model_splits_long_thin_problems(rng):
     assert_close(result.outputs["y"], fully_connected_ref(x, w, None), rtol=1e-5)
 
 
-def test_fully_connected_weights_as_input_read_in_place(rng):
-    """Non-constant weights (e.g. a DEQUANTIZE output) are read through their N x K strides, not packed."""
-    x = rng.standard_normal((2, 50, 24)).astype(np.float32)
-    w = rng.standard_normal((40, 24)).astype(np.float32)
-    got = _run(fully_connected_model(x.shape, w, None, const_weights=False), {"x": x, "w": w})
-    assert_close(got, fully_connected_ref(x, w, None), rtol=1e-5)
-
-
-@pytest.mark.parametrize("adj_x,adj_y", [(False, False), (True, False), (False, True), (True, True)])
-def test_batch_matmul_transposes(rng, adj_x, adj_y):
-    m, k, n = 67, 40, 77
-    a = rng.standard_normal((3, k, m) if adj_x else (3, m, k)).astype(np.float32)
-    b = rng.standard_normal((3, n, k) if adj_y else (3, k, n)).astype(np.float32)
-    got = _run(batch_matmul_model(a.shape, b.shape, (3, m, n), adj_x, adj_y), {"a": a, "b": b})
-    assert_close(got, batch_matmul_ref(a, b, adj_x, adj_y), rtol=1e-5)
-
-
-@pytest.mark.parametrize("a_batch,b_batch", [(1, 4), (4, 1)])
-def test_batch_matmul_broadcasts_a_single_batch(rng, a_batch, b_batch):
-    a = rng.standard_normal((a_batch, 130, 18)).astype(np.float32)
-    b = rng.standard_normal((b_batch, 18, 70)).astype(np.float32)
-    got = _run(batch_matmul_model(a.shape, b.shape, (4, 130, 70), False, False), {"a": a, "b": b})
-    assert_close(got, batch_matmul_ref(a, b, False, False), rtol=1e-5)
-
-
-@pytest.mark.parametrize("config", ["64x64", "128x128", "64x64/3"])
-@pytest.mark.parametrize("x_shape,co,kernel,stride,dilation,padding", [
-    ((2, 9, 11, 32), 40, 3, 1, 1, "SAME"),    # tiled implicit GEMM, edge tiles in M and N
-    ((1, 12, 10, 16), 24, 3, 2, 1, "SAME"),   # stride 2 (SAME pads bottom/right only)
-    ((1, 11, 13, 48), 8, 3, 1, 2, "VALID"),   # dilation
-    ((1, 8, 8, 64), 130, 1, 1, 1, "SAME"),    # 1x1: a pure GEMM over NHWC
-    ((1, 10, 9, 4), 20, 3, 1, 1, "SAME"),     # Ci % 16 != 0: the generic conv2d_igemm fallback
-])
-def test_conv2d_matches_reference(rng, monkeypatch, config, x_shape, co, kernel, stride, dilation, padding):
-    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    w = rng.standard_normal((co, kernel, kernel, x_shape[3])).astype(np.float32)
-    b = rng.standard_normal(co).astype(np.float32)
-    got = _run(conv2d_model(x.shape, w, b, stride, dilation, padding, "relu6"), {"x": x})
-    assert_close(got, conv2d_ref(x, w, b, stride, dilation, padding, "relu6"), rtol=1e-5)
-
-
-def test_conv2d_without_bias(rng):
-    x = rng.standard_normal((1, 7, 7, 16)).astype(np.float32)
-    w = rng.standard_normal((5, 3, 3, 16)).astype(np.float32)
-    got = _run(conv2d_model(x.shape, w, None), {"x": x})
-    assert_close(got, conv2d_ref(x, w, None), rtol=1e-5)
-
-
 def _wino_tiles(n: int, ho: int, wo: int, tile: int) -> int:
     return n * -(-ho // tile) * -(-wo // tile)
-
-
-@pytest.mark.parametrize("padding", ["SAME", "VALID"])
-@pytest.mark.parametrize("tile", [2, 4, 6])
-def test_winograd_matches_direct_within_bound(tile, padding):
-    x, w, b = random_problem((2, 38, 35, 24, 40), seed=tile)  # >= 64 tiles, partial edge tiles
-    attrs = Conv2DWinogradAttrs(tile=tile, padding=padding, activation="none")
-    result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs), padding), {"x": x}, backend="opencl")
-    assert result.stats["claimed_by_op"] == {"SdConv2DWinograd": 1}
-    got, want = result.outputs["y"], direct_conv2d(x, w, b, padding)
-    assert got.shape == want.shape
-    assert (np.abs(got - want) <= winograd_error_bound(x, w, b, tile, padding)).all()
-    # V [a*a, T, Ci] + M [a*a, T, Co] in the arena: the Winograd path ran
-    tiles = _wino_tiles(2, *want.shape[1:3], tile)
-    assert tiles >= 64
-    assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (24 + 40) * 4
 
 
 def test_winograd_small_map_runs_direct():
@@ -159,16 +94,6 @@ def test_winograd_few_tiles_use_the_skinny_gemm(tile, hw, tiles, weights_fp16):
         assert (np.abs(got - want) <= winograd_error_bound(x, w, b, tile, "SAME")).all()
 
 
-@pytest.mark.parametrize("activation", ["relu", "relu6", "tanh"])
-def test_winograd_activation(activation):
-    x, w, b = random_problem((1, 34, 34, 16, 20), seed=3)  # F4: 81 tiles
-    attrs = Conv2DWinogradAttrs(tile=4, padding="SAME", activation=activation)
-    got = _run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x})
-    want = direct_conv2d(x, w, b, "SAME", activation)
-    assert (np.abs(got - want) <= winograd_error_bound(x, w, b, 4, "SAME")).all()  # activations: 1-Lipschitz
-    assert np.abs(got - direct_conv2d(x, w, b, "SAME")).max() > 0.1  # the activation was applied
-
-
 def test_weights_fp16_rounds_weights_to_half_and_keeps_fp32_math(rng):
     """fp16 storage == the fp32 GEMM on half-rounded weights (exactly what vload_half gives back)."""
     x = rng.standard_normal((1, 100, 96)).astype(np.float32)
@@ -180,14 +105,6 @@ def test_weights_fp16_rounds_weights_to_half_and_keeps_fp32_math(rng):
     fp32 = fully_connected_ref(x, w, b)
     err = float(np.abs(got - fp32).max() / np.abs(fp32).max())
     assert 1e-5 < err < 2e-3, err  # it really is half storage, and ~1e-3 relative
-
-
-def test_weights_fp16_conv(rng):
-    x = rng.standard_normal((1, 12, 12, 32)).astype(np.float32)
-    w = rng.standard_normal((24, 3, 3, 32)).astype(np.float32)
-    b = rng.standard_normal(24).astype(np.float32)
-    got = _run(conv2d_model(x.shape, w, b), {"x": x}, weights_fp16=True)
-    assert_close(got, conv2d_ref(x, _half(w), b), rtol=1e-5)
 
 
 @pytest.mark.parametrize("tile", [2, 4, 6])
