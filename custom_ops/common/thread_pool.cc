@@ -5,7 +5,13 @@ namespace sdgpu {
 ThreadPool::ThreadPool(int num_threads) {
   const int extra = num_threads > 1 ? num_threads - 1 : 0;
   workers_.reserve(extra);
-  for (int i = 0; i < extra; ++i) workers_.emplace_back([this, i] { WorkerLoop(i + 1); });
+  for (int i = 0; i < extra; ++i) {
+    try {
+      workers_.emplace_back([this, i] { WorkerLoop(i + 1); });
+    } catch (...) {  // the system refused a thread: run with the workers started so far (never throw out)
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

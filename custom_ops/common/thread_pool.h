@@ -20,7 +20,8 @@ namespace sdgpu {
 
 class ThreadPool {
  public:
-  // `num_threads` >= 1 counts the calling thread.
+  // `num_threads` >= 1 counts the calling thread. Threads the system refuses are left out (num_threads() says how
+  // many run); the constructor does not throw for them.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

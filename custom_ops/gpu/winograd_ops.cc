@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "gpu/matmul_ops.h"
 #include "gpu/op_util.h"
 
@@ -74,25 +75,18 @@ void TransformFilterChannels(const WinogradGeom& g, const float* filter, float* 
   }
 }
 
-// The whole transform, split over input channels across up to kTransformThreads host threads: it runs
-// once, at the op's first Enqueue, but SD1.5's UNet has ~500M filter weights to transform in float64
-// (~15-20 s on one core of the H200 host). Falls back to one thread if threads cannot be started.
+// The whole transform, split over input channels on up to kTransformThreads host threads: it runs once, at
+// the op's first Enqueue, but SD1.5's UNet has ~500M filter weights to transform in float64 (~15-20 s on one
+// core of the H200 host).
 constexpr unsigned kTransformThreads = 16;
 void TransformFilter(const WinogradGeom& g, const float* filter, float* u) {
   const unsigned hw = std::max(1u, std::min(kTransformThreads, std::thread::hardware_concurrency()));
   const int parts = static_cast<int>(std::min<int64_t>(hw, std::max(1, g.ci / 8)));
-  std::vector<std::thread> threads;
-  int started = 0;
-  try {
-    for (; started < parts - 1; ++started) {
-      const int ci0 = static_cast<int>(int64_t{g.ci} * started / parts);
-      const int ci1 = static_cast<int>(int64_t{g.ci} * (started + 1) / parts);
-      threads.emplace_back(TransformFilterChannels, std::cref(g), filter, u, ci0, ci1);
-    }
-  } catch (...) {  // no more threads: this thread does the rest
-  }
-  TransformFilterChannels(g, filter, u, static_cast<int>(int64_t{g.ci} * started / parts), g.ci);
-  for (std::thread& t : threads) t.join();
+  ThreadPool pool(parts);
+  pool.ParallelFor(static_cast<size_t>(parts), [&](size_t part, int) {
+    const int64_t p = static_cast<int64_t>(part);
+    TransformFilterChannels(g, filter, u, static_cast<int>(g.ci * p / parts), static_cast<int>(g.ci * (p + 1) / parts));
+  });
 }
 
 class WinogradOp final : public GpuOp {
