@@ -17,12 +17,10 @@ Writes OUT/gemm_bench.json and prints one line per row. On this machine (PoCL) u
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "native"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from opencl_session import by_op_type, refill, timed_session  # noqa: E402  (after the sys.path set-up)
 
 CONFIGS = ("auto", "64x64", "128x64", "128x128")
 
@@ -119,39 +120,6 @@ def build(case: Case, rng: np.random.Generator) -> tuple[bytes, dict[str, np.nda
     return winograd_model((1, h, w, ci), rand(co, 3, 3, ci), rand(co), attrs), x
 
 
-def timed_session(lib: str, model: bytes | str, inputs: dict[str, np.ndarray] | None, profile: Path,
-                  warmup: int, runs: int, extra: dict[str, str] | None = None) -> dict[str, Any]:
-    """Warm-up + timed invokes with the event profile on; device ms per node over the timed runs only."""
-    from ai_edge_litert.interpreter import Interpreter, load_delegate
-
-    opts = {"backend": "opencl", "profile_path": str(profile), **(extra or {})}
-    delegate = load_delegate(lib, opts)
-    kw = {"model_path": model} if isinstance(model, str) else {"model_content": model}
-    runner = Interpreter(**kw, experimental_delegates=[delegate], num_threads=4).get_signature_runner()
-    if inputs is None:
-        rng = np.random.default_rng(1)
-        inputs = {k: rng.standard_normal(v["shape"]).astype(np.float32) for k, v in runner.get_input_details().items()}
-        if "timestep" in inputs:
-            inputs["timestep"] = np.array([500.0], np.float32)
-    t0 = time.perf_counter()
-    out = runner(**inputs)
-    first_s = time.perf_counter() - t0
-    for _ in range(warmup - 1):
-        runner(**inputs)
-    before = json.loads(profile.read_text())
-    walls = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = runner(**inputs)
-        walls.append(time.perf_counter() - t0)
-    after = json.loads(profile.read_text())
-    n0, n1 = before["invocations"], after["invocations"]
-    nodes = [dict(op=a["op"], node=a["node"], ms=(a["ms"] * n1 - b["ms"] * n0) / (n1 - n0))
-             for a, b in zip(after["nodes"], before["nodes"])]
-    return dict(device=after["device"], nodes=nodes, first_s=first_s, wall_ms=[w * 1e3 for w in walls],
-                inputs=inputs, output=next(iter(out.values())))
-
-
 def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: float) -> None:
     rng = np.random.default_rng(0)
     cases = QUICK_CASES if args.quick else CASES
@@ -186,22 +154,6 @@ def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: flo
             log(f"{case.name:<22} {config:<11} {ms:8.3f} ms {row['tflops']:7.2f} TFLOP/s  (wall {row['wall_ms']:.2f} ms)")
         os.environ.pop("SDGPU_GEMM_TILES", None)
         json.dump(results, open(args.out / "gemm_bench.json", "w"), indent=1, default=str)
-
-
-def refill(src: Path, dst: Path) -> None:
-    """A skeleton (weights cut out, see scripts/h200) back to a full model with N(0, 0.02) weights."""
-    meta = json.load(open(str(src) + ".json"))
-    packed = gzip.open(src).read()
-    rng = np.random.default_rng(0)
-    with open(dst, "wb") as f:
-        pos = q = 0
-        for start, n, dt in meta["regions"]:
-            k = start - pos
-            f.write(packed[q:q + k])
-            q += k
-            f.write((rng.standard_normal(n // int(dt[1])) * 0.02).astype("<" + dt).tobytes())
-            pos = start + n
-        f.write(packed[q:])
 
 
 def variant_path(args: argparse.Namespace, name: str, plain: Path, variant: str, deadline: float) -> Path | None:
@@ -249,14 +201,9 @@ def phase_models(args: argparse.Namespace, results: dict[str, Any], deadline: fl
                     return
                 r = timed_session(args.lib, str(path), None, args.out / f"{name}_{variant.replace('+', '_')}_{tag}_profile.json", 2,
                                   args.runs, extra)
-                by_op: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-                for n in r["nodes"]:
-                    by_op[n["op"]][0] += 1
-                    by_op[n["op"]][1] += n["ms"]
-                total = sum(v[1] for v in by_op.values())
-                row = dict(device=r["device"], device_ms=total, wall_ms=r["wall_ms"], first_s=r["first_s"],
-                           by_op={k: dict(nodes=v[0], ms=v[1])
-                                  for k, v in sorted(by_op.items(), key=lambda kv: -kv[1][1])})
+                by_op = by_op_type(r["nodes"])
+                total = sum(v["ms"] for v in by_op.values())
+                row = dict(device=r["device"], device_ms=total, wall_ms=r["wall_ms"], first_s=r["first_s"], by_op=by_op)
                 log(f"{name} {variant} {tag}: device {total:.1f} ms, wall median {np.median(r['wall_ms']):.1f} ms, "
                     f"first {r['first_s']:.1f} s")
                 for op, v in list(row["by_op"].items())[:12]:
