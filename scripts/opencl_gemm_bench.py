@@ -38,9 +38,9 @@ CONFIGS = ("auto", "64x64", "128x64", "128x128")
 
 @dataclass(frozen=True)
 class Case:
-    kind: str        # fc | conv | bmm | wino
+    kind: str        # fc | conv (3x3) | conv1 (1x1) | bmm | wino
     name: str
-    dims: tuple      # fc: (M, N, K); conv/wino: (H, W, Ci, Co) (tile for wino in `tile`); bmm: (B, M, N, K)
+    dims: tuple      # fc: (M, N, K); conv/conv1/wino: (H, W, Ci, Co) (tile for wino in `tile`); bmm: (B, M, N, K)
     tile: int = 0
 
     @property
@@ -52,7 +52,7 @@ class Case:
             b, m, n, k = self.dims
             return 2.0 * b * m * n * k
         h, w, ci, co = self.dims
-        return 2.0 * h * w * co * 9 * ci
+        return 2.0 * h * w * co * (1 if self.kind == "conv1" else 9) * ci
 
 
 # Shapes that carry the SD1.5 UNet (b1, 64x64 latent) and VAE decoder (512x512) FLOPs.
@@ -64,7 +64,12 @@ CASES = [
     Case("fc", "unet L0 ff in", (4096, 2560, 320)),
     Case("fc", "unet L0 proj", (4096, 320, 320)),
     Case("fc", "unet L0 ff out", (4096, 320, 1280)),
+    Case("fc", "unet L0 qkv", (4096, 960, 320)),             # q, k, v projections as one GEMM
     Case("fc", "unet L1 proj", (1024, 640, 640)),
+    Case("fc", "unet L1 ff out", (1024, 640, 2560)),
+    Case("fc", "unet L2 proj", (256, 1280, 1280)),
+    Case("conv1", "unet L0 1x1 320", (64, 64, 320, 320)),     # proj_in / proj_out
+    Case("conv1", "unet L1 1x1 640", (32, 32, 640, 640)),
     Case("fc", "unet L2 ff in", (256, 10240, 1280)),
     Case("bmm", "unet L0 q.kT", (8, 4096, 4096, 40)),
     Case("bmm", "unet L0 p.v", (8, 4096, 40, 4096)),
@@ -114,8 +119,9 @@ def build(case: Case, rng: np.random.Generator) -> tuple[bytes, dict[str, np.nda
         return batch_matmul_model((b, m, k), (b, k, n), (b, m, n), False, False), {"a": rand(b, m, k), "b": rand(b, k, n)}
     h, w, ci, co = case.dims
     x = {"x": rand(1, h, w, ci)}
-    if case.kind == "conv":
-        return conv2d_model((1, h, w, ci), rand(co, 3, 3, ci), rand(co)), x
+    if case.kind in ("conv", "conv1"):
+        k = 3 if case.kind == "conv" else 1
+        return conv2d_model((1, h, w, ci), rand(co, k, k, ci), rand(co)), x
     attrs = SPEC.encode(Conv2DWinogradAttrs(tile=case.tile, padding="SAME", activation="none"))
     return winograd_model((1, h, w, ci), rand(co, 3, 3, ci), rand(co), attrs), x
 

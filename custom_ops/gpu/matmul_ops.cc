@@ -1,6 +1,7 @@
 // GEMM-shaped ops (kernels in backends/<backend>/kernels/gemm*.*).
 //
-// Tiled kernels (OpenCL: gemm_tiled.cl), work-group 16 x 16, global = (ceil(N/BN)*16, ceil(M/BM)*16, z):
+// Tiled kernels (OpenCL: gemm_tiled.cl), work-group 16 x TY (TY = threads / 16: 16, or 8 for the
+// `n128` instances), global = (ceil(N/BN)*16, ceil(M/BM)*TY, z):
 //   gemm_tBMxBN(C, co, int scb, int scs, int scm, A, ao, int sab, int sam, int sak, B, bo, int sbb, int sbk,
 //               int sbn, int b_half, bias, biaso, int has_bias, int M, int N, int K, float alpha, int act,
 //               int splits, int k_split)                                   z = batch * splits
@@ -9,22 +10,27 @@
 //               int pw, int M, int act, int splits, int k_split)           z = splits; needs Ci % 16 == 0
 //   gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N,
 //                      int act)                                            global = (N, M, batch), local 16 x 16
-// with BMxBN in {64x64, 128x64, 128x128}, plus the GEMM-only skinny gemm_t16x64 (same parameters; rows
+// with BMxBN in {64x64, 128x64, 128x128} (256 threads) and {64x64n128, 32x64n128, 128x64n128, 64x128n128} (128 threads,
+// OpenCL only), plus the GEMM-only skinny gemm_t16x64 (same parameters; rows
 // M <= 16 per tile: the Winograd GEMMs of small maps, where T = 16 tiles would leave 3/4 of a 64-row
 // tile idle, and FCs of a few rows; weight-bandwidth bound by design, see gemm_tiled.cl). A config
 // whose kernel the device lacks (the GL backend has no gemm_t16x64 yet) is skipped. Constant weights (FULLY_CONNECTED, CONV_2D filters) are
 // re-laid out once as a K x N row-major matrix (float32, or half with weights_fp16) so B tiles load
 // along N; non-constant operands are read in place through their strides.
 //
-// Tuning knob (benchmarks only): SDGPU_GEMM_TILES=BMxBN[/splits] forces one tile config (and split
-// count) for every tiled GEMM/conv instead of the cost model below.
+// Tuning knob (benchmarks only): SDGPU_GEMM_TILES=BMxBN[nTHREADS][/splits] forces one tile config (and
+// split count) for every tiled GEMM/conv instead of the cost model below.
 #include "gpu/matmul_ops.h"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "gpu/builtin_params.h"
@@ -43,7 +49,7 @@ constexpr int kTiledBk = 16;  // GT_BK of the tiled kernels: K step, split granu
 // 0.247; VAE 128x128x512 3x3: 2.35 vs 2.17), so it ranks below 128x64 and is only picked when that
 // config's padding or fill is worse.
 struct TileConfig {
-  int bm, bn;
+  int bm, bn, threads;
   double speed;
   const char* gemm;
   const char* conv;  // nullptr: no implicit-GEMM conv instance
@@ -51,16 +57,23 @@ struct TileConfig {
 // The skinny config's speed reflects one FMA per local read (no register blocking along m): it only
 // wins where the 64-row tiles would mostly compute padding (M <= ~32).
 constexpr TileConfig kTileConfigs[] = {
-    {128, 128, 0.7, "gemm_t128x128", "conv_t128x128"},
-    {128, 64, 0.8, "gemm_t128x64", "conv_t128x64"},
-    {64, 64, 0.6, "gemm_t64x64", "conv_t64x64"},
-    {16, 64, 0.35, "gemm_t16x64", nullptr},
+    {128, 128, 256, 0.7, "gemm_t128x128", "conv_t128x128"},
+    {128, 64, 256, 0.8, "gemm_t128x64", "conv_t128x64"},
+    {64, 64, 256, 0.6, "gemm_t64x64", "conv_t64x64"},
+    {128, 64, 128, 0.5, "gemm_t128x64n128", "conv_t128x64n128"},
+    {64, 128, 128, 0.5, "gemm_t64x128n128", "conv_t64x128n128"},
+    {64, 64, 128, 0.5, "gemm_t64x64n128", "conv_t64x64n128"},
+    {32, 64, 128, 0.4, "gemm_t32x64n128", nullptr},
+    {16, 64, 256, 0.35, "gemm_t16x64", nullptr},
 };
-// Work-groups that keep a large GPU busy (two resident per SM on a 132-SM H200); fewer tiles
-// leave SMs idle, which the cost model charges and split-K repairs. Smaller GPUs fill a fortiori.
-constexpr double kFillGroups = 264.0;
+// Threads that keep a large GPU busy (two 256-thread work-groups resident per SM on a 132-SM
+// H200); fewer leave SMs idle, which the cost model charges and split-K repairs. Smaller GPUs
+// fill a fortiori.
+constexpr double kFillThreads = 264.0 * 256.0;
 constexpr int kMaxSplits = 16;
 constexpr int kMinSplitK = 256;  // no split slice shorter than 16 K steps
+constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuning candidate may add
+constexpr int kTuneRuns = 3;                           // timed launches per candidate
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -70,17 +83,26 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 double PlanCost(const TileConfig& c, int64_t M, int64_t N, int64_t K, int64_t batch, int splits) {
   const int64_t tm = CeilDiv(M, c.bm), tn = CeilDiv(N, c.bn);
   const double pad = static_cast<double>(tm * c.bm * tn * c.bn) / static_cast<double>(M * N);
-  const double fill = std::min(1.0, static_cast<double>(batch * tm * tn * splits) / kFillGroups);
+  const double fill = std::min(1.0, static_cast<double>(batch * tm * tn * splits) * c.threads / kFillThreads);
   const double split_cost = splits > 1 ? 1.0 + 56.0 * splits / static_cast<double>(K) : 1.0;
   return pad / (c.speed * fill) * split_cost;
 }
 
-// SDGPU_GEMM_TILES=BMxBN[/splits]; false when unset or malformed.
-bool ForcedTiles(int* bm, int* bn, int* splits) {
+// SDGPU_GEMM_TILES=BMxBN[nTHREADS][/splits] (threads default 256); false when unset or malformed.
+bool ForcedTiles(int* bm, int* bn, int* threads, int* splits) {
   const char* env = std::getenv("SDGPU_GEMM_TILES");
   if (env == nullptr || *env == '\0') return false;
   *splits = 1;
-  return std::sscanf(env, "%dx%d/%d", bm, bn, splits) >= 2;
+  *threads = 256;
+  int used = 0;
+  if (std::sscanf(env, "%dx%d%n", bm, bn, &used) != 2) return false;
+  const char* rest = env + used;
+  if (*rest == 'n') {
+    int more = 0;
+    if (std::sscanf(rest, "n%d%n", threads, &more) != 1) return false;
+    rest += more;
+  }
+  return *rest == '\0' || std::sscanf(rest, "/%d", splits) == 1;
 }
 
 }  // namespace
@@ -129,49 +151,147 @@ Status PackedWeights::Ensure(const Device& dev) {
   return UploadConstant(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_);
 }
 
-Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out) {
+namespace {
+
+struct ScoredPlan {
+  const TileConfig* config;
+  int splits;
+  double cost;
+};
+
+// Every (config, splits) the device can run for the problem, with its cost-model cost, cheapest first
+// (only the forced one under SDGPU_GEMM_TILES).
+Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, std::vector<ScoredPlan>* out) {
   if (dev.max_work_group_size() < 256) return Status::Error("device work-group limit below 256");
-  const TileConfig* best = nullptr;
-  int best_splits = 1;
-  int fbm = 0, fbn = 0, fsplits = 1;
-  const bool forced = ForcedTiles(&fbm, &fbn, &fsplits);
-  double best_cost = 0.0;
+  int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
+  const bool forced = ForcedTiles(&fbm, &fbn, &fthreads, &fsplits);
+  out->clear();
   for (const TileConfig& c : kTileConfigs) {
-    if (forced && (c.bm != fbm || c.bn != fbn)) continue;
+    if (forced && (c.bm != fbm || c.bn != fbn || c.threads != fthreads)) continue;
     const char* name = conv ? c.conv : c.gemm;
     const Kernel* probe = nullptr;
     if (name == nullptr || !dev.GetKernel(name, &probe).ok()) continue;  // config not on this backend
     for (int s = 1; s <= kMaxSplits; s *= 2) {
       if (forced && s != std::max(1, std::min(fsplits, kMaxSplits))) continue;
       if (s > 1 && !forced && CeilDiv(K, s) < kMinSplitK) break;
-      const double cost = PlanCost(c, M, N, K, batch, s);
-      if (best == nullptr || cost < best_cost) {
-        best = &c;
-        best_splits = s;
-        best_cost = cost;
-      }
+      out->push_back({&c, s, PlanCost(c, M, N, K, batch, s)});
     }
   }
-  if (best == nullptr) {
-    return Status::Error(forced ? "SDGPU_GEMM_TILES names no tile config of this backend (64x64, 128x64, 128x128, 16x64)"
+  if (out->empty()) {
+    return Status::Error(forced ? "SDGPU_GEMM_TILES names no tile config of this backend (64x64, 128x64, 128x128, "
+                                  "64x64n128, 32x64n128, 128x64n128, 64x128n128, 16x64)"
                                 : "the device has no tiled GEMM kernels");
   }
+  std::stable_sort(out->begin(), out->end(),
+                   [](const ScoredPlan& x, const ScoredPlan& y) { return x.cost < y.cost; });
+  return Status::Ok();
+}
+
+Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N, int K, int batch, TilePlan* out) {
   TilePlan p;
-  p.bm = best->bm;
-  p.bn = best->bn;
-  p.k_split = static_cast<int>(CeilDiv(CeilDiv(K, best_splits), kTiledBk) * kTiledBk);
+  p.bm = sp.config->bm;
+  p.bn = sp.config->bn;
+  p.threads = sp.config->threads;
+  p.k_split = static_cast<int>(CeilDiv(CeilDiv(K, sp.splits), kTiledBk) * kTiledBk);
   p.splits = std::max<int>(1, static_cast<int>(CeilDiv(K, std::max(1, p.k_split))));
   const int64_t partial = static_cast<int64_t>(batch) * p.splits * M * N;
   if (p.splits > 1 && partial > INT_MAX) {  // kernel offsets are int32
     p.splits = 1;
   }
   if (p.splits == 1) p.k_split = std::max(K, 1);
-  SDGPU_RETURN_IF_ERROR(dev.GetKernel(conv ? best->conv : best->gemm, &p.kernel));
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel(conv ? sp.config->conv : sp.config->gemm, &p.kernel));
   if (p.splits > 1) {
     SDGPU_RETURN_IF_ERROR(dev.GetKernel("gemm_splitk_reduce", &p.reduce));
     p.scratch_bytes = static_cast<size_t>(partial) * sizeof(float);
   }
   *out = p;
+  return Status::Ok();
+}
+
+// Winners of earlier tunings, process-wide: "device|problem" -> (bm, bn, threads, splits).
+std::mutex& TuneMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::array<int, 4>>& TuneMemo() {
+  static std::map<std::string, std::array<int, 4>> memo;
+  return memo;
+}
+
+}  // namespace
+
+Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out) {
+  std::vector<ScoredPlan> scored;
+  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
+  return MakePlan(dev, conv, scored.front(), M, N, K, batch, out);
+}
+
+Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key,
+                       bool enabled, const TilePlan& plan) {
+  candidates_.clear();
+  int fbm = 0, fbn = 0, fthreads = 0, fsplits = 0;
+  if (!enabled || ForcedTiles(&fbm, &fbn, &fthreads, &fsplits)) return Status::Ok();
+  std::vector<ScoredPlan> scored;
+  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
+  const size_t scratch_cap = std::max(plan.scratch_bytes, kTuneScratchCap);
+  candidates_.push_back(plan);
+  std::vector<const TileConfig*> seen;
+  for (const ScoredPlan& sp : scored) {  // cheapest first: each config's best split by the cost model
+    if (std::find(seen.begin(), seen.end(), sp.config) != seen.end()) continue;
+    seen.push_back(sp.config);
+    TilePlan p;
+    SDGPU_RETURN_IF_ERROR(MakePlan(dev, conv, sp, M, N, K, batch, &p));
+    const bool same = p.bm == plan.bm && p.bn == plan.bn && p.threads == plan.threads && p.splits == plan.splits;
+    if (!same && p.scratch_bytes <= scratch_cap) candidates_.push_back(p);
+  }
+  if (candidates_.size() < 2) candidates_.clear();
+  key_ = dev.name() + "|" + (conv ? "conv|" : "gemm|") + std::to_string(M) + "x" + std::to_string(N) + "x" +
+         std::to_string(K) + "x" + std::to_string(batch) + "|" + key;
+  return Status::Ok();
+}
+
+size_t TileTuner::scratch_bytes() const {
+  size_t bytes = 0;
+  for (const TilePlan& p : candidates_) bytes = std::max(bytes, p.scratch_bytes);
+  return bytes;
+}
+
+Status TileTuner::Tune(const Device& dev, const std::function<Status(const TilePlan&)>& launch, TilePlan* plan) {
+  if (candidates_.empty()) return Status::Ok();
+  std::vector<TilePlan> candidates;
+  candidates.swap(candidates_);  // tune once, whatever happens below
+  auto pick = [&](const std::array<int, 4>& w) {
+    for (const TilePlan& p : candidates) {
+      if (p.bm == w[0] && p.bn == w[1] && p.threads == w[2] && p.splits == w[3]) {
+        *plan = p;
+        return true;
+      }
+    }
+    return false;
+  };
+  {
+    std::lock_guard<std::mutex> lock(TuneMutex());
+    auto it = TuneMemo().find(key_);
+    if (it != TuneMemo().end() && pick(it->second)) return Status::Ok();
+  }
+  using Clock = std::chrono::steady_clock;
+  double best_s = 0.0;
+  const TilePlan* best = nullptr;
+  for (const TilePlan& p : candidates) {
+    SDGPU_RETURN_IF_ERROR(launch(p));  // warm-up (first launch of a kernel may carry set-up costs)
+    SDGPU_RETURN_IF_ERROR(dev.Finish());
+    const Clock::time_point t0 = Clock::now();
+    for (int r = 0; r < kTuneRuns; ++r) SDGPU_RETURN_IF_ERROR(launch(p));
+    SDGPU_RETURN_IF_ERROR(dev.Finish());
+    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (best == nullptr || sec < best_s) {
+      best = &p;
+      best_s = sec;
+    }
+  }
+  *plan = *best;
+  std::lock_guard<std::mutex> lock(TuneMutex());
+  TuneMemo()[key_] = {best->bm, best->bn, best->threads, best->splits};
   return Status::Ok();
 }
 
@@ -190,12 +310,13 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int(b.half ? 1 : 0);
   g.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
-  const Dim3 local = {16, 16, 1};
+  const Dim3 local = {16, 16, 1};  // the split-K reduce
+  const size_t ty = static_cast<size_t>(p.threads / 16);
   SDGPU_RETURN_IF_ERROR(dev.Launch(*p.kernel, g,
                                    {static_cast<size_t>(CeilDiv(s.N, p.bn) * 16),
-                                    static_cast<size_t>(CeilDiv(s.M, p.bm) * 16),
+                                    static_cast<size_t>(CeilDiv(s.M, p.bm)) * ty,
                                     static_cast<size_t>(s.batch) * p.splits},
-                                   local, timings));
+                                   {16, ty, 1}, timings));
   if (!split) return Status::Ok();
   Args r;
   r.Buf(c.buffer, c.elem_offset()).Int(s.scb).Int(s.scm).Buf(scratch.buffer, scratch.elem_offset()).Int(p.splits);
@@ -268,10 +389,16 @@ class TiledGemmOp final : public GpuOp {
       b = BOperand{in[s_.b_input].buffer, in[s_.b_input].elem_offset(), false};
     }
     const TensorRef* bias = s_.bias_input >= 0 ? &in[s_.bias_input] : nullptr;
+    if (tuner_.pending()) {
+      SDGPU_RETURN_IF_ERROR(tuner_.Tune(
+          dev, [&](const TilePlan& p) { return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, nullptr); },
+          &plan_));
+    }
     return LaunchTiledGemm(dev, plan_, s_, out, in[s_.a_input], b, bias, scratch, timings);
   }
 
   TilePlan plan_;
+  TileTuner tuner_;
   GemmShape s_;
   std::unique_ptr<PackedWeights> packed_;
 };
@@ -283,6 +410,21 @@ class TiledConvOp final : public GpuOp {
   using GpuOp::scratch_bytes_;
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
+    if (tuner_.pending()) {
+      SDGPU_RETURN_IF_ERROR(
+          tuner_.Tune(dev, [&](const TilePlan& p) { return Launch(dev, p, in, out, scratch, nullptr); }, &plan_));
+    }
+    return Launch(dev, plan_, in, out, scratch, timings);
+  }
+
+  TilePlan plan_;
+  TileTuner tuner_;
+  ConvShape s_;
+  std::unique_ptr<PackedWeights> packed_;
+
+ private:
+  Status Launch(const Device& dev, const TilePlan& plan, const std::vector<TensorRef>& in, const TensorRef& out,
+                const TensorRef& scratch, Timings* timings) {
     BOperand b;
     int sbk = 1, sbn = s_.kh * s_.kw * s_.ci;  // OHWI in place: a Co x K matrix
     if (packed_) {
@@ -293,7 +435,7 @@ class TiledConvOp final : public GpuOp {
     } else {
       b = BOperand{in[1].buffer, in[1].elem_offset(), false};
     }
-    const bool split = plan_.splits > 1;
+    const bool split = plan.splits > 1;
     const int M = s_.n * s_.oh * s_.ow;
     const TensorRef& dst = split ? scratch : out;
     const TensorRef& bias = s_.has_bias ? in[2] : in[0];
@@ -303,28 +445,25 @@ class TiledConvOp final : public GpuOp {
     a.Buf(bias.buffer, bias.elem_offset()).Int(s_.has_bias && !split ? 1 : 0);
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(split ? 0 : s_.act);
-    a.Int(plan_.splits).Int(plan_.k_split);
-    const Dim3 local = {16, 16, 1};
-    SDGPU_RETURN_IF_ERROR(dev.Launch(*plan_.kernel, a,
-                                     {static_cast<size_t>(CeilDiv(s_.co, plan_.bn) * 16),
-                                      static_cast<size_t>(CeilDiv(M, plan_.bm) * 16), static_cast<size_t>(plan_.splits)},
-                                     local, timings));
+    a.Int(plan.splits).Int(plan.k_split);
+    const Dim3 local = {16, 16, 1};  // the split-K reduce
+    const size_t ty = static_cast<size_t>(plan.threads / 16);
+    SDGPU_RETURN_IF_ERROR(dev.Launch(*plan.kernel, a,
+                                     {static_cast<size_t>(CeilDiv(s_.co, plan.bn) * 16),
+                                      static_cast<size_t>(CeilDiv(M, plan.bm)) * ty, static_cast<size_t>(plan.splits)},
+                                     {16, ty, 1}, timings));
     if (!split) return Status::Ok();
     Args r;
-    r.Buf(out.buffer, out.elem_offset()).Int(0).Int(s_.co).Buf(scratch.buffer, scratch.elem_offset()).Int(plan_.splits);
+    r.Buf(out.buffer, out.elem_offset()).Int(0).Int(s_.co).Buf(scratch.buffer, scratch.elem_offset()).Int(plan.splits);
     r.Buf(bias.buffer, bias.elem_offset()).Int(s_.has_bias ? 1 : 0).Int(M).Int(s_.co).Int(s_.act);
-    return dev.Launch(*plan_.reduce, r, {static_cast<size_t>(s_.co), static_cast<size_t>(M), 1}, local, timings);
+    return dev.Launch(*plan.reduce, r, {static_cast<size_t>(s_.co), static_cast<size_t>(M), 1}, local, timings);
   }
-
-  TilePlan plan_;
-  ConvShape s_;
-  std::unique_ptr<PackedWeights> packed_;
 };
 
 // The tiled GEMM for `s`, with B packed from `b_const` (an N x K row-major host matrix when
 // `b_transposed`, else K x N) when non-null; nullptr when the device has no tiled kernels.
 Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, const float* b_const,
-                    bool b_transposed, bool weights_fp16, std::unique_ptr<GpuOp>* out) {
+                    bool b_transposed, bool weights_fp16, bool autotune, std::unique_ptr<GpuOp>* out) {
   auto u = std::make_unique<TiledGemmOp>();
   u->s_ = s;
   if (!PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok()) return Status::Ok();
@@ -343,8 +482,14 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
     u->s_.sbn = 1;
     inputs.erase(std::remove(inputs.begin(), inputs.end(), s.b_input), inputs.end());
   }
+  const GemmShape& g = u->s_;
+  const bool b_half = b_const != nullptr && weights_fp16;
+  const std::string key = std::to_string(g.sab) + "," + std::to_string(g.sam) + "," + std::to_string(g.sak) + "," +
+                          std::to_string(g.sbb) + "," + std::to_string(g.sbk) + "," + std::to_string(g.sbn) + "," +
+                          std::to_string(b_half) + "," + std::to_string(g.bias_input >= 0);
+  SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, key, autotune, u->plan_));
   u->device_inputs_ = std::move(inputs);
-  u->scratch_bytes_ = u->plan_.scratch_bytes;
+  u->scratch_bytes_ = std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
   return Status::Ok();
 }
@@ -365,21 +510,29 @@ const float* ConstFloatData(const abi::TfLiteTensor* t) {
 
 }  // namespace
 
-Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, std::unique_ptr<GpuOp>* out) {
-  SDGPU_RETURN_IF_ERROR(TryTiledGemm(dev, s, inputs, nullptr, false, false, out));
+Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, bool autotune,
+                std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(TryTiledGemm(dev, s, inputs, nullptr, false, false, autotune, out));
   if (*out) return Status::Ok();
   return MakeNaiveGemm(dev, s, std::move(inputs), out);
 }
 
 Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* filter, bool weights_fp16,
-                          std::unique_ptr<GpuOp>* out) {
+                          bool autotune, std::unique_ptr<GpuOp>* out) {
   const int K = s.kh * s.kw * s.ci;
   TilePlan plan;
-  if (s.ci % kTiledBk == 0 && PlanTiles(dev, true, s.n * s.oh * s.ow, s.co, K, 1, &plan).ok()) {
+  const int M = s.n * s.oh * s.ow;
+  if (s.ci % kTiledBk == 0 && PlanTiles(dev, true, M, s.co, K, 1, &plan).ok()) {
     auto u = std::make_unique<TiledConvOp>();
     u->s_ = s;
     u->plan_ = plan;
-    u->scratch_bytes_ = plan.scratch_bytes;
+    std::string key;
+    for (int v : {s.h, s.w, s.ci, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw, s.ph, s.pw, s.has_bias ? 1 : 0}) {
+      key += std::to_string(v) + ",";
+    }
+    key += filter != nullptr && weights_fp16 ? "h" : (filter != nullptr ? "f" : "in");
+    SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, true, M, s.co, K, 1, key, autotune, plan));
+    u->scratch_bytes_ = std::max(plan.scratch_bytes, u->tuner_.scratch_bytes());
     if (filter != nullptr) {
       const int co = s.co;
       u->packed_ = std::make_unique<PackedWeights>(static_cast<size_t>(co) * K, weights_fp16,
@@ -400,8 +553,8 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
   return Status::Ok();
 }
 
-Status MakeConv(const Device& dev, const ConvShape& s, std::unique_ptr<GpuOp>* out) {
-  return MakeConvWithFilter(dev, s, nullptr, false, out);
+Status MakeConv(const Device& dev, const ConvShape& s, bool autotune, std::unique_ptr<GpuOp>* out) {
+  return MakeConvWithFilter(dev, s, nullptr, false, autotune, out);
 }
 
 Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
@@ -437,7 +590,8 @@ Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_p
     inputs.push_back(2);
   }
   SDGPU_RETURN_IF_ERROR(
-      TryTiledGemm(dev, s, inputs, ConstFloatData(node.inputs[1]), /*b_transposed=*/true, node.weights_fp16, out));
+      TryTiledGemm(dev, s, inputs, ConstFloatData(node.inputs[1]), /*b_transposed=*/true, node.weights_fp16,
+                   node.gemm_autotune, out));
   if (*out) return Status::Ok();
   return MakeNaiveGemm(dev, s, inputs, out);
 }
@@ -469,7 +623,7 @@ Status MakeBatchMatMul(const Device& dev, const NodeDesc& node, std::unique_ptr<
   s.scb = s.M * s.N;
   s.a_input = 0;
   s.b_input = 1;
-  return MakeGemm(dev, s, {0, 1}, out);
+  return MakeGemm(dev, s, {0, 1}, node.gemm_autotune, out);
 }
 
 Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
@@ -503,7 +657,7 @@ Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp
   }
   s.act = prm->activation;
   s.has_bias = node.inputs.size() > 2 && node.inputs[2] != nullptr;
-  return MakeConvWithFilter(dev, s, ConstFloatData(node.inputs[1]), node.weights_fp16, out);
+  return MakeConvWithFilter(dev, s, ConstFloatData(node.inputs[1]), node.weights_fp16, node.gemm_autotune, out);
 }
 
 }  // namespace sdgpu::gpu

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gpu/ops.h"
@@ -43,7 +44,7 @@ struct ConvShape {
 // `splits` K slices of `k_split` elements each (split-K: partial sums go to scratch
 // and gemm_splitk_reduce adds them, the bias and the activation).
 struct TilePlan {
-  int bm = 64, bn = 64, splits = 1, k_split = 0;
+  int bm = 64, bn = 64, threads = 256, splits = 1, k_split = 0;  // work-group = 16 x (threads / 16)
   const Kernel* kernel = nullptr;  // gemm_tBMxBN or conv_tBMxBN
   const Kernel* reduce = nullptr;  // gemm_splitk_reduce when splits > 1
   size_t scratch_bytes = 0;        // split-K partials
@@ -53,6 +54,34 @@ struct TilePlan {
 // small occupancy/padding cost model (see matmul_ops.cc) and fetches the
 // kernels. An error means "the device has no tiled kernels": callers fall back.
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
+
+// Measured tile choice (delegate option gemm_autotune, GPU backends): the cost model above ranks configs from
+// a coarse occupancy/padding model fitted on one GPU, and on the H200 its pick was up to 1.3x slower than the
+// best config at some SD1.5 shapes (BENCHMARKS.md). With tuning on, an op's candidates are the cost model's
+// plan plus every other config at its best split (split-K partials capped at max(plan's, 16 MiB)); at the
+// op's first Enqueue each runs once to warm up and 3 times between two Device::Finish() calls (host wall
+// time), and the fastest is kept. Winners are memoised process-wide per (device name, problem, caller key),
+// so each distinct shape tunes once per process. Trade-off: the first invoke pays ~4 launches per candidate
+// per distinct shape and one Finish() per candidate; the op reserves the largest candidate's scratch; and
+// the choice (hence the float rounding of split-K sums) may differ between processes. SDGPU_GEMM_TILES
+// (a forced config) disables it.
+class TileTuner {
+ public:
+  // `plan`: the cost model's choice for the problem (PlanTiles). `key`: whatever else makes problems of
+  // the same M x N x K x batch run differently (strides, operand storage, conv geometry).
+  Status Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key, bool enabled,
+              const TilePlan& plan);
+  // Scratch the op must reserve for the candidates (0 when not tuning).
+  size_t scratch_bytes() const;
+  bool pending() const { return !candidates_.empty(); }
+  // Runs `launch` for each candidate (the same problem, same output every time) and stores the fastest
+  // in *plan; the caller then launches *plan once more for its result. Runs at most once.
+  Status Tune(const Device& dev, const std::function<Status(const TilePlan&)>& launch, TilePlan* plan);
+
+ private:
+  std::vector<TilePlan> candidates_;
+  std::string key_;
+};
 
 // A GEMM B operand: device buffer + element offset (in halves when `half`).
 struct BOperand {
@@ -93,11 +122,13 @@ void TransposeInto(const float* src, int rows, int cols, float* dst);
 uint16_t FloatToHalf(float f);
 
 // `inputs`: the node inputs read on the device (A, B[, bias]).
-Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, std::unique_ptr<GpuOp>* out);
-Status MakeConv(const Device& dev, const ConvShape& s, std::unique_ptr<GpuOp>* out);
+// `autotune`: delegate option gemm_autotune (TileTuner).
+Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, bool autotune,
+                std::unique_ptr<GpuOp>* out);
+Status MakeConv(const Device& dev, const ConvShape& s, bool autotune, std::unique_ptr<GpuOp>* out);
 // CONV_2D / SdConv2DWinograd's direct path with a constant filter (`filter` = OHWI host data,
 // valid for the interpreter's lifetime); nullptr reads the filter input on the device.
-Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* filter, bool weights_fp16,
+Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* filter, bool weights_fp16, bool autotune,
                           std::unique_ptr<GpuOp>* out);
 
 // winograd_ops.cc: SdConv2DWinograd (input transform, batched tiled GEMM, output transform);

@@ -25,7 +25,10 @@ Status ViewNode(abi::TfLiteContext* context, const Backend& backend, int node_in
   d = NodeDesc();
   d.builtin_code = reg->builtin_code;
   d.builtin_data = node->builtin_data;
-  if (const auto* gpu = dynamic_cast<const GpuBackend*>(&backend)) d.weights_fp16 = gpu->options().weights_fp16;
+  if (const auto* gpu = dynamic_cast<const GpuBackend*>(&backend)) {
+    d.weights_fp16 = gpu->options().weights_fp16;
+    d.gemm_autotune = gpu->options().gemm_autotune;
+  }
   if (reg->builtin_code == abi::kTfLiteBuiltinCustom) {
     d.name = reg->custom_name != nullptr ? reg->custom_name : "CUSTOM";
     if (FindOpDef(d.name) == nullptr) return Status::Error("custom op '" + d.name + "' is not one of the Sd* ops");

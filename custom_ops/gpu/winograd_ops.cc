@@ -106,6 +106,11 @@ class WinogradOp final : public GpuOp {
     in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(g_.pad);
     SDGPU_RETURN_IF_ERROR(
         dev.Launch(*input_, in_args, {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
+    if (tuner_.pending()) {  // the input transform above is queued before every candidate
+      SDGPU_RETURN_IF_ERROR(tuner_.Tune(
+          dev, [&](const TilePlan& p) { return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr); },
+          &plan_));
+    }
     SDGPU_RETURN_IF_ERROR(LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings));
     Args o;
     o.Buf(out.buffer, out.elem_offset()).Buf(mbuf.buffer, mbuf.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
@@ -117,6 +122,7 @@ class WinogradOp final : public GpuOp {
   int act_ = 0;
   GemmShape gemm_;
   TilePlan plan_;
+  TileTuner tuner_;
   const Kernel* input_ = nullptr;
   const Kernel* output_ = nullptr;
   std::unique_ptr<PackedWeights> u_;
@@ -194,7 +200,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.act = act;
     s.has_bias = true;
     return MakeConvWithFilter(dev, s, constant_filter ? static_cast<const float*>(filter->data.data) : nullptr,
-                              node.weights_fp16, out);
+                              node.weights_fp16, node.gemm_autotune, out);
   }
   u->g_ = g;
   u->act_ = act;
@@ -203,7 +209,10 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   u->u_ = std::make_unique<PackedWeights>(static_cast<size_t>(a2 * g.ci * g.co), half_u,
                                           [g, fdata](float* dst) { TransformFilter(g, fdata, dst); });
   u->device_inputs_ = {0, 2};
-  u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) + u->plan_.scratch_bytes;
+  SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
+                                       half_u ? "wino,h" : "wino,f", node.gemm_autotune, u->plan_));
+  u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
+                      std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
   return Status::Ok();
 }

@@ -58,6 +58,9 @@ class DelegateOptions:
     ``opencl_cache_dir``: program-binary cache ("none" = off; unset = the delegate's default).
     ``weights_fp16`` (GPU backends): store the constant GEMM/conv/Winograd weights as half on the device
     (half the weight memory; fp32 arithmetic, ~1e-3 relative error).
+    ``gemm_autotune`` (GPU backends; unset = the delegate's default, on): time the GEMM/conv tile configs of
+    each distinct shape at the first invoke and keep the fastest (a slower first run for faster steady-state
+    steps; see ``TileTuner`` in ``custom_ops/gpu/matmul_ops.h``).
     """
 
     backend: str = "cpu"
@@ -68,6 +71,7 @@ class DelegateOptions:
     profile_path: str | None = None
     opencl_cache_dir: str | None = None
     weights_fp16: bool = False
+    gemm_autotune: bool | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -80,6 +84,8 @@ class DelegateOptions:
                 raise NativeDelegateError(f"{name} must be a positive int, got {value!r}")
         if not isinstance(self.weights_fp16, bool):
             raise NativeDelegateError(f"weights_fp16 must be a bool, got {self.weights_fp16!r}")
+        if self.gemm_autotune is not None and not isinstance(self.gemm_autotune, bool):
+            raise NativeDelegateError(f"gemm_autotune must be a bool or None, got {self.gemm_autotune!r}")
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -94,6 +100,8 @@ class DelegateOptions:
                 out[name] = str(value)
         if self.weights_fp16:
             out["weights_fp16"] = "1"
+        if self.gemm_autotune is not None:
+            out["gemm_autotune"] = "1" if self.gemm_autotune else "0"
         return out
 
 
@@ -153,7 +161,7 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
     """Create a delegate for ``Interpreter(..., experimental_delegates=[...])``.
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
-    attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16),
+    attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """

@@ -14,9 +14,11 @@ from harness import assert_close, run
 from sdconvert.ops.conv2d_winograd import SPEC as WINOGRAD, Conv2DWinogradAttrs
 from sdconvert.winograd.accuracy import random_problem
 from sdconvert.winograd.reference import direct_conv2d, winograd_error_bound
-from tflite_gemm_models import fully_connected_model, fully_connected_ref, winograd_model
+from tflite_gemm_models import conv2d_model, conv2d_ref, fully_connected_model, fully_connected_ref, winograd_model
 
-TILE_CONFIGS = ("64x64", "128x64", "128x128", "16x64")  # 16x64: the skinny kernel (GEMM only)
+# 16x64: the skinny kernel (GEMM only); n128: the 128-thread instances (GL has none)
+TILE_CONFIGS = ("64x64", "128x64", "128x128", "16x64", "64x64n128", "32x64n128", "128x64n128",
+                "64x128n128")
 
 
 def _half(a: np.ndarray) -> np.ndarray:
@@ -42,7 +44,7 @@ def test_fully_connected_every_tile_config(rng, monkeypatch, config, m, k, n):
     assert_close(got, fully_connected_ref(x, w, b, "relu"), rtol=1e-5)
 
 
-@pytest.mark.parametrize("config", ["64x64", "16x64"])
+@pytest.mark.parametrize("config", ["64x64", "16x64", "64x64n128"])
 @pytest.mark.parametrize("splits", [2, 3, 8])
 def test_split_k_sums_every_slice(rng, monkeypatch, config, splits):
     """K = 600 over 2/3/8 slices (slice lengths rounded up to 16; the last slice is short)."""
@@ -52,6 +54,24 @@ def test_split_k_sums_every_slice(rng, monkeypatch, config, splits):
     b = rng.standard_normal(33).astype(np.float32)
     got = _run(fully_connected_model(x.shape, w, b, "relu6"), {"x": x})
     assert_close(got, fully_connected_ref(x, w, b, "relu6"), rtol=1e-5)
+
+
+@pytest.mark.parametrize("config", ["64x64n128", "128x64n128", "128x64n128/2", "64x128n128"])
+@pytest.mark.parametrize("weights_fp16", [False, True])
+@pytest.mark.parametrize("x_shape,co,kernel,stride", [
+    ((2, 9, 11, 32), 40, 3, 1),    # edge tiles in M and N; 198 rows: two 128-row tiles (row table loop)
+    ((1, 12, 10, 16), 24, 3, 2),   # stride 2
+    ((1, 8, 8, 64), 130, 1, 1),    # 1x1
+])
+def test_conv2d_128_thread_configs(rng, monkeypatch, config, weights_fp16, x_shape, co, kernel, stride):
+    """The 128-thread conv instances (OpenCL only) vs float64, fp32 and half-stored weights, with split-K."""
+    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((co, kernel, kernel, x_shape[3])).astype(np.float32)
+    b = rng.standard_normal(co).astype(np.float32)
+    got = _run(conv2d_model(x.shape, w, b, stride, 1, "SAME", "relu6"), {"x": x}, weights_fp16=weights_fp16)
+    want = conv2d_ref(x, _half(w) if weights_fp16 else w, b, stride, 1, "SAME", "relu6")
+    assert_close(got, want, rtol=1e-5)
 
 
 def test_cost_model_splits_long_thin_problems(rng):
@@ -168,3 +188,44 @@ def test_tiny_model_fused_winograd_on_one_partition(tiny_export, tmp_path, model
         assert wino_scratch and stats["max_node_scratch_bytes"] >= max(wino_scratch)
     for name, value in expected.items():
         assert_close(actual[name], value, rtol=1e-4)
+
+
+@pytest.mark.parametrize("autotune", [False, True])
+def test_gemm_autotune_results_match_reference(rng, autotune):
+    """With gemm_autotune the first invoke times every candidate plan (split-K ones included, K = 1200) on the real
+    operands and the last launch writes the result: outputs match float64 on that run and the next."""
+    x = rng.standard_normal((1, 300, 1200)).astype(np.float32)
+    w = rng.standard_normal((200, 1200)).astype(np.float32)
+    b = rng.standard_normal(200).astype(np.float32)
+    from ai_edge_litert.interpreter import Interpreter
+
+    from sdlite import native
+
+    interp = Interpreter(model_content=fully_connected_model(x.shape, w, b, "relu"),
+                         experimental_delegates=[native.load(backend="opencl", gemm_autotune=autotune)])
+    interp.allocate_tensors()
+    want = fully_connected_ref(x, w, b, "relu")
+    for _ in range(2):
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        assert_close(interp.get_tensor(interp.get_output_details()[0]["index"]), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tile", [2, 6])
+def test_gemm_autotune_winograd_and_conv(tile):
+    """The Winograd batched GEMM tunes after its input transform is queued; the direct conv tunes too."""
+    x, w, b = random_problem((1, 24, 24, 32, 48), seed=tile)
+    attrs = Conv2DWinogradAttrs(tile=tile, padding="SAME", activation="none")
+    got = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x}, backend="opencl", gemm_autotune=True)
+    assert (np.abs(got.outputs["y"] - direct_conv2d(x, w, b, "SAME")) <= winograd_error_bound(x, w, b, tile, "SAME")).all()
+
+
+def test_gemm_autotune_option_is_validated():
+    from ai_edge_litert.interpreter import load_delegate
+
+    from sdlite import native
+
+    with pytest.raises(ValueError, match="option gemm_autotune='yes' must be 0 or 1"):
+        load_delegate(str(native.delegate_path()), {"backend": "opencl", "gemm_autotune": "yes"})
+    with pytest.raises(native.NativeDelegateError, match="gemm_autotune must be a bool"):
+        native.DelegateOptions(backend="opencl", gemm_autotune="yes")

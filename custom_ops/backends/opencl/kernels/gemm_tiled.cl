@@ -1,9 +1,10 @@
 // Register-blocked tiled GEMM and implicit-GEMM convolution (OpenCL C 1.2).
 //
-// One work-group of 16 x 16 work-items computes a BM x BN tile of C; work-item
-// (tx, ty) (a permutation of the local id, see GT_DECLS) owns a (BM/16) x (BN/16)
-// micro-tile held in registers as float4 rows. Its rows are the 4-row groups
-// ty*4 + q*64 (q < BM/64) and its columns the 4-column groups tx*4 + q*64, so
+// One work-group of 16 x TY work-items (NT = 16 * TY threads, TY = 16 or 8) computes
+// a BM x BN tile of C; work-item (tx, ty) (a permutation of the local id, see
+// GT_DECLS) owns a (BM/TY) x (BN/16) micro-tile held in registers as float4 rows.
+// Its rows are the 4-row groups ty*4 + q*4*TY (q < BM/(4*TY)) and its columns the
+// 4-column groups tx*4 + q*64, so
 // one float4 local read feeds 4 FMAs per row, and the epilogue writes float4s.
 // K advances in steps of GT_BK = 16: each step the work-group stages a BM x 16
 // A tile and a 16 x BN B tile in local memory (rows padded by GT_PAD floats,
@@ -18,8 +19,12 @@
 // Instances (tile configs are #defines through the macros below, so one source
 // serves PoCL and NVIDIA; gpu/matmul_ops.cc picks one per shape):
 //   gemm_t64x64 / gemm_t128x64 / gemm_t128x128   strided GEMM (FC, BATCH_MATMUL, Winograd's batched GEMM)
+//   gemm_t64x64n128 / gemm_t32x64n128 / gemm_t128x64n128 / gemm_t64x128n128
+//                                                 the same with 128 threads (16 x 8): twice the micro-tile
+//                                                 rows per work-item (8x4, 4x4, 16x4, 8x8), more work-groups per SM
 //   gemm_t16x64                                   the same GEMM for <= 16-row tiles (own loop, see below)
-//   conv_t64x64 / conv_t128x64 / conv_t128x128   NHWC implicit-GEMM conv, needs Ci % 16 == 0
+//   conv_t64x64 / conv_t128x64 / conv_t128x128 / conv_t64x64n128 / conv_t128x64n128 / conv_t64x128n128
+//                                                 NHWC implicit-GEMM conv, needs Ci % 16 == 0
 //   gemm_splitk_reduce                            sums split-K partials, adds bias, activation
 // Split-K: get_group_id(2) = batch * splits + split; a split covers K range
 // [split * k_split, min(K, split * k_split + k_split)) (k_split % 16 == 0) and
@@ -33,23 +38,27 @@
 
 // ---- pieces shared by the GEMM and conv instances (BM, BN: literal tile sizes) ----
 
-#define GT_DECLS(BM, BN)                                                                  \
+// NT: threads per work-group (256 or 128); the loaders below spread a tile over NT work-items.
+#define GT_DECLS(BM, BN, NT)                                                              \
   __local float4 As4[GT_BK * ((BM) + GT_PAD) / 4];                                        \
   __local float4 Bs4[GT_BK * ((BN) + GT_PAD) / 4];                                        \
   __local float* As = (__local float*)As4;                                                \
   __local float* Bs = (__local float*)Bs4;                                                \
   const int lid = get_local_id(1) * 16 + get_local_id(0);                                 \
   /* micro-tile coordinates: each 32-wide warp covers 8 row groups x 4 column groups, so  \
-     its A and B local reads touch 128 and 64 contiguous bytes (one wavefront each) */     \
+     its A and B local reads touch 128 and 64 contiguous bytes (one wavefront each);      \
+     ty < NT / 16, tx < 16 */                                                             \
   const int ty = ((lid >> 7) << 3) | ((lid >> 2) & 7), tx = (((lid >> 5) & 3) << 2) | (lid & 3); \
   const int n0 = get_group_id(0) * (BN), m0 = get_group_id(1) * (BM);                     \
   const int z = get_group_id(2), bz = z / splits, sz = z - bz * splits;                   \
   const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);                           \
-  float4 acc[(BM) / 16][(BN) / 64];                                                       \
-  for (int i = 0; i < (BM) / 16; ++i)                                                     \
+  float4 acc[16 * (BM) / (NT)][(BN) / 64];                                                \
+  _Pragma("unroll")                                                                       \
+  for (int i = 0; i < 16 * (BM) / (NT); ++i)                                              \
+    _Pragma("unroll")                                                                     \
     for (int j = 0; j < (BN) / 64; ++j) acc[i][j] = (float4)(0.0f);                       \
   /* prefetch registers; the scalar loader modes address their components (GT_SET/GT_GET) */ \
-  float4 ra4[(BM) / 64], rb4[(BN) / 64];
+  float4 ra4[4 * (BM) / (NT)], rb4[4 * (BN) / (NT)];
 
 // Component c (a constant once loops unroll) of float4 v; no type punning through pointers.
 #define GT_GET(v, c) ((c) == 0 ? (v).x : (c) == 1 ? (v).y : (c) == 2 ? (v).z : (v).w)
@@ -81,16 +90,18 @@
 
 // Global -> registers: B tile rows [kt, kt + 16) x columns [n0, n0 + BN). Half/float and the
 // mode are uniform branches outside the loops, so each path keeps plain loads.
-#define GT_FETCH_B_SCALAR(BN, kt, LOAD)                                                   \
-  for (int p = 0; p < (BN) / 16; ++p) {                                                   \
-    const int kk = b_mode == GT_NC ? lid / (BN) + p * (256 / (BN)) : (lid & 15);          \
-    const int c = b_mode == GT_NC ? lid % (BN) : (lid >> 4) + p * 16;                     \
+#define GT_FETCH_B_SCALAR(BN, NT, kt, LOAD)                                               \
+  _Pragma("unroll")                                                                       \
+  for (int p = 0; p < 16 * (BN) / (NT); ++p) {                                            \
+    const int kk = b_mode == GT_NC ? lid / (BN) + p * ((NT) / (BN)) : (lid & 15);         \
+    const int c = b_mode == GT_NC ? lid % (BN) : (lid >> 4) + p * ((NT) / 16);            \
     const int k = (kt) + kk, n = n0 + c;                                                  \
     GT_SET(rb4[p >> 2], p & 3, (k < kend && n < N) ? LOAD(bbase + k * sbk + n * sbn) : 0.0f) \
   }
-#define GT_FETCH_B_VEC(BN, kt)                                                            \
-  for (int p = 0; p < (BN) / 64; ++p) {                                                   \
-    const int kk = lid / ((BN) / 4) + p * (1024 / (BN)), c = (lid % ((BN) / 4)) * 4;      \
+#define GT_FETCH_B_VEC(BN, NT, kt)                                                        \
+  _Pragma("unroll")                                                                       \
+  for (int p = 0; p < 4 * (BN) / (NT); ++p) {                                             \
+    const int kk = lid / ((BN) / 4) + p * (4 * (NT) / (BN)), c = (lid % ((BN) / 4)) * 4;  \
     const int k = (kt) + kk, n = n0 + c, i = bbase + k * sbk + n;                         \
     float4 v = (float4)(0.0f);                                                            \
     if (k < kend && n + 3 < N) {                                                          \
@@ -102,52 +113,62 @@
     }                                                                                     \
     rb4[p] = v;                                                                           \
   }
-#define GT_FETCH_B(BN, kt)                     \
+#define GT_FETCH_B(BN, NT, kt)                 \
   if (b_mode == GT_NC_VEC) {                   \
-    GT_FETCH_B_VEC(BN, kt)                     \
+    GT_FETCH_B_VEC(BN, NT, kt)                 \
   } else if (b_half) {                         \
-    GT_FETCH_B_SCALAR(BN, kt, GT_LOAD_F16)     \
+    GT_FETCH_B_SCALAR(BN, NT, kt, GT_LOAD_F16) \
   } else {                                     \
-    GT_FETCH_B_SCALAR(BN, kt, GT_LOAD_F32)     \
+    GT_FETCH_B_SCALAR(BN, NT, kt, GT_LOAD_F32) \
   }
 
 // Registers -> local: As[kk][r] and Bs[kk][c] (k-major, float4-readable rows).
-#define GT_STORE(BM, BN, a_mode)                                                          \
+#define GT_STORE(BM, BN, NT, a_mode)                                                      \
   if ((a_mode) == GT_KC_VEC) {                                                            \
-    for (int p = 0; p < (BM) / 64; ++p) {                                                 \
-      const int r = (lid >> 2) + p * 64, kq = (lid & 3) * 4;                              \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                           \
+      const int r = (lid >> 2) + p * ((NT) / 4), kq = (lid & 3) * 4;                      \
       As[(kq + 0) * ((BM) + GT_PAD) + r] = ra4[p].x;                                      \
       As[(kq + 1) * ((BM) + GT_PAD) + r] = ra4[p].y;                                      \
       As[(kq + 2) * ((BM) + GT_PAD) + r] = ra4[p].z;                                      \
       As[(kq + 3) * ((BM) + GT_PAD) + r] = ra4[p].w;                                      \
     }                                                                                     \
   } else {                                                                                \
-    for (int p = 0; p < (BM) / 16; ++p) {                                                 \
-      const int kk = (a_mode) == GT_MNC ? lid / (BM) + p * (256 / (BM)) : (lid & 15);     \
-      const int r = (a_mode) == GT_MNC ? lid % (BM) : (lid >> 4) + p * 16;                \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 16 * (BM) / (NT); ++p) {                                          \
+      const int kk = (a_mode) == GT_MNC ? lid / (BM) + p * ((NT) / (BM)) : (lid & 15);    \
+      const int r = (a_mode) == GT_MNC ? lid % (BM) : (lid >> 4) + p * ((NT) / 16);       \
       As[kk * ((BM) + GT_PAD) + r] = GT_GET(ra4[p >> 2], p & 3);                          \
     }                                                                                     \
   }                                                                                       \
   if (b_mode == GT_NC_VEC) {                                                              \
-    for (int p = 0; p < (BN) / 64; ++p) {                                                 \
-      const int kk = lid / ((BN) / 4) + p * (1024 / (BN)), c = (lid % ((BN) / 4)) * 4;    \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 4 * (BN) / (NT); ++p) {                                           \
+      const int kk = lid / ((BN) / 4) + p * (4 * (NT) / (BN)), c = (lid % ((BN) / 4)) * 4; \
       Bs4[kk * (((BN) + GT_PAD) / 4) + c / 4] = rb4[p];                                   \
     }                                                                                     \
   } else {                                                                                \
-    for (int p = 0; p < (BN) / 16; ++p) {                                                 \
-      const int kk = b_mode == GT_NC ? lid / (BN) + p * (256 / (BN)) : (lid & 15);        \
-      const int c = b_mode == GT_NC ? lid % (BN) : (lid >> 4) + p * 16;                   \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 16 * (BN) / (NT); ++p) {                                          \
+      const int kk = b_mode == GT_NC ? lid / (BN) + p * ((NT) / (BN)) : (lid & 15);       \
+      const int c = b_mode == GT_NC ? lid % (BN) : (lid >> 4) + p * ((NT) / 16);          \
       Bs[kk * ((BN) + GT_PAD) + c] = GT_GET(rb4[p >> 2], p & 3);                          \
     }                                                                                     \
   }
 
 // 16 rank-1 updates of the micro-tile from the staged tiles.
-#define GT_COMPUTE(BM, BN)                                                                \
+#define GT_COMPUTE(BM, BN, NT)                                                            \
+  _Pragma("unroll")                                                                       \
   for (int kk = 0; kk < GT_BK; ++kk) {                                                    \
-    float4 av[(BM) / 64], bv[(BN) / 64];                                                  \
-    for (int q = 0; q < (BM) / 64; ++q) av[q] = As4[kk * (((BM) + GT_PAD) / 4) + q * 16 + ty]; \
+    float4 av[4 * (BM) / (NT)], bv[(BN) / 64];                                            \
+    _Pragma("unroll")                                                                     \
+    for (int q = 0; q < 4 * (BM) / (NT); ++q)                                             \
+      av[q] = As4[kk * (((BM) + GT_PAD) / 4) + q * ((NT) / 16) + ty];                     \
+    _Pragma("unroll")                                                                          \
     for (int q = 0; q < (BN) / 64; ++q) bv[q] = Bs4[kk * (((BN) + GT_PAD) / 4) + q * 16 + tx]; \
-    for (int q = 0; q < (BM) / 64; ++q) {                                                 \
+    _Pragma("unroll")                                                                     \
+    for (int q = 0; q < 4 * (BM) / (NT); ++q) {                                           \
+      _Pragma("unroll")                                                                   \
       for (int j = 0; j < (BN) / 64; ++j) {                                               \
         acc[q * 4 + 0][j] = mad((float4)(av[q].x), bv[j], acc[q * 4 + 0][j]);             \
         acc[q * 4 + 1][j] = mad((float4)(av[q].y), bv[j], acc[q * 4 + 1][j]);             \
@@ -158,7 +179,8 @@
   }
 
 // C[m, n] = act(alpha * acc + bias[n]) for the in-range part of the micro-tile.
-#define GT_EPILOGUE(BM, BN, C, cbase, ldc, NCOLS)                                         \
+#define GT_EPILOGUE(BM, BN, NT, C, cbase, ldc, NCOLS)                                     \
+  _Pragma("unroll")                                                                       \
   for (int j = 0; j < (BN) / 64; ++j) {                                                   \
     const int n = n0 + j * 64 + tx * 4;                                                   \
     if (n >= (NCOLS)) continue;                                                           \
@@ -169,8 +191,9 @@
       if (n + 2 < (NCOLS)) bj.z = bias[biaso + n + 2];                                    \
       if (n + 3 < (NCOLS)) bj.w = bias[biaso + n + 3];                                    \
     }                                                                                     \
-    for (int i = 0; i < (BM) / 16; ++i) {                                                 \
-      const int m = m0 + (i >> 2) * 64 + ty * 4 + (i & 3);                                \
+    _Pragma("unroll")                                                                     \
+    for (int i = 0; i < 16 * (BM) / (NT); ++i) {                                          \
+      const int m = m0 + (i >> 2) * ((NT) / 4) + ty * 4 + (i & 3);                        \
       if (m >= M) continue;                                                               \
       const float4 v = alpha * acc[i][j] + bj;                                            \
       __global float* dst = (C) + (cbase) + m * (ldc) + n;                                \
@@ -186,19 +209,19 @@
 
 // The k-loop with register double buffering; GT_FETCH_A_<KIND>(BM, kt) fills ra for the
 // tile at kt, ADVANCE (may be empty) runs before each prefetch.
-#define GT_MAIN_LOOP(BM, BN, a_mode, KIND, ADVANCE)                                       \
+#define GT_MAIN_LOOP(BM, BN, NT, a_mode, KIND, ADVANCE)                                   \
   if (kbeg < kend) {                                                                      \
-    GT_FETCH_A_##KIND(BM, kbeg)                                                           \
-    GT_FETCH_B(BN, kbeg)                                                                  \
+    GT_FETCH_A_##KIND(BM, NT, kbeg)                                                       \
+    GT_FETCH_B(BN, NT, kbeg)                                                              \
     for (int kt = kbeg; kt < kend; kt += GT_BK) {                                         \
-      GT_STORE(BM, BN, a_mode)                                                            \
+      GT_STORE(BM, BN, NT, a_mode)                                                        \
       barrier(CLK_LOCAL_MEM_FENCE);                                                       \
       if (kt + GT_BK < kend) {                                                            \
         ADVANCE                                                                           \
-        GT_FETCH_A_##KIND(BM, kt + GT_BK)                                                 \
-        GT_FETCH_B(BN, kt + GT_BK)                                                        \
+        GT_FETCH_A_##KIND(BM, NT, kt + GT_BK)                                             \
+        GT_FETCH_B(BN, NT, kt + GT_BK)                                                    \
       }                                                                                   \
-      GT_COMPUTE(BM, BN)                                                                  \
+      GT_COMPUTE(BM, BN, NT)                                                              \
       barrier(CLK_LOCAL_MEM_FENCE);                                                       \
     }                                                                                     \
   }
@@ -211,10 +234,11 @@
 // A[b, m, k] = A[ao + b*sab + m*sam + k*sak], B likewise; global = (ceil(N/BN)*16, ceil(M/BM)*16,
 // batch*splits), local = (16, 16, 1). Broadcast batches use stride 0.
 
-#define GT_FETCH_A_STRIDED(BM, kt)                                                        \
+#define GT_FETCH_A_STRIDED(BM, NT, kt)                                                    \
   if (a_mode == GT_KC_VEC) {                                                              \
-    for (int p = 0; p < (BM) / 64; ++p) {                                                 \
-      const int r = (lid >> 2) + p * 64, k = (kt) + (lid & 3) * 4, m = m0 + r;            \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                           \
+      const int r = (lid >> 2) + p * ((NT) / 4), k = (kt) + (lid & 3) * 4, m = m0 + r;    \
       const int i = abase + m * sam + k;                                                  \
       float4 v = (float4)(0.0f);                                                          \
       if (m < M && k + 3 < kend) {                                                        \
@@ -227,32 +251,37 @@
       ra4[p] = v;                                                                         \
     }                                                                                     \
   } else {                                                                                \
-    for (int p = 0; p < (BM) / 16; ++p) {                                                 \
-      const int kk = a_mode == GT_MNC ? lid / (BM) + p * (256 / (BM)) : (lid & 15);       \
-      const int r = a_mode == GT_MNC ? lid % (BM) : (lid >> 4) + p * 16;                  \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 16 * (BM) / (NT); ++p) {                                          \
+      const int kk = a_mode == GT_MNC ? lid / (BM) + p * ((NT) / (BM)) : (lid & 15);      \
+      const int r = a_mode == GT_MNC ? lid % (BM) : (lid >> 4) + p * ((NT) / 16);         \
       const int k = (kt) + kk, m = m0 + r;                                                \
       GT_SET(ra4[p >> 2], p & 3, (k < kend && m < M) ? A[abase + m * sam + k * sak] : 0.0f) \
     }                                                                                     \
   }
 
-#define SD_GEMM_TILED(NAME, BM, BN)                                                               \
-  __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void NAME(                            \
+#define SD_GEMM_TILED(NAME, BM, BN, NT)                                                           \
+  __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, \
       int sam, int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,   \
       __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act, \
       int splits, int k_split) {                                                                  \
-    GT_DECLS(BM, BN)                                                                              \
+    GT_DECLS(BM, BN, NT)                                                                          \
     const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                       \
     const int b_mode = GT_B_MODE(bo | sbb | sbk);                                                 \
     /* A loader along m when m is the contiguous axis; float4 along k for aligned rows */        \
     const int a_mode = sak != 1 && sam == 1 ? GT_MNC : sak == 1 && ((ao | sab | sam) & 3) == 0 ? GT_KC_VEC : GT_KC; \
-    GT_MAIN_LOOP(BM, BN, a_mode, STRIDED, )                                                       \
-    GT_EPILOGUE(BM, BN, C, co + bz * scb + sz * scs, scm, N)                                      \
+    GT_MAIN_LOOP(BM, BN, NT, a_mode, STRIDED, )                                                   \
+    GT_EPILOGUE(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N)                                  \
   }
 
-SD_GEMM_TILED(gemm_t64x64, 64, 64)
-SD_GEMM_TILED(gemm_t128x64, 128, 64)
-SD_GEMM_TILED(gemm_t128x128, 128, 128)
+SD_GEMM_TILED(gemm_t64x64, 64, 64, 256)
+SD_GEMM_TILED(gemm_t128x64, 128, 64, 256)
+SD_GEMM_TILED(gemm_t128x128, 128, 128, 256)
+SD_GEMM_TILED(gemm_t64x64n128, 64, 64, 128)
+SD_GEMM_TILED(gemm_t32x64n128, 32, 64, 128)
+SD_GEMM_TILED(gemm_t128x64n128, 128, 64, 128)
+SD_GEMM_TILED(gemm_t64x128n128, 64, 128, 128)
 
 // ---- skinny GEMM: at most 16 rows per tile ------------------------------------------
 // gemm_t16x64: the parameters, C/A/B/bias semantics, split-K contract and grid formula of gemm_tBMxBN
@@ -325,18 +354,20 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
 // (kept in local memory) to a per-step offset, with a bounds test for the padding. Global =
 // (ceil(Co/BN)*16, ceil(M/BM)*16, splits), local = (16, 16, 1).
 
-#define GT_FETCH_A_CONV(BM, kt)                                                           \
+#define GT_FETCH_A_CONV(BM, NT, kt)                                                       \
   if (a_mode == GT_KC_VEC) {                                                              \
-    for (int p = 0; p < (BM) / 64; ++p) {                                                 \
-      const int4 ri = rows[(lid >> 2) + p * 64];                                          \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                           \
+      const int4 ri = rows[(lid >> 2) + p * ((NT) / 4)];                                  \
       const int iy = ri.y + ky * dh, ix = ri.z + kx * dw;                                 \
       ra4[p] = (ri.w && iy >= 0 && iy < H && ix >= 0 && ix < Wd)                          \
                    ? *(__global const float4*)(X + ri.x + (ky * dh * Wd + kx * dw) * Ci + ci0 + (lid & 3) * 4) \
                    : (float4)(0.0f);                                                      \
     }                                                                                     \
   } else {                                                                                \
-    for (int p = 0; p < (BM) / 16; ++p) {                                                 \
-      const int4 ri = rows[(lid >> 4) + p * 16];                                          \
+    _Pragma("unroll")                                                                     \
+    for (int p = 0; p < 16 * (BM) / (NT); ++p) {                                          \
+      const int4 ri = rows[(lid >> 4) + p * ((NT) / 16)];                                 \
       const int iy = ri.y + ky * dh, ix = ri.z + kx * dw;                                 \
       GT_SET(ra4[p >> 2], p & 3, (ri.w && iy >= 0 && iy < H && ix >= 0 && ix < Wd)       \
                                      ? X[ri.x + (ky * dh * Wd + kx * dw) * Ci + ci0 + (lid & 15)] \
@@ -354,35 +385,38 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
     }                      \
   }
 
-#define SD_CONV_TILED(NAME, BM, BN)                                                               \
-  __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void NAME(                            \
+#define SD_CONV_TILED(NAME, BM, BN, NT)                                                           \
+  __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
       __global float* Y, int yo, int scs, __global const float* X, int xo, __global const float* B, int bo, \
       int sbk, int sbn, int b_half, __global const float* bias, int biaso, int has_bias, int H, int Wd, \
       int Ci, int OH, int OW, int Co, int KH, int KW, int sh, int sw, int dh, int dw, int ph, int pw, \
       int M, int act, int splits, int k_split) {                                                  \
     const int N = Co, K = KH * KW * Ci;                                                           \
     const float alpha = 1.0f;                                                                     \
-    GT_DECLS(BM, BN)                                                                              \
+    GT_DECLS(BM, BN, NT)                                                                          \
     const int bbase = bo;                                                                         \
     const int b_mode = GT_B_MODE(bo | sbk);                                                       \
     /* rows[r] = (pixel offset of (iy0, ix0), iy0, ix0, row valid) for output row m0 + r */       \
     __local int4 rows[BM];                                                                        \
-    if (lid < (BM)) {                                                                             \
-      const int m = m0 + lid;                                                                     \
+    for (int r = lid; r < (BM); r += (NT)) {                                                      \
+      const int m = m0 + r;                                                                       \
       const int ox = m % OW, t = m / OW, oy = t % OH, img = t / OH;                               \
       const int iy0 = oy * sh - ph, ix0 = ox * sw - pw;                                           \
-      rows[lid] = (int4)(xo + ((img * H + iy0) * Wd + ix0) * Ci, iy0, ix0, m < M ? 1 : 0);        \
+      rows[r] = (int4)(xo + ((img * H + iy0) * Wd + ix0) * Ci, iy0, ix0, m < M ? 1 : 0);          \
     }                                                                                             \
     barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
     int ky = kbeg / (KW * Ci), kx = (kbeg / Ci) % KW, ci0 = kbeg % Ci;                            \
     const int a_mode = (xo & 3) == 0 ? GT_KC_VEC : GT_KC; /* pixel rows are 16-float multiples */ \
-    GT_MAIN_LOOP(BM, BN, a_mode, CONV, GT_CONV_ADVANCE)                                           \
-    GT_EPILOGUE(BM, BN, Y, yo + sz * scs, Co, Co)                                                 \
+    GT_MAIN_LOOP(BM, BN, NT, a_mode, CONV, GT_CONV_ADVANCE)                                       \
+    GT_EPILOGUE(BM, BN, NT, Y, yo + sz * scs, Co, Co)                                             \
   }
 
-SD_CONV_TILED(conv_t64x64, 64, 64)
-SD_CONV_TILED(conv_t128x64, 128, 64)
-SD_CONV_TILED(conv_t128x128, 128, 128)
+SD_CONV_TILED(conv_t64x64, 64, 64, 256)
+SD_CONV_TILED(conv_t128x64, 128, 64, 256)
+SD_CONV_TILED(conv_t128x128, 128, 128, 256)
+SD_CONV_TILED(conv_t64x64n128, 64, 64, 128)
+SD_CONV_TILED(conv_t128x64n128, 128, 64, 128)
+SD_CONV_TILED(conv_t64x128n128, 64, 128, 128)
 
 // gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N, int act)
 // C[b, m, n] = act(sum_s P[((b*splits + s)*M + m)*N + n] + bias[n]); global = (N, M, batch), local (16, 16, 1).
