@@ -216,7 +216,7 @@ def markdown(results: dict[str, Any], plan: dict[str, Any], derived: dict[str, A
                        f"{prof['total_ms']:.2f} | 100% |")
     if top:
         lines += ["", "Slowest five ops per implementation (delegate device profile, averaged over the timed runs; "
-                  "multi-launch nodes count their last launch):", "",
+                  "a multi-launch node sums all its launches):", "",
                   "| Model | Implementation | # | op | node | device ms | % of device time |",
                   "|---|---|---:|---|---:|---:|---:|", *top]
     if derived["targets"]:

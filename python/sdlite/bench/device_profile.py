@@ -34,7 +34,7 @@ from sdlite.tflite_info import ModelInfo
 
 DEVICE_METHOD = (
     "method: device events - per-node kernel times measured on the device by the delegate (OpenCL events / "
-    "GL timer queries), averaged over the timed runs; multi-launch nodes count their last launch only"
+    "GL timer queries), averaged over the timed runs; a multi-launch node sums all its launches"
 )
 DEVICE_BACKENDS = ("opencl", "gl")
 
