@@ -6,9 +6,9 @@ Two phases, each bounded by --deadline-s (the device allows ~5 minutes per call)
             time per op type from the delegate's event profile, wall time per invoke, and for the UNet the
             parity vs the LiteRT CPU interpreter; again with weights_fp16=1 when --fp16.
 ``micro``   single-op models (FULLY_CONNECTED, CONV_2D, BATCH_MATMUL, SdConv2DWinograd) at the shapes that
-            dominate the SD1.5 UNet / VAE decoder, with the tile planner's choice ("auto") and each tile
-            config forced through SDGPU_GEMM_TILES: device ms (event profile, warm-up excluded) and TFLOP/s
-            (direct-convolution FLOPs for Winograd too, so the numbers compare).
+            dominate the SD1.5 UNet / VAE decoder, with the cost model's plan ("auto"), gemm_autotune's pick
+            ("tuned") and each tile config forced through SDGPU_GEMM_TILES: device ms (event profile, warm-up
+            excluded) and TFLOP/s (direct-convolution FLOPs for Winograd too, so the numbers compare).
 
 Writes OUT/gemm_bench.json and prints one line per row. On this machine (PoCL) use --quick.
 
@@ -141,11 +141,13 @@ def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: flo
         runs = configs + (["auto+fp16w"] if args.fp16 and case.kind != "bmm" else [])
         for config in runs:
             tiles = config.split("+")[0]
-            if tiles == "auto":
+            if tiles in ("auto", "tuned"):
                 os.environ.pop("SDGPU_GEMM_TILES", None)
             else:
                 os.environ["SDGPU_GEMM_TILES"] = tiles
-            extra = {"weights_fp16": "1"} if config.endswith("+fp16w") else None
+            extra = {"gemm_autotune": "1" if tiles == "tuned" else "0"}
+            if config.endswith("+fp16w"):
+                extra["weights_fp16"] = "1"
             try:
                 r = timed_session(args.lib, model, inputs, args.out / "micro_profile.json", 2, args.micro_runs,
                                   extra)
@@ -237,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--micro-runs", type=int, default=10)
     ap.add_argument("--micro-cases", default="", help="comma-separated substrings of case names (default: all)")
-    ap.add_argument("--micro-configs", default=",".join(CONFIGS), help="auto and/or BMxBN[/splits] tile configs")
+    ap.add_argument("--micro-configs", default=",".join(CONFIGS),
+                    help="auto (the cost model's plan), tuned (gemm_autotune's pick) and/or BMxBN[nTHREADS][/splits]")
     ap.add_argument("--fp16", action="store_true", help="models again with weights_fp16=1")
     ap.add_argument("--parity", action="store_true", help="UNet output vs the LiteRT CPU interpreter")
     ap.add_argument("--deadline-s", type=float, default=270.0)

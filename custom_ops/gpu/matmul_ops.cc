@@ -227,22 +227,20 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
 }
 
 Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key,
-                       bool enabled, const TilePlan& plan) {
+                       bool enabled) {
   candidates_.clear();
-  int fbm = 0, fbn = 0, fthreads = 0, fsplits = 0;
-  if (!enabled || ForcedTiles(&fbm, &fbn, &fthreads, &fsplits)) return Status::Ok();
-  std::vector<ScoredPlan> scored;
+  if (!enabled) return Status::Ok();
+  std::vector<ScoredPlan> scored;  // one entry under SDGPU_GEMM_TILES: nothing to tune
   SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
-  const size_t scratch_cap = std::max(plan.scratch_bytes, kTuneScratchCap);
-  candidates_.push_back(plan);
   std::vector<const TileConfig*> seen;
-  for (const ScoredPlan& sp : scored) {  // cheapest first: each config's best split by the cost model
+  for (const ScoredPlan& sp : scored) {  // cheapest first: PlanTiles' plan, then each other config's best split
     if (std::find(seen.begin(), seen.end(), sp.config) != seen.end()) continue;
     seen.push_back(sp.config);
     TilePlan p;
     SDGPU_RETURN_IF_ERROR(MakePlan(dev, conv, sp, M, N, K, batch, &p));
-    const bool same = p.bm == plan.bm && p.bn == plan.bn && p.threads == plan.threads && p.splits == plan.splits;
-    if (!same && p.scratch_bytes <= scratch_cap) candidates_.push_back(p);
+    if (candidates_.empty() || p.scratch_bytes <= std::max(candidates_.front().scratch_bytes, kTuneScratchCap)) {
+      candidates_.push_back(p);
+    }
   }
   if (candidates_.size() < 2) candidates_.clear();
   key_ = dev.name() + "|" + (conv ? "conv|" : "gemm|") + std::to_string(M) + "x" + std::to_string(N) + "x" +
@@ -487,7 +485,7 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
   const std::string key = std::to_string(g.sab) + "," + std::to_string(g.sam) + "," + std::to_string(g.sak) + "," +
                           std::to_string(g.sbb) + "," + std::to_string(g.sbk) + "," + std::to_string(g.sbn) + "," +
                           std::to_string(b_half) + "," + std::to_string(g.bias_input >= 0);
-  SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, key, autotune, u->plan_));
+  SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, key, autotune));
   u->device_inputs_ = std::move(inputs);
   u->scratch_bytes_ = std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
@@ -531,7 +529,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
       key += std::to_string(v) + ",";
     }
     key += filter != nullptr && weights_fp16 ? "h" : (filter != nullptr ? "f" : "in");
-    SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, true, M, s.co, K, 1, key, autotune, plan));
+    SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, true, M, s.co, K, 1, key, autotune));
     u->scratch_bytes_ = std::max(plan.scratch_bytes, u->tuner_.scratch_bytes());
     if (filter != nullptr) {
       const int co = s.co;
@@ -551,10 +549,6 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("conv2d_igemm", &u->k_));
   *out = std::move(u);
   return Status::Ok();
-}
-
-Status MakeConv(const Device& dev, const ConvShape& s, bool autotune, std::unique_ptr<GpuOp>* out) {
-  return MakeConvWithFilter(dev, s, nullptr, false, autotune, out);
 }
 
 Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {

@@ -67,10 +67,9 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
 // (a forced config) disables it.
 class TileTuner {
  public:
-  // `plan`: the cost model's choice for the problem (PlanTiles). `key`: whatever else makes problems of
-  // the same M x N x K x batch run differently (strides, operand storage, conv geometry).
-  Status Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key, bool enabled,
-              const TilePlan& plan);
+  // The first candidate is PlanTiles' plan for the same problem. `key`: whatever else makes problems of the
+  // same M x N x K x batch run differently (strides, operand storage, conv geometry).
+  Status Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key, bool enabled);
   // Scratch the op must reserve for the candidates (0 when not tuning).
   size_t scratch_bytes() const;
   bool pending() const { return !candidates_.empty(); }
@@ -125,7 +124,6 @@ uint16_t FloatToHalf(float f);
 // `autotune`: delegate option gemm_autotune (TileTuner).
 Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, bool autotune,
                 std::unique_ptr<GpuOp>* out);
-Status MakeConv(const Device& dev, const ConvShape& s, bool autotune, std::unique_ptr<GpuOp>* out);
 // CONV_2D / SdConv2DWinograd's direct path with a constant filter (`filter` = OHWI host data,
 // valid for the interpreter's lifetime); nullptr reads the filter input on the device.
 Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* filter, bool weights_fp16, bool autotune,

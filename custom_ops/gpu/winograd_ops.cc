@@ -210,7 +210,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
                                           [g, fdata](float* dst) { TransformFilter(g, fdata, dst); });
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
-                                       half_u ? "wino,h" : "wino,f", node.gemm_autotune, u->plan_));
+                                       half_u ? "wino,h" : "wino,f", node.gemm_autotune));
   u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
                       std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
