@@ -68,6 +68,12 @@ CASES = [
     Case("fc", "unet L1 proj", (1024, 640, 640)),
     Case("fc", "unet L1 ff out", (1024, 640, 2560)),
     Case("fc", "unet L2 proj", (256, 1280, 1280)),
+    Case("fc", "unet L1 qkv", (1024, 1920, 640)),
+    Case("fc", "unet L2 qkv", (256, 3840, 1280)),
+    Case("fc", "unet L0 cross k", (77, 320, 768)),            # cross-attention K (or V) of the text states
+    Case("fc", "unet L0 cross kv", (77, 640, 768)),           # K and V as one GEMM
+    Case("fc", "unet L2 cross k", (77, 1280, 768)),
+    Case("fc", "unet L2 cross kv", (77, 2560, 768)),
     Case("conv1", "unet L0 1x1 320", (64, 64, 320, 320)),     # proj_in / proj_out
     Case("conv1", "unet L1 1x1 640", (32, 32, 640, 640)),
     Case("fc", "unet L2 ff in", (256, 10240, 1280)),

@@ -42,12 +42,14 @@ struct AttnTiling {
   int min_keys;
 };
 // The first entry that fits a head dim and key count is used (a fixed-D one before "dyn").
+constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through SDGPU_ATTN_TILING
 constexpr AttnTiling kAttnTilings[] = {
     {"r40", 40, 40, 128, 128, 256},  // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS)
     {"r80", 80, 80, 64, 128, 256},   // self-attention at 32x32
     {"d40", 40, 40, 64, 128, 0},
     {"d80", 80, 80, 32, 128, 0},
-    {"d160", 160, 160, 32, 128, 0},
+    {"r160", 160, 160, 16, 128, 0},  // 16x16 and 8x8 levels, self and cross (faster than d160 at every Sk)
+    {"d160", 160, 160, 32, 128, kForcedOnly},
     {"d512", 512, 512, 32, 256, 0},
     {"dyn", 0, 512, 32, 256, 0},  // ATT_DYN_MAXD
 };

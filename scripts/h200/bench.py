@@ -75,7 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="per model; after one timeout the other models are not attempted")
     ap.add_argument("--profile", choices=("inline", "separate", "off"), default=env("H200_PROFILE", "separate"),
                     help="device profile of our rows: during the timed runs (inline), a second session, or none")
-    ap.add_argument("--winograd-profile", default="h200", help="device profile for the Winograd planner")
+    ap.add_argument("--winograd-profile", default="h200",
+                    help="device profile of the graph stages (Winograd planner, auto attention variant)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--row-timeout", type=float, default=float(env("H200_ROW_TIMEOUT", "300")))
     ap.add_argument("--deadline-s", type=float, default=float(env("H200_DEADLINE_S", "510")),

@@ -155,7 +155,7 @@ def markdown(results: dict[str, Any], plan: dict[str, Any], derived: dict[str, A
     git = env.get("git", {})
     lines.append(f"- Code: commit {str(git.get('commit', '?'))[:12]}{' (dirty)' if git.get('dirty') else ''}; "
                  f"models: {env.get('config', '?')} config, random weights N(0, 0.02) refilled with seed "
-                 f"{plan.get('seed', 0)}; Winograd profile {plan.get('winograd_profile')}")
+                 f"{plan.get('seed', 0)}; device profile {plan.get('winograd_profile')} (Winograd plan, attention variant)")
     calls = results.get("calls", [])
     if len(calls) > 1:
         lines.append(f"- Rows merged from {len(calls)} calls on the same machine ({calls[0].get('started')} .. "

@@ -126,7 +126,7 @@ def run_prepare(args: argparse.Namespace) -> dict[str, Any]:
         wanted.insert(0, Variant("fused"))  # Winograd variants are made from the fused model
     for v in sorted({v for v in wanted if v.fused}, key=lambda v: v.winograd != "off"):
         dst = work.model(args.name, v)
-        made_from = {**stamp, "winograd_profile": args.winograd_profile} if v.winograd != "off" else stamp
+        made_from = {**stamp, "winograd_profile": args.winograd_profile} if v.name != "litert" else stamp
         meta = read_json(Path(str(dst) + ".json"), {})
         if dst.is_file() and meta.get("stamp") == made_from:
             done[v.name] = meta
@@ -135,7 +135,7 @@ def run_prepare(args: argparse.Namespace) -> dict[str, Any]:
         if v.name == "litert":
             out = _optimize(plain, dst, GraphOptions(fuse=True, target="litert"))
         elif v.winograd == "off":
-            out = _optimize(plain, dst, GraphOptions(fuse=True))
+            out = _optimize(plain, dst, GraphOptions(fuse=True, device_profile=args.winograd_profile))
         else:
             out = _optimize(work.model(args.name, Variant("fused")), dst,
                             GraphOptions(winograd=v.winograd, device_profile=args.winograd_profile))

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sdconvert.errors import UserError
 from sdconvert.export.configs import SD15, TINY
 from sdconvert.graph import read_model
 from sdconvert.ops import REGISTRY
@@ -133,6 +134,31 @@ def test_variant_rule_on_sd15_shapes():
     assert choose_attention_variant(256, 256, 160) == "partial_softmax"  # 16x16: 256 KiB
     assert choose_attention_variant(4096, 77, 40) == "partial_softmax"  # cross-attention: 1.2 MiB
     assert choose_attention_variant(4096, 4096, 512) == "partial_softmax"  # VAE mid-block: one 512-wide head
+
+
+def test_variant_rule_follows_the_device_profile():
+    from sdconvert.winograd.cost import get_profile
+
+    h200 = get_profile("h200")
+    kw = {"scores_budget": h200.flash_scores_bytes, "flash_max_head_dim": h200.flash_max_head_dim}
+    # measured there: flash beats the two-pass softmax at every UNet shape; the VAE's 512-wide head stays two-pass
+    for sq, sk, d in ((4096, 4096, 40), (4096, 77, 40), (1024, 77, 80), (256, 256, 160), (64, 77, 160)):
+        assert choose_attention_variant(sq, sk, d, **kw) == "flash"
+    assert choose_attention_variant(4096, 4096, 512, **kw) == "partial_softmax"
+    mobile = get_profile("adreno740")
+    assert (mobile.flash_scores_bytes, mobile.flash_max_head_dim) == (2 * 1024 * 1024, 128)  # the rule's defaults
+
+
+def test_fuse_model_passes_the_device_profile(tiny_export, tmp_path):
+    def variants(**kw):
+        rep = fuse_model(tiny_export / "unet.tflite", tmp_path / "u.tflite", **kw)
+        return [f.attrs["variant"] for f in rep.fused if f.op_type == "SdAttention"]
+
+    assert set(variants(device_profile="h200")) == {"flash"}
+    # the tiny UNet's score matrices are far below 2 MiB: the default (mobile) thresholds keep the two-pass softmax
+    assert set(variants()) == set(variants(device_profile="adreno740")) == {"partial_softmax"}
+    with pytest.raises(UserError, match="unknown device profile 'nope'"):
+        variants(device_profile="nope")
 
 
 def test_fuse_is_idempotent(fused, tmp_path):

@@ -1,8 +1,10 @@
-"""SdAttention's row-wise tiled OpenCL kernels (tilings r40 / r80; PoCL in CI) vs the float64 numpy reference.
+"""SdAttention's row-wise tiled OpenCL kernels (tilings r40 / r80 / r160; PoCL in CI) vs the float64 numpy reference.
 
-The op picks them for self-attention at head dims 40 / 80 once Sk >= 256 (kAttnTilings in gpu/sd_ops.cc).
+The op picks r40 / r80 for self-attention at head dims 40 / 80 once Sk >= 256, and r160 for head dim 160 at any
+Sk (kAttnTilings in gpu/sd_ops.cc; d160 only when forced).
 Geometry being exercised: r40 = 128-query blocks, 2 key splits x 8 keys = 16-key tiles, Q in registers;
-r80 = 64-query blocks, 4 key splits x 4 keys = 16-key tiles, Q in local memory, lazy rescaling. So the shapes
+r80 = 64-query blocks, 4 key splits x 4 keys = 16-key tiles, Q in local memory, lazy rescaling; r160 = 16-query
+blocks, 8 key splits x 2 keys, Q in local memory, single-buffered tiles. So the shapes
 put partial query blocks and partial key tiles at the ends, causal masks that end inside a tile (whole key
 splits of a tile masked for the first rows), fewer keys than one tile (most splits never see a key: the
 split merge must ignore them), batch > 1 and several heads, and logits far beyond exp()'s fp32 range.
@@ -26,7 +28,8 @@ from harness import assert_close
         (1, 130, 257, 3, 80),   # r80: 3 heads, one key past the last full tile
         (1, 128, 512, 1, 40),   # r40: whole blocks and tiles only (the non-causal mask pass is skipped)
         (1, 64, 256, 1, 80),    # r80: likewise
-        (1, 45, 256, 2, 160),   # no row-wise tiling for 160: d160 at Sk >= 256 too
+        (1, 45, 256, 2, 160),   # r160 (any Sk): query blocks 16 x 2 + 13, 8 splits x 2 keys
+        (1, 20, 77, 3, 160),    # r160 at the text length: 4 full key tiles + 13 keys
     ],
 )
 def test_long_self_attention_matches_reference(rng, variant, causal, n, sq, sk, heads, head_dim):
@@ -34,7 +37,7 @@ def test_long_self_attention_matches_reference(rng, variant, causal, n, sq, sk, 
     assert_close(actual, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80)])
+@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("r160", 160), ("d160", 160)])
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq,sk", [(1, 1), (3, 5), (33, 13), (129, 77)])
@@ -46,7 +49,7 @@ def test_forced_tiling_short_sequences(rng, monkeypatch, tiling, head_dim, varia
     assert_close(actual, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80)])
+@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("r160", 160), ("d160", 160)])
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
 def test_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim, variant):
     # logits with std ~ 50-70: exp() without a running max overflows fp32, the row max jumps between tiles

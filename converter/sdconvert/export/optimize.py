@@ -24,7 +24,8 @@ def add_graph_arguments(ap: argparse.ArgumentParser) -> None:
                    help="SdAttention kernel: auto picks per shape (see sdconvert.rewrite.rules.attention)")
     g.add_argument("--winograd", default="off", choices=("off", "2", "4", "6", "auto"),
                    help="3x3 conv tiles: force F(m x m,3x3) where suitable, or let the cost model choose (auto)")
-    g.add_argument("--device-profile", default="adreno740", help="device profile for the Winograd cost model")
+    g.add_argument("--device-profile", default="adreno740",
+                   help="target device profile: the Winograd cost model and the auto attention variant")
     g.add_argument("--memory-budget", help="budget for Winograd weights + intermediates, e.g. 1GiB (auto mode)")
     g.add_argument("--tune", action="store_true", help="time candidate tiles on this machine through our delegate (auto mode)")
 
@@ -82,7 +83,8 @@ def optimize(path: Path, opts: GraphOptions, say: Callable[[str], None], dst: Pa
     if opts.fuse:
         from sdconvert.rewrite import fuse_model
 
-        report = fuse_model(src, dst, target=opts.target, attention_variant=opts.attention_variant)
+        report = fuse_model(src, dst, target=opts.target, attention_variant=opts.attention_variant,
+                            device_profile=opts.device_profile)
         out["fusion"] = report.to_dict(include_ops=False)
         del report
         gc.collect()

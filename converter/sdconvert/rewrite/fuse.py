@@ -104,15 +104,27 @@ def _merge(into: RunResult | None, res: RunResult) -> RunResult:
     return RunResult(dict(counts), dict(alts), into.fused + res.fused, rej, into.sweeps + res.sweeps)
 
 
-def fuse(model: Model, *, target: str = "sdgpu", attention_variant: str = "auto") -> tuple[RunResult, dict[str, int]]:
-    """Run the target's pipeline on an in-memory model (mutates it). Returns the rule result and pass counts."""
+def fuse(
+    model: Model, *, target: str = "sdgpu", attention_variant: str = "auto", device_profile: str | None = None
+) -> tuple[RunResult, dict[str, int]]:
+    """Run the target's pipeline on an in-memory model (mutates it). Returns the rule result and pass counts.
+
+    ``device_profile`` (a :data:`sdconvert.winograd.cost.PROFILES` name) sets the ``auto`` attention variant's
+    thresholds; ``None`` keeps the rule's mobile defaults.
+    """
     if target not in TARGETS:
         raise UserError(f"unknown fusion target {target!r}; choose one of {', '.join(TARGETS)}")
     if attention_variant not in ATTENTION_VARIANTS:
         raise UserError(
             f"unknown attention variant {attention_variant!r}; choose one of {', '.join(ATTENTION_VARIANTS)}"
         )
-    opts = {"attention_variant": attention_variant, "target": target}
+    opts: dict[str, Any] = {"attention_variant": attention_variant, "target": target}
+    if device_profile is not None:
+        from sdconvert.winograd.cost import get_profile
+
+        profile = get_profile(device_profile)
+        opts["flash_scores_bytes"] = profile.flash_scores_bytes
+        opts["flash_max_head_dim"] = profile.flash_max_head_dim
     passes: dict[str, int] = {}
     result: RunResult | None = None
     if target == "sdgpu":
@@ -136,7 +148,12 @@ def fuse(model: Model, *, target: str = "sdgpu", attention_variant: str = "auto"
 
 
 def fuse_model(
-    src: Path | str, dst: Path | str, *, target: str = "sdgpu", attention_variant: str = "auto"
+    src: Path | str,
+    dst: Path | str,
+    *,
+    target: str = "sdgpu",
+    attention_variant: str = "auto",
+    device_profile: str | None = None,
 ) -> FuseReport:
     """Fuse ``src`` into ``dst`` (``dst`` may equal ``src``; written atomically). User errors raise ``UserError``."""
     t0 = time.perf_counter()
@@ -146,7 +163,7 @@ def fuse_model(
     except ModelFormatError as e:
         raise UserError(str(e)) from None
     hist_before = executed_histogram(model)
-    result, passes = fuse(model, target=target, attention_variant=attention_variant)
+    result, passes = fuse(model, target=target, attention_variant=attention_variant, device_profile=device_profile)
     try:
         write_model(model, dst)
     except OSError as e:

@@ -47,6 +47,13 @@ class DeviceProfile:
     delegate runs smaller ones direct: each of the a*a GEMMs would fill a fraction of one row tile while
     reading a*a/9 x the filter bytes). H200, 1280 channels, skinny GEMM: 8x8 map F2 (16 tiles) 0.071 ms
     vs direct 0.093 ms; 16x16 map F4 (16 tiles) 0.132 ms vs F2 0.154 ms vs direct 0.314 ms.
+
+    The fusion pass reads two attention figures (``sdconvert.rewrite.rules.attention.choose_attention_variant``):
+    ``flash_scores_bytes``, the per-head fp32 score-matrix size above which FlashAttention beats the partially
+    fused softmax, and ``flash_max_head_dim``, the largest head dim at which flash is worth it. Mobile default:
+    2 MiB and 128 (what fits on chip; the accumulator of a wide head does not). H200, our OpenCL kernels, 8 heads
+    (``scripts/opencl_attn_bench.py``, BENCHMARKS.md): flash wins at every SD1.5 UNet shape, e.g. 16x16 self
+    (256 x 256, D 160) 0.054 vs 0.101 ms, 64x64 cross (4096 x 77, D 40) 0.028 vs 0.044 ms, hence 0 and 160.
     """
 
     name: str
@@ -60,6 +67,8 @@ class DeviceProfile:
     direct_flops: float | None = None
     gemm_tile_m: int = 1
     min_tiles: int = 1
+    flash_scores_bytes: int = 2 * MiB
+    flash_max_head_dim: int = 128
 
     @property
     def direct_rate(self) -> float:
@@ -73,7 +82,8 @@ PROFILES: dict[str, DeviceProfile] = {
                       memory_budget=1 * GiB, element_bytes=2, gemm_tile_m=16, min_tiles=16),
         DeviceProfile("h200", "NVIDIA H200 (fp32 CUDA cores, no TF32), HBM3e",
                       gemm_flops=45e12, transform_flops=8e12, bandwidth=4.0e12, dispatch_s=5e-6,
-                      memory_budget=16 * GiB, element_bytes=4, gemm_tile_m=16, min_tiles=16),
+                      memory_budget=16 * GiB, element_bytes=4, gemm_tile_m=16, min_tiles=16,
+                      flash_scores_bytes=0, flash_max_head_dim=160),
         # Calibrated with --tune on 2 x86 cores: XNNPACK CONV_2D ~230 GFLOP/s, our portable Winograd
         # kernels ~25 GFLOP/s in the GEMM stage -- on CPU the honest answer is mostly "direct".
         DeviceProfile("cpu", "sdgpu reference CPU delegate (portable C++) vs XNNPACK CONV_2D, fp32",

@@ -949,4 +949,10 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 // pick at these shapes).
 ATR_INSTANTIATE(r40, 40, 2, 64, 2, 8, 1, 0.0f, 0)
 ATR_INSTANTIATE(r80, 80, 2, 32, 4, 4, 1, 8.0f, 1)
+// r160: the 16x16 / 8x8 levels (D 160: 256 / 64 tokens, self and cross), every Sk: one row x 160 per
+// work-item, Q in local memory, 16-query blocks, 8 key splits x 2 keys (16-key tiles, single-buffered), 42 KB
+// local (the split merge). H200, flash, 8 heads: 256 x 256 0.054 ms vs d160 0.079; 256 x 77 0.023 vs 0.029;
+// 64 x 64 0.020 vs 0.024. Tried there: 32-query blocks with 4 splits x 4 keys (0.087 / 0.035 / 0.030) and
+// d160 with 16-query blocks (0.083 / 0.029 / 0.024).
+ATR_INSTANTIATE(r160, 160, 1, 16, 8, 2, 0, 0.0f, 1)
 #undef ATR_INSTANTIATE

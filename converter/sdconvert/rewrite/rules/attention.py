@@ -53,7 +53,9 @@ def choose_attention_variant(
 
     Rule: use ``flash`` when one head's fp32 score matrix (seq_q x seq_k x 4 bytes) is larger than ``scores_budget``
     (default 2 MiB, a typical mobile-GPU L2 / what fits on chip) *and* head_dim <= ``flash_max_head_dim`` (128);
-    otherwise ``partial_softmax``.
+    otherwise ``partial_softmax``. The fusion pass takes both numbers from the device profile (``--device-profile``,
+    ``sdconvert.winograd.cost.DeviceProfile``): the defaults are the mobile profile's; the ``h200`` profile says
+    0 and 160, because there our flash kernels beat the two-pass softmax at every SD1.5 UNet shape (measured).
 
     Why: both variants avoid writing the full matrix. Partial softmax re-reads K in its second pass and keeps no
     per-query accumulator, which is cheapest when Sk is short (cross-attention with 77 text tokens, the 16x16/8x8
@@ -359,7 +361,16 @@ def _operand(sg: Any, s: _Split, seq: int, before: Op) -> Tensor:
 def _rewrite(ctx: Context, m: Match, p: _Plan) -> FusedOp:
     sg = ctx.sg
     requested = ctx.options.get("attention_variant", "auto")
-    variant = choose_attention_variant(p.seq_q, p.seq_k, p.head_dim) if requested == "auto" else requested
+    if requested == "auto":
+        variant = choose_attention_variant(
+            p.seq_q,
+            p.seq_k,
+            p.head_dim,
+            scores_budget=ctx.options.get("flash_scores_bytes", SCORES_BUDGET_BYTES),
+            flash_max_head_dim=ctx.options.get("flash_max_head_dim", FLASH_MAX_HEAD_DIM),
+        )
+    else:
+        variant = requested
     attrs = AttentionAttrs(
         heads=p.heads, head_dim=p.head_dim, scale=float(np.float32(p.scale)), causal=p.causal, variant=variant
     )
