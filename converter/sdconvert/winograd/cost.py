@@ -51,9 +51,10 @@ class DeviceProfile:
     The fusion pass reads two attention figures (``sdconvert.rewrite.rules.attention.choose_attention_variant``):
     ``flash_scores_bytes``, the per-head fp32 score-matrix size above which FlashAttention beats the partially
     fused softmax, and ``flash_max_head_dim``, the largest head dim at which flash is worth it. Mobile default:
-    2 MiB and 128 (what fits on chip; the accumulator of a wide head does not). H200, our OpenCL kernels, 8 heads
-    (``scripts/opencl_attn_bench.py``, BENCHMARKS.md): flash wins at every SD1.5 UNet shape, e.g. 16x16 self
-    (256 x 256, D 160) 0.054 vs 0.101 ms, 64x64 cross (4096 x 77, D 40) 0.028 vs 0.044 ms, hence 0 and 160.
+    2 MiB and 128 (what fits on chip; the accumulator of a wide head does not). H200, our OpenCL kernels
+    (``scripts/opencl_attn_bench.py``, BENCHMARKS.md): flash wins at every SD1.5 shape, e.g. UNet 16x16 self
+    (256 x 256, 8 heads of 160) 0.054 vs 0.101 ms, 64x64 cross (4096 x 77, D 40) 0.028 vs 0.044 ms, and the VAE's
+    one 512-wide head (4096 x 4096) 2.89 vs 4.42 ms, hence 0 and 512 (the kernels' head-dim limit).
     """
 
     name: str
@@ -83,7 +84,7 @@ PROFILES: dict[str, DeviceProfile] = {
         DeviceProfile("h200", "NVIDIA H200 (fp32 CUDA cores, no TF32), HBM3e",
                       gemm_flops=45e12, transform_flops=8e12, bandwidth=4.0e12, dispatch_s=5e-6,
                       memory_budget=16 * GiB, element_bytes=4, gemm_tile_m=16, min_tiles=16,
-                      flash_scores_bytes=0, flash_max_head_dim=160),
+                      flash_scores_bytes=0, flash_max_head_dim=512),
         # Calibrated with --tune on 2 x86 cores: XNNPACK CONV_2D ~230 GFLOP/s, our portable Winograd
         # kernels ~25 GFLOP/s in the GEMM stage -- on CPU the honest answer is mostly "direct".
         DeviceProfile("cpu", "sdgpu reference CPU delegate (portable C++) vs XNNPACK CONV_2D, fp32",

@@ -55,7 +55,7 @@ def choose_attention_variant(
     (default 2 MiB, a typical mobile-GPU L2 / what fits on chip) *and* head_dim <= ``flash_max_head_dim`` (128);
     otherwise ``partial_softmax``. The fusion pass takes both numbers from the device profile (``--device-profile``,
     ``sdconvert.winograd.cost.DeviceProfile``): the defaults are the mobile profile's; the ``h200`` profile says
-    0 and 160, because there our flash kernels beat the two-pass softmax at every SD1.5 UNet shape (measured).
+    0 and 512, because there our flash kernels beat the two-pass softmax at every SD1.5 shape (measured).
 
     Why: both variants avoid writing the full matrix. Partial softmax re-reads K in its second pass and keeps no
     per-query accumulator, which is cheapest when Sk is short (cross-attention with 77 text tokens, the 16x16/8x8
