@@ -79,3 +79,18 @@ def test_selection_by_key_count(rng, monkeypatch, head_dim, rowwise, tiled):
     assert np.array_equal(long[None], long[rowwise]) and not np.array_equal(long[None], long[tiled])
     short = outputs(255)
     assert np.array_equal(short[None], short[tiled]) and not np.array_equal(short[None], short[rowwise])
+
+
+@pytest.mark.parametrize("sk", [77, 256])
+def test_head_dim_160_picks_r160_at_any_key_count(rng, monkeypatch, sk):
+    # r160 is the op's own pick for head dim 160 (cross and self); d160 runs only when forced. Same kernel =>
+    # bit-identical output; the two tilings sum in different orders, so they differ in the last bits.
+    q, k, v = (rng.standard_normal((1, s, 2 * 160)).astype(np.float32) for s in (40, sk, sk))
+    got = {}
+    for tiling in (None, "r160", "d160"):
+        if tiling is None:
+            monkeypatch.delenv("SDGPU_ATTN_TILING", raising=False)
+        else:
+            monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
+        got[tiling] = _run(rng, "flash", False, 1, 40, sk, 2, 160, q=q, k=k, v=v)[0]
+    assert np.array_equal(got[None], got["r160"]) and not np.array_equal(got[None], got["d160"])
