@@ -403,6 +403,31 @@ def _post(
     return x_in, out, channel_axis, act, extra, post_perm
 
 
+_NORMALISERS = frozenset({"RSQRT", "SQRT", "DIV"})
+
+
+def _normalised_core(ctx: Context, mean: Op, x: Tensor) -> tuple[Tensor, list[Op]] | str | None:
+    """The first tensor after ``mean`` (x-sized, fp32) computed from x through ``mean`` and a normaliser
+    (RSQRT / SQRT / DIV) whose region is single-exit, with that region; a reason when such tensors exist but the
+    statistics leak out of every region; None: no variance step. Shared by the GroupNorm and LayerNorm rules."""
+    sg = ctx.sg
+    start = ctx.pos(mean)
+    normalised = False
+    for op in sg.ops[start + 1 : start + 48]:
+        if len(op.outputs) != 1:
+            continue
+        t = op.outputs[0]
+        if t.numel != x.numel or t.dtype != FLOAT32:
+            continue
+        sl = backward_slice(t, [x], max_ops=48)
+        if sl is None or not any(o is mean for o in sl) or not any(o.type in _NORMALISERS for o in sl):
+            continue
+        normalised = True
+        if is_single_exit(sg, sl, t):
+            return t, sl
+    return "an intermediate of the statistics is used outside the normalisation" if normalised else None
+
+
 def _affine_tail(ctx: Context, t: Tensor, sl: list[Op], numel: int) -> list[tuple[Tensor, list[Op]]]:
     """Candidate exits: t, then t through each following MUL/ADD/SUB/DIV by a constant or RESHAPE (longest last)."""
     sg = ctx.sg
@@ -431,23 +456,8 @@ def _check_decomposed(ctx: Context, m: Match) -> Check:
     sg = ctx.sg
     x: Tensor = m.captures["x"]
     groups, axis = m.captures["groups"], m.captures["channel_axis"]
-    mean = m.anchor
-    start = ctx.pos(mean)
-    core = None
-    for op in sg.ops[start + 1 : start + 48]:
-        if len(op.outputs) != 1:
-            continue
-        t = op.outputs[0]
-        if t.numel != x.numel or t.dtype != FLOAT32:
-            continue
-        sl = backward_slice(t, [x], max_ops=48)
-        if sl is None or not any(o is mean for o in sl):
-            continue
-        if not any(o.type in ("RSQRT", "SQRT", "DIV") for o in sl) or not is_single_exit(sg, sl, t):
-            continue
-        core = (t, sl)
-        break
-    if core is None:
+    core = _normalised_core(ctx, m.anchor, x)
+    if core is None or isinstance(core, str):
         return Check.reject("no single-exit region after the group statistics")
     t, sl = core
     exits = _affine_tail(ctx, t, sl, x.numel)

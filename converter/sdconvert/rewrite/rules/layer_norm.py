@@ -39,11 +39,10 @@ from ...graph.ir import Op, Tensor
 from ...ops.group_norm import GroupNormAttrs
 from ..edit import custom_op, emit_to, reshape
 from ..engine import Alternative, Check, Context, FusedOp, Match, Rule, ref
-from ..match import FLOAT32, backward_slice, const_value, is_single_exit
-from .group_norm import NormLayout, _affine_tail, _eps, verify_norm
+from ..match import FLOAT32, const_value
+from .group_norm import NormLayout, _affine_tail, _eps, _normalised_core, verify_norm
 
 FIT_TOLERANCE = 1e-6
-_NORMALISERS = frozenset({"RSQRT", "SQRT", "DIV"})
 _CENTERING = frozenset({"SUB", "SQUARED_DIFFERENCE"})
 
 
@@ -86,30 +85,10 @@ class _Plan:
     region: list[Op]
 
 
-def _core(ctx: Context, mean: Op, x: Tensor) -> tuple[Tensor, list[Op]] | str | None:
-    """The normalised output and its region; a reason when the statistics leak out; None: no variance step."""
-    sg = ctx.sg
-    start = ctx.pos(mean)
-    normalised = False
-    for op in sg.ops[start + 1 : start + 48]:
-        if len(op.outputs) != 1:
-            continue
-        t = op.outputs[0]
-        if t.numel != x.numel or t.dtype != FLOAT32:
-            continue
-        sl = backward_slice(t, [x], max_ops=48)
-        if sl is None or not any(o is mean for o in sl) or not any(o.type in _NORMALISERS for o in sl):
-            continue
-        normalised = True
-        if is_single_exit(sg, sl, t):
-            return t, sl
-    return "an intermediate of the statistics is used outside the normalisation" if normalised else None
-
-
 def _check(ctx: Context, m: Match) -> Check:
     x: Tensor = m.captures["x"]
     shape = tuple(x.shape or ())
-    core = _core(ctx, m.anchor, x)
+    core = _normalised_core(ctx, m.anchor, x)
     if core is None:
         return Check.reject("mean subtraction without a variance normalisation", silent=True)
     if isinstance(core, str):
