@@ -1,3 +1,18 @@
+// Sum of v over the n work-items of the work-group (n = the local size, a power of two) through scratch[n];
+// every work-item gets the total. The trailing barrier lets the caller reuse scratch for its next reduction.
+inline float gn_tree_sum(__local float* scratch, float v, const int n) {
+  const int lid = get_local_id(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = n / 2; s > 0; s >>= 1) {
+    if (lid < s) scratch[lid] += scratch[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float total = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return total;
+}
+
 // SdGroupNorm (+ optional SiLU) in ONE kernel: one work-group per (batch, group).
 // x viewed as [N, A, C, B] (channels on axis 2 of the view), group g owns
 // channels [g*cpg, (g+1)*cpg). Two-pass statistics (mean, then centred sum of
@@ -19,27 +34,14 @@ __kernel void group_norm_f32(__global float* y, int yo, __global const float* x,
     const int b = e % B, cg = (e / B) % cpg, a = e / (B * cpg);
     sum += x[xo + ((n * A + a) * C + g * cpg + cg) * B + b];
   }
-  scratch[lid] = sum;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = lsz / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] += scratch[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float mean = scratch[0] / (float)count;
-  barrier(CLK_LOCAL_MEM_FENCE);
+  const float mean = gn_tree_sum(scratch, sum, lsz) / (float)count;
   float sq = 0.0f;
   for (int e = lid; e < count; e += lsz) {
     const int b = e % B, cg = (e / B) % cpg, a = e / (B * cpg);
     const float d = x[xo + ((n * A + a) * C + g * cpg + cg) * B + b] - mean;
     sq += d * d;
   }
-  scratch[lid] = sq;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = lsz / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] += scratch[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float inv = rsqrt(scratch[0] / (float)count + eps);
+  const float inv = rsqrt(gn_tree_sum(scratch, sq, lsz) / (float)count + eps);
   for (int e = lid; e < count; e += lsz) {
     const int b = e % B, cg = (e / B) % cpg, a = e / (B * cpg);
     const int c = g * cpg + cg;
@@ -75,19 +77,6 @@ __kernel void group_norm_f32(__global float* y, int yo, __global const float* x,
 #define GN_WG2 256
 #define GN_CHUNK 4096
 
-inline float gn_tree_sum(__local float* scratch, float v) {
-  const int lid = get_local_id(0);
-  scratch[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = GN_WG2 / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] += scratch[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float total = scratch[0];
-  barrier(CLK_LOCAL_MEM_FENCE);  // scratch is reused by the caller's next reduction
-  return total;
-}
-
 __kernel void group_norm_partial(__global float* part, int po, __global const float* x, int xo, int A, int C, int B,
                                  int G, int nchunks) {
   __local float scratch[GN_WG2];
@@ -106,14 +95,14 @@ __kernel void group_norm_partial(__global float* part, int po, __global const fl
     sum += xg[a * run_stride + (e - a * L)];
   }
   const float cnt = (float)(e1 - e0);
-  const float mean = gn_tree_sum(scratch, sum) / cnt;
+  const float mean = gn_tree_sum(scratch, sum, GN_WG2) / cnt;
   float sq = 0.0f;
   for (int e = e0 + lid; e < e1; e += GN_WG2) {
     const int a = e / L;
     const float d = xg[a * run_stride + (e - a * L)] - mean;
     sq += d * d;
   }
-  const float m2 = gn_tree_sum(scratch, sq);
+  const float m2 = gn_tree_sum(scratch, sq, GN_WG2);
   if (lid == 0) {
     part[po + 3 * k] = cnt;
     part[po + 3 * k + 1] = mean;
@@ -197,28 +186,16 @@ __kernel void group_norm_finalize(__global float* stats, int so, __global const 
   __global const float* p = part + po + 3 * ng * nchunks;
   float s = 0.0f;
   for (int i = lid; i < nchunks; i += GN_WG) s += p[3 * i] * p[3 * i + 1];
-  scratch[lid] = s;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int st = GN_WG / 2; st > 0; st >>= 1) {
-    if (lid < st) scratch[lid] += scratch[lid + st];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float mean = scratch[0] / (float)count;
-  barrier(CLK_LOCAL_MEM_FENCE);
+  const float mean = gn_tree_sum(scratch, s, GN_WG) / (float)count;
   float m2 = 0.0f;
   for (int i = lid; i < nchunks; i += GN_WG) {
     const float d = p[3 * i + 1] - mean;
     m2 += p[3 * i + 2] + p[3 * i] * d * d;
   }
-  scratch[lid] = m2;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int st = GN_WG / 2; st > 0; st >>= 1) {
-    if (lid < st) scratch[lid] += scratch[lid + st];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
+  const float total = gn_tree_sum(scratch, m2, GN_WG);
   if (lid == 0) {
     stats[so + 2 * ng] = mean;
-    stats[so + 2 * ng + 1] = rsqrt(scratch[0] / (float)count + eps);
+    stats[so + 2 * ng + 1] = rsqrt(total / (float)count + eps);
   }
 }
 
@@ -279,19 +256,6 @@ __kernel void group_norm_apply4(__global float4* y, int yo, __global const float
 #define LN_WG 64
 #define LN_V4 8
 
-inline float ln_sum(__local float* red, float v) {
-  const int lid = get_local_id(0);
-  red[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = LN_WG / 2; s > 0; s >>= 1) {
-    if (lid < s) red[lid] += red[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float total = red[0];
-  barrier(CLK_LOCAL_MEM_FENCE);  // red is reused by the next reduction
-  return total;
-}
-
 __kernel __attribute__((reqd_work_group_size(LN_WG, 1, 1))) void layer_norm_rows(
     __global float4* y, int yo, __global const float4* x, int xo, __global const float* gamma, int go,
     __global const float* beta, int bo, int C4, float eps, int silu) {
@@ -306,7 +270,7 @@ __kernel __attribute__((reqd_work_group_size(LN_WG, 1, 1))) void layer_norm_rows
     s += (v[t].x + v[t].y) + (v[t].z + v[t].w);
   }
   const float inv_n = 1.0f / (4.0f * (float)C4);
-  const float mean = ln_sum(red, s) * inv_n;
+  const float mean = gn_tree_sum(red, s, LN_WG) * inv_n;
   float q = 0.0f;
   for (int t = 0; t < LN_V4; ++t) {
     if (lid + t * LN_WG < C4) {
@@ -314,7 +278,7 @@ __kernel __attribute__((reqd_work_group_size(LN_WG, 1, 1))) void layer_norm_rows
       q += dot(d, d);
     }
   }
-  const float rstd = rsqrt(ln_sum(red, q) * inv_n + eps);
+  const float rstd = rsqrt(gn_tree_sum(red, q, LN_WG) * inv_n + eps);
   for (int t = 0; t < LN_V4; ++t) {
     const int c = lid + t * LN_WG;
     if (c >= C4) break;
