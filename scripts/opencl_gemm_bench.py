@@ -162,10 +162,16 @@ def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: flo
                 log(f"{case.name} {config}: ERROR {e}")
                 continue
             ms = sum(n["ms"] for n in r["nodes"])
+            kernels: dict[str, float] = {}
+            for n in r["nodes"]:
+                for k, v in n["kernels"].items():
+                    kernels[k] = kernels.get(k, 0.0) + v
             row = dict(case=case.name, kind=case.kind, dims=case.dims, tile=case.tile, config=config, device_ms=ms,
-                       tflops=case.flops / (ms * 1e-3) / 1e12, wall_ms=float(np.median(r["wall_ms"])))
+                       tflops=case.flops / (ms * 1e-3) / 1e12, wall_ms=float(np.median(r["wall_ms"])), kernels=kernels)
             rows.append(row)
-            log(f"{case.name:<22} {config:<11} {ms:8.3f} ms {row['tflops']:7.2f} TFLOP/s  (wall {row['wall_ms']:.2f} ms)")
+            split = ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()) if len(kernels) > 1 else ""
+            log(f"{case.name:<22} {config:<11} {ms:8.3f} ms {row['tflops']:7.2f} TFLOP/s  (wall {row['wall_ms']:.2f} ms)"
+                + (f"  [{split}]" if split else ""))
         os.environ.pop("SDGPU_GEMM_TILES", None)
         json.dump(results, open(args.out / "gemm_bench.json", "w"), indent=1, default=str)
 

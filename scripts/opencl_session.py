@@ -45,8 +45,14 @@ def timed_session(lib: str, model: bytes | str, inputs: dict[str, np.ndarray] | 
         walls.append((time.perf_counter() - t0) * 1e3)
     after = json.loads(profile.read_text())
     n0, n1 = before["invocations"], after["invocations"]
-    nodes = [dict(op=a["op"], node=a["node"], ms=(a["ms"] * n1 - b["ms"] * n0) / (n1 - n0))
-             for a, b in zip(after["nodes"], before["nodes"])]
+    def window(a: float, b: float) -> float:
+        return (a * n1 - b * n0) / (n1 - n0)
+
+    nodes = []
+    for a, b in zip(after["nodes"], before["nodes"]):
+        old = {k["name"]: k["ms"] for k in b.get("kernels", [])}
+        kernels = {k["name"]: window(k["ms"], old.get(k["name"], 0.0)) for k in a.get("kernels", [])}
+        nodes.append(dict(op=a["op"], node=a["node"], ms=window(a["ms"], b["ms"]), kernels=kernels))
     return dict(device=after["device"], nodes=nodes, load_s=load_s, first_s=first_s, wall_ms=walls, inputs=inputs,
                 output=next(iter(out.values())))
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -95,8 +96,14 @@ using Dim3 = std::array<size_t, 3>;
 // OpenCL: event start/end; GL: timer queries (or finish + host clock).
 class Timer {
  public:
+  explicit Timer(std::string kernel) : kernel_(std::move(kernel)) {}
   virtual ~Timer() = default;
   virtual Status ElapsedMs(double* ms) const = 0;
+  // The launched kernel's name (the profile's per-kernel breakdown of multi-launch nodes).
+  const std::string& kernel() const { return kernel_; }
+
+ private:
+  std::string kernel_;
 };
 
 // Launches timed for one node; Launch appends one Timer per launch while profiling.

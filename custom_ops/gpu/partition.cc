@@ -249,7 +249,15 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
       for (const std::unique_ptr<Timer>& timer : timings[i]) {
         double ms = 0.0;
         SDGPU_RETURN_IF_ERROR(timer->ElapsedMs(&ms));
-        steps_[i].total_ms += ms;
+        Step& step = steps_[i];
+        step.total_ms += ms;
+        auto k = std::find_if(step.kernel_ms.begin(), step.kernel_ms.end(),
+                              [&](const auto& e) { return e.first == timer->kernel(); });
+        if (k == step.kernel_ms.end()) {
+          step.kernel_ms.emplace_back(timer->kernel(), ms);
+        } else {
+          k->second += ms;
+        }
       }
     }
     SDGPU_RETURN_IF_ERROR(WriteProfile());
@@ -261,14 +269,25 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
 Status GpuPartition::WriteProfile() const {
   const std::string& path = backend_->options().profile_path;
   if (path.empty()) return Status::Ok();
-  // Device time of each node (all of its launches), averaged over invocations.
+  // Device time of each node (all of its launches) and of each kernel it launched, averaged over invocations.
   std::string j = "{\"device\":\"" + device().name() + "\",\"method\":\"" + device().timing_method() +
                   "\",\"invocations\":" + std::to_string(invocations_) + ",\"nodes\":[";
-  for (size_t i = 0; i < steps_.size(); ++i) {
+  const double runs = static_cast<double>(std::max(1LL, invocations_));
+  auto ms_text = [runs](double total) {
     char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.6f", steps_[i].total_ms / static_cast<double>(std::max(1LL, invocations_)));
+    std::snprintf(buf, sizeof(buf), "%.6f", total / runs);
+    return std::string(buf);
+  };
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& step = steps_[i];
     j += (i ? "," : "");
-    j += "{\"node\":" + std::to_string(steps_[i].node_index) + ",\"op\":\"" + steps_[i].name + "\",\"ms\":" + buf + "}";
+    j += "{\"node\":" + std::to_string(step.node_index) + ",\"op\":\"" + step.name + "\",\"ms\":" +
+         ms_text(step.total_ms) + ",\"kernels\":[";
+    for (size_t k = 0; k < step.kernel_ms.size(); ++k) {
+      j += (k ? "," : "");
+      j += "{\"name\":\"" + step.kernel_ms[k].first + "\",\"ms\":" + ms_text(step.kernel_ms[k].second) + "}";
+    }
+    j += "]}";
   }
   j += "]}\n";
   FILE* f = std::fopen(path.c_str(), "w");

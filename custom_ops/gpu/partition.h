@@ -67,6 +67,8 @@ class GpuPartition {
     int scratch_request = -1;
     size_t output_bytes = 0;
     double total_ms = 0.0;
+    // Per kernel name, in first-launch order: device ms summed over invocations (profile "kernels").
+    std::vector<std::pair<std::string, double>> kernel_ms;
   };
 
   GpuPartition(SdDelegate* d, GpuBackend* b) : delegate_(d), backend_(b) {}

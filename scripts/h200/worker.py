@@ -40,6 +40,17 @@ def _by_type(profile: Any) -> dict[str, dict[str, float]]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["ms"]))
 
 
+def _by_kernel(profile: Any) -> dict[str, dict[str, float]]:
+    """Device ms per kernel name (multi-launch nodes split: Winograd transforms vs GEMM, attention passes)."""
+    out: dict[str, dict[str, float]] = {}
+    for o in profile.ops:
+        for name, us in o.kernels:
+            e = out.setdefault(name, {"nodes": 0, "ms": 0.0})
+            e["nodes"] += 1
+            e["ms"] += us / 1e3
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["ms"]))
+
+
 def run_tflite(args: argparse.Namespace) -> dict[str, Any]:
     from sdlite.backends import BackendOptions
     from sdlite.bench.report import model_report
@@ -71,7 +82,8 @@ def run_tflite(args: argparse.Namespace) -> dict[str, Any]:
         p = result.profile
         row["profile"] = {"kind": p.kind, "device": p.device, "method": p.method, "runs_averaged": p.runs_averaged,
                           "mode": args.profile, "total_ms": p.total_us / 1e3, "nodes_timed": len(p.ops),
-                          "nodes_not_timed": len(p.skipped), "top": _top_ops(p), "by_type": _by_type(p)}
+                          "nodes_not_timed": len(p.skipped), "top": _top_ops(p), "by_type": _by_type(p),
+                          "by_kernel": _by_kernel(p)}
         write_json(work.profile(args.name, args.row), {
             **row["profile"], "ops": [dataclasses.asdict(o) for o in p.ops],
             "skipped": {str(k): v for k, v in p.skipped.items()}})

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from ai_edge_litert.interpreter import load_delegate
 
 from harness import assert_close, make_interpreter, run
@@ -68,4 +69,7 @@ def profile_group_norm(backend: str, rng: np.random.Generator, profile: Path, in
     assert data["invocations"] == invocations
     assert [node["op"] for node in data["nodes"]] == ["SdGroupNorm"]
     assert data["nodes"][0]["ms"] >= 0.0
+    kernels = data["nodes"][0]["kernels"]  # the launches, by kernel name, summing to the node's time
+    assert kernels and all(k["name"].startswith("group_norm") for k in kernels), kernels
+    assert sum(k["ms"] for k in kernels) == pytest.approx(data["nodes"][0]["ms"], rel=1e-4, abs=1e-5)
     return data

@@ -97,16 +97,22 @@ def test_winograd_small_map_runs_direct():
     assert_close(result.outputs["y"], direct_conv2d(x, w, b, "SAME", "relu"), rtol=1e-5)
 
 
+@pytest.mark.parametrize("config", ["", "16x64/2"])
 @pytest.mark.parametrize("weights_fp16", [False, True])
 @pytest.mark.parametrize("tile,hw,tiles", [(4, 16, 16), (2, 8, 16), (2, 12, 36)])
-def test_winograd_few_tiles_use_the_skinny_gemm(tile, hw, tiles, weights_fp16):
-    """16 <= T < 64 (SD's 16x16 map at F4, 8x8 at F2): the Winograd path with the 16-row GEMM (V/M scratch, no split)."""
+def test_winograd_few_tiles_use_the_skinny_gemm(monkeypatch, tile, hw, tiles, weights_fp16, config):
+    """16 <= T < 64 (SD's 16x16 map at F4, 8x8 at F2): the Winograd path with the 16-row GEMM (V/M scratch), by the
+    cost model's plan (no split) and forced to split K in two (partial sums in scratch)."""
+    if config:
+        monkeypatch.setenv("SDGPU_GEMM_TILES", config)
     x, w, b = random_problem((1, hw, hw, 48, 40), seed=tile + hw)
     assert _wino_tiles(1, hw, hw, tile) == tiles
     attrs = Conv2DWinogradAttrs(tile=tile, padding="SAME", activation="none")
     result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x}, backend="opencl",
                  weights_fp16=weights_fp16)
-    assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (48 + 40) * 4
+    splits = 2 if config.endswith("/2") else 1
+    partials = (tile + 2) ** 2 * tiles * 40 * 4 * splits if splits > 1 else 0
+    assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (48 + 40) * 4 + partials
     got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
     if weights_fp16 and tile == 2:  # U stored as half (test_weights_fp16_winograd_half_u_only_for_f2)
         assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-3

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_bench_cli import check_timings, run_cli, section
 
-from sdlite.bench.device_profile import ProfileSnapshot, window_average_ms
+from sdlite.bench.device_profile import ProfileSnapshot, window_average_ms, window_kernel_ms
 from sdlite.errors import SdliteError
 from sdlite.tflite_info import read_model_info
 
@@ -41,6 +41,10 @@ def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> No
     views = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
     assert all(o["avg_us"] > 0 and o["first_us"] > 0 for o in prof["ops"] if o["op_name"] not in views)
     assert all(o["avg_us"] == 0 for o in prof["ops"] if o["op_name"] in views)
+    # each node's time is split by the kernels it launched (views launch none)
+    for o in prof["ops"]:
+        assert (o["kernels"] == []) == (o["op_name"] in views), o
+        assert sum(ms for _, ms in o["kernels"]) == pytest.approx(o["avg_us"], rel=1e-4, abs=1e-2)
     # device time of the nodes fits inside the wall time of a run (which adds uploads, downloads, launches)
     total = sum(o["avg_us"] for o in prof["ops"])
     assert total == pytest.approx(prof["total_us"])
@@ -59,7 +63,8 @@ def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:
     rc, out, err = run_cli(capsys, "bench", str(path), "--backend", "opencl", "--enable_op_profiling", "--top", "5",
                            *RUNS)
     assert rc == 0, err
-    assert re.findall(r"^=+ (.+?) =+$", out, re.M) == ["Run Order", "Top by Computation Time", "Summary by node type"]
+    assert re.findall(r"^=+ (.+?) =+$", out, re.M) == ["Run Order", "Top by Computation Time", "Summary by node type",
+                                                       "Summary by kernel"]
     assert "Note: method: device events" in out and "3 timed runs averaged" in out
     run_order = section(out, "Run Order")
     assert len(run_order) == len(info.ops)
@@ -68,6 +73,10 @@ def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:
     assert len(top) == 5 and top == sorted(top, reverse=True)
     counts = {row.split("\t")[1].strip(): int(row.split("\t")[2]) for row in section(out, "Summary by node type")}
     assert counts == info.op_histogram
+    by_type = sum(float(row.split("\t")[3]) for row in section(out, "Summary by node type"))
+    kernels = {row.split("\t")[1].strip(): float(row.split("\t")[3]) for row in section(out, "Summary by kernel")}
+    assert sum(kernels.values()) == pytest.approx(by_type, rel=1e-3, abs=5e-3)
+    assert any(k.startswith("conv_t") for k in kernels), kernels  # the VAE's CONV_2D nodes, by tiled kernel
     m = re.search(r"^Delegate: 1 partition, 0 CPU nodes; intermediate arena ([\d.]+) MB .*; GPU weights ([\d.]+) MB",
                   out, re.M)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0
@@ -84,6 +93,10 @@ def test_window_average_recovers_the_timed_runs() -> None:
     assert avg[0] == pytest.approx(3.0) and avg[5] == pytest.approx(0.5 * 6 / 4)
     with pytest.raises(SdliteError, match="did not advance"):
         window_average_ms(after, after)
+    # per kernel the same way: a kernel first launched inside the window counts from zero
+    before = ProfileSnapshot("d", 2, {0: ("W", 1.0)}, {0: {"in": 1.0}})
+    after = ProfileSnapshot("d", 6, {0: ("W", 2.0)}, {0: {"in": (2 * 1.0 + 4 * 0.5) / 6, "gemm": 2.0 * 6 / 6}})
+    assert window_kernel_ms(before, after) == {0: pytest.approx({"in": 0.5, "gemm": 3.0})}
 
 
 def test_missing_or_bad_profile_is_one_line(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ namespace {
 
 class GlTimer final : public gpu::Timer {
  public:
-  explicit GlTimer(std::shared_ptr<GlDevice::TimerState> s) : s_(std::move(s)) {}
+  GlTimer(std::string kernel, std::shared_ptr<GlDevice::TimerState> s) : Timer(std::move(kernel)), s_(std::move(s)) {}
   Status ElapsedMs(double* ms) const override {
     if (!s_->resolved) return Status::Error("gl: launch time read before Device::Finish()");
     *ms = s_->ms;
@@ -530,7 +530,7 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
       timer->ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       timer->resolved = true;
     }
-    timings->push_back(std::make_unique<GlTimer>(timer));
+    timings->push_back(std::make_unique<GlTimer>(kernel.name(), timer));
   }
   return GlCheck(a, ("glDispatchCompute(" + kernel.name() + ")").c_str());
 }

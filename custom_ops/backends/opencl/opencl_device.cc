@@ -68,7 +68,8 @@ class OpenClKernel final : public gpu::Kernel {
 // Device time of one launch from its event (queue created with CL_QUEUE_PROFILING_ENABLE).
 class OpenClTimer final : public gpu::Timer {
  public:
-  OpenClTimer(const ClApi* api, ClEventHandle ev) : api_(api), ev_(std::move(ev)) {}
+  OpenClTimer(std::string kernel, const ClApi* api, ClEventHandle ev)
+      : Timer(std::move(kernel)), api_(api), ev_(std::move(ev)) {}
   Status ElapsedMs(double* ms) const override {
     cl_ulong t0 = 0, t1 = 0;
     SDGPU_RETURN_IF_ERROR(ClCheck(
@@ -292,7 +293,7 @@ Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, co
   const cl_int err =
       api_->clEnqueueNDRangeKernel(queue(), k, dims, nullptr, g, l, 0, nullptr, timed ? &ev : nullptr);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clEnqueueNDRangeKernel(" + kernel.name() + ")").c_str()));
-  if (ev != nullptr) timings->push_back(std::make_unique<OpenClTimer>(api_, ClEventHandle(api_, ev)));
+  if (ev != nullptr) timings->push_back(std::make_unique<OpenClTimer>(kernel.name(), api_, ClEventHandle(api_, ev)));
   return Status::Ok();
 }
 

@@ -3,9 +3,11 @@
 With the delegate option ``profile_path`` the GPU partition timestamps every kernel launch (OpenCL events;
 GL timer queries) and rewrites one JSON file after each invoke::
 
-    {"device": "...", "invocations": K, "nodes": [{"node": 12, "op": "CONV_2D", "ms": 0.41}, ...]}
+    {"device": "...", "invocations": K,
+     "nodes": [{"node": 12, "op": "CONV_2D", "ms": 0.41, "kernels": [{"name": "conv_t64x64", "ms": 0.41}]}, ...]}
 
-where ``ms`` is the node's device time averaged over all K invocations so far. The benchmark reads that
+where ``ms`` is the node's device time averaged over all K invocations so far, and ``kernels`` splits it by
+kernel name (a Winograd conv's input transform, batched GEMM and output transform; attention's passes). The benchmark reads that
 file after the first run, before the timed runs and after them, and recovers averages over exactly the
 timed runs by differencing the running sums (``ms_after * K_after - ms_before * K_before``).
 
@@ -14,8 +16,8 @@ What the numbers are, and are not:
 * device execution time of each node's kernels (start -> end of the command), with no host overhead: the
   sum over nodes is below the wall time of a run, which also pays input upload, output download and the
   launch/queue overhead of the host;
-* the delegate stamps the LAST launch of multi-launch nodes (e.g. the two passes of partial-softmax
-  attention) - such nodes are under-counted; the report says so;
+* a multi-launch node's time is the sum of all its launches, and its ``kernels`` list says which
+  kernel took what (the report's "Summary by kernel");
 * queue profiling is on for the whole benchmark, so the wall-clock timings printed next to the profile
   include its cost (an event per launch, one ``clFinish`` and a small file write per invoke);
 * every partition writes the same file, so with several partitions only the last one's nodes are
@@ -24,7 +26,7 @@ What the numbers are, and are not:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sdlite.bench.op_profile import OpProfile, OpTiming
@@ -41,11 +43,13 @@ DEVICE_BACKENDS = ("opencl", "gl")
 
 @dataclass(frozen=True)
 class ProfileSnapshot:
-    """One read of the delegate's profile file: ``{node index: (op name, avg ms)}`` after ``invocations``."""
+    """One read of the delegate's profile file: ``{node index: (op name, avg ms)}`` after ``invocations``,
+    and ``kernels``: ``{node index: {kernel name: avg ms}}`` (absent from older delegates' files)."""
 
     device: str
     invocations: int
     nodes: dict[int, tuple[str, float]]
+    kernels: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, path: Path) -> ProfileSnapshot:
@@ -57,7 +61,10 @@ class ProfileSnapshot:
             raise SdliteError(f"unreadable delegate profile {path}: {exc}") from None
         try:
             nodes = {int(n["node"]): (str(n["op"]), float(n["ms"])) for n in data["nodes"]}
-            return cls(device=str(data.get("device", "")), invocations=int(data["invocations"]), nodes=nodes)
+            kernels = {int(n["node"]): {str(k["name"]): float(k["ms"]) for k in n.get("kernels", [])}
+                       for n in data["nodes"]}
+            return cls(device=str(data.get("device", "")), invocations=int(data["invocations"]), nodes=nodes,
+                       kernels=kernels)
         except (KeyError, TypeError, ValueError) as exc:
             raise SdliteError(f"delegate profile {path} has an unexpected format ({exc!r})") from None
 
@@ -68,16 +75,33 @@ class ProfileSnapshot:
 
 def window_average_ms(before: ProfileSnapshot, after: ProfileSnapshot) -> dict[int, float]:
     """Per-node average device ms over the invocations between two snapshots."""
+    runs = _window_runs(before, after)
+    return {n: max(after.total_ms(n) - before.total_ms(n), 0.0) / runs for n in after.nodes}
+
+
+def window_kernel_ms(before: ProfileSnapshot, after: ProfileSnapshot) -> dict[int, dict[str, float]]:
+    """Per-node, per-kernel average device ms over the invocations between two snapshots."""
+    runs = _window_runs(before, after)
+    out: dict[int, dict[str, float]] = {}
+    for node, kernels in after.kernels.items():
+        old = before.kernels.get(node, {})
+        out[node] = {k: max(ms * after.invocations - old.get(k, 0.0) * before.invocations, 0.0) / runs
+                     for k, ms in kernels.items()}
+    return out
+
+
+def _window_runs(before: ProfileSnapshot, after: ProfileSnapshot) -> int:
     runs = after.invocations - before.invocations
     if runs <= 0:
         raise SdliteError(f"profile did not advance ({before.invocations} -> {after.invocations} invocations)")
-    return {n: max(after.total_ms(n) - before.total_ms(n), 0.0) / runs for n in after.nodes}
+    return runs
 
 
 def device_op_profile(info: ModelInfo, placement: Placement, first: ProfileSnapshot, before: ProfileSnapshot,
                       after: ProfileSnapshot) -> OpProfile:
     """OpProfile of the nodes the device timed; ``first`` is the snapshot after the first invocation."""
     avg = window_average_ms(before, after)
+    kernel_avg = window_kernel_ms(before, after)
     executors = placement.node_executor or tuple(["?"] * len(info.ops))
     prof = OpProfile(method=DEVICE_METHOD, kind="device", device=after.device,
                      runs_averaged=after.invocations - before.invocations)
@@ -93,5 +117,6 @@ def device_op_profile(info: ModelInfo, placement: Placement, first: ProfileSnaps
             first_us=first.nodes.get(op.index, ("", 0.0))[1] * 1e3, avg_us=avg[op.index] * 1e3,
             out_bytes=sum(info.tensors[t].nbytes for t in out),
             name=info.tensors[out[0]].name if out else "",
+            kernels=tuple((k, ms * 1e3) for k, ms in kernel_avg.get(op.index, {}).items()),
         ))
     return prof

@@ -42,6 +42,7 @@ class OpTiming:
     out_bytes: int
     name: str  # first output tensor name
     times_called: int = 1  # per model invocation
+    kernels: tuple[tuple[str, float], ...] = ()  # device kind: (kernel name, avg us) per kernel the node launched
 
 
 @dataclass

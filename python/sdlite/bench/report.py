@@ -68,6 +68,29 @@ def profile_sections(prof: OpProfile, whole_model_avg_us: float, top: int = 10) 
             name[:24], len(ops), t / 1e3, pct, cdf, sum(o.out_bytes for o in ops) / 1024,
             sum(o.times_called for o in ops)))
     lines.append("")
+    if prof.kind == "device" and any(op.kernels for op in prof.ops):
+        lines += kernel_summary(prof, total)
+    return lines
+
+
+def kernel_summary(prof: OpProfile, total_us: float) -> list[str]:
+    """The "Summary by kernel" section: device time per kernel name over all nodes (``[nodes]``: how many
+    nodes launch it).
+    Splits multi-launch nodes - a Winograd conv's transforms vs its batched GEMM, attention's passes."""
+    ms: dict[str, float] = defaultdict(float)
+    nodes: dict[str, int] = defaultdict(int)
+    for op in prof.ops:
+        for name, us in op.kernels:
+            ms[name] += us
+            nodes[name] += 1
+    lines = [_section("Summary by kernel"),
+             "\t{:>28}\t{:>9}\t{:>9}\t{:>9}\t{:>9}".format("[kernel]", "[nodes]", "[avg ms]", "[avg %]", "[cdf %]")]
+    cdf = 0.0
+    for name, us in sorted(ms.items(), key=lambda kv: -kv[1]):
+        pct = 100.0 * us / total_us if total_us > 0 else 0.0
+        cdf += pct
+        lines.append("\t{:>28}\t{:>9}\t{:>9.3f}\t{:>8.3f}%\t{:>8.3f}%".format(name[:28], nodes[name], us / 1e3, pct, cdf))
+    lines.append("")
     return lines
 
 
