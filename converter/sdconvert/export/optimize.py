@@ -22,6 +22,9 @@ def add_graph_arguments(ap: argparse.ArgumentParser) -> None:
                    help="sdgpu: our delegate's Sd* ops (default); litert: forms the stock LiteRT GPU accelerator accepts")
     g.add_argument("--attention-variant", default="auto", choices=("auto", "partial_softmax", "flash"),
                    help="SdAttention kernel: auto picks per shape (see sdconvert.rewrite.rules.attention)")
+    g.add_argument("--no-merge-fc", dest="merge_fc", action="store_false",
+                   help="with --fuse: keep FULLY_CONNECTEDs that read one tensor separate (default: merge them into "
+                        "one wider FC + SLICEs, see sdconvert.rewrite.merge_fc)")
     g.add_argument("--winograd", default="off", choices=("off", "2", "4", "6", "auto"),
                    help="3x3 conv tiles: force F(m x m,3x3) where suitable, or let the cost model choose (auto)")
     g.add_argument("--device-profile", default="adreno740",
@@ -41,12 +44,13 @@ class GraphOptions:
     device_profile: str = "adreno740"
     memory_budget: str | None = None
     tune: bool = False
+    merge_fc: bool = True
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GraphOptions:
         return cls(fuse=args.fuse, target=args.target, attention_variant=args.attention_variant,
                    winograd=args.winograd, device_profile=args.device_profile, memory_budget=args.memory_budget,
-                   tune=args.tune)
+                   tune=args.tune, merge_fc=getattr(args, "merge_fc", True))
 
     @property
     def active(self) -> bool:
@@ -84,7 +88,7 @@ def optimize(path: Path, opts: GraphOptions, say: Callable[[str], None], dst: Pa
         from sdconvert.rewrite import fuse_model
 
         report = fuse_model(src, dst, target=opts.target, attention_variant=opts.attention_variant,
-                            device_profile=opts.device_profile)
+                            device_profile=opts.device_profile, merge_fcs=opts.merge_fc)
         out["fusion"] = report.to_dict(include_ops=False)
         del report
         gc.collect()

@@ -4,7 +4,9 @@ Targets:
 - ``sdgpu`` (default): attention, GroupNorm(+SiLU) and GELU become ``SdAttention``/``SdGroupNorm``/``SdGelu``
   custom ops for our native delegate; LayerNorms become ``SdGroupNorm(groups=1)`` on a [rows, 1, C] view.
   Composites the rules recognise directly (``odml.group_norm``) are fused as they are; all others are inlined and
-  the decomposed rules run again.
+  the decomposed rules run again. Last, FULLY_CONNECTED siblings that read one tensor (q/k/v, the cross-attention
+  k/v of every block, the ResNets' time projections) become one wider FC + SLICEs (:mod:`.merge_fc`; pass
+  ``merge_sibling_fc``, counted in FCs removed; ``merge_fcs=False`` skips it).
 - ``litert``: a model the stock LiteRT GPU accelerator can run: no custom ops, composites inlined, GroupNorms
   re-emitted without BROADCAST_TO, remaining BROADCAST_TOs folded into implicit broadcasting where shapes allow
   (LayerNorms stay as they are: they have no BROADCAST_TO).
@@ -22,6 +24,7 @@ from ..errors import UserError
 from ..graph.io import ModelFormatError, read_model, write_model
 from ..graph.ir import Model
 from .engine import FusedOp, RunResult, executed_subgraphs, run_rules
+from .merge_fc import merge_sibling_fcs
 from .passes import inline_composites, remove_broadcasts
 from .rules import rules_for
 
@@ -105,7 +108,12 @@ def _merge(into: RunResult | None, res: RunResult) -> RunResult:
 
 
 def fuse(
-    model: Model, *, target: str = "sdgpu", attention_variant: str = "auto", device_profile: str | None = None
+    model: Model,
+    *,
+    target: str = "sdgpu",
+    attention_variant: str = "auto",
+    device_profile: str | None = None,
+    merge_fcs: bool = True,
 ) -> tuple[RunResult, dict[str, int]]:
     """Run the target's pipeline on an in-memory model (mutates it). Returns the rule result and pass counts.
 
@@ -132,6 +140,8 @@ def fuse(
         inlined = inline_composites(model)
         if inlined:
             result = _merge(result, run_rules(model, rules_for(target), opts))
+        if merge_fcs:
+            passes["merge_sibling_fc"] = merge_sibling_fcs(model)
     else:
         inlined = inline_composites(model)
         result = run_rules(model, rules_for(target), opts)
@@ -154,6 +164,7 @@ def fuse_model(
     target: str = "sdgpu",
     attention_variant: str = "auto",
     device_profile: str | None = None,
+    merge_fcs: bool = True,
 ) -> FuseReport:
     """Fuse ``src`` into ``dst`` (``dst`` may equal ``src``; written atomically). User errors raise ``UserError``."""
     t0 = time.perf_counter()
@@ -163,7 +174,8 @@ def fuse_model(
     except ModelFormatError as e:
         raise UserError(str(e)) from None
     hist_before = executed_histogram(model)
-    result, passes = fuse(model, target=target, attention_variant=attention_variant, device_profile=device_profile)
+    result, passes = fuse(model, target=target, attention_variant=attention_variant, device_profile=device_profile,
+                          merge_fcs=merge_fcs)
     try:
         write_model(model, dst)
     except OSError as e:

@@ -1,0 +1,153 @@
+"""``merge_sibling_fcs``: FULLY_CONNECTED ops that read the same input become one wider FULLY_CONNECTED + SLICEs.
+
+SD graphs project one tensor many times: an attention's q, k and v read the same normed hidden states; every
+cross-attention's k and v (32 FCs in the SD1.5 UNet) read the same text states; every ResNet's ``time_emb_proj``
+(25) reads the same SiLU(time embedding). Each of those GEMMs is small (as few as 1 or 77 rows), so a GPU spends
+them on launch latency and half-empty tiles; one GEMM with the weights stacked along N fills the device and reads
+the input once. The price is one SLICE (a copy along the last axis) per original output; for a few rows that is
+negligible, for the 4096-row q/k/v of the 64x64 level it eats part of the gain (measured on the H200:
+3 x 0.037 ms -> 0.087 ms for the GEMMs, ~0.005 ms per SLICE). Results are bit-identical per output column on our
+kernels up to the summation order of the tile plan chosen for the wider GEMM.
+
+Merged: FCs whose input is the same tensor, with equal options (activation, keepNumDims, weights format), float32
+weights that are constants or ``DEQUANTIZE`` of float16 constants used only by that FC (merged into one
+DEQUANTIZE), optional float32 constant biases (a missing bias becomes zeros when a sibling has one), and outputs
+that are not subgraph outputs. The merged FC takes the position of the first sibling, the SLICEs follow it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ..graph.ir import Model, Op, OpCode, Subgraph, Tensor, clone_options
+from ..graph.schema import S
+from .engine import executed_subgraphs
+
+
+def _weight(op: Op) -> tuple[str, np.ndarray] | None:
+    """(kind, [N, K] array) of the FC's weights: ``f32`` constant or ``f16`` constant behind a private DEQUANTIZE."""
+    w = op.inputs[1] if len(op.inputs) > 1 else None
+    if w is None or w.shape is None or len(w.shape) != 2:
+        return None
+    if w.is_constant and w.dtype == S.TensorType.FLOAT32:
+        return "f32", w.numpy()
+    src = w.producer
+    if (
+        src is not None
+        and src.type == "DEQUANTIZE"
+        and len(w.consumers) == 1
+        and src.inputs[0] is not None
+        and src.inputs[0].is_constant
+        and src.inputs[0].dtype == S.TensorType.FLOAT16
+    ):
+        return "f16", src.inputs[0].numpy()
+    return None
+
+
+def _bias(op: Op) -> np.ndarray | None | bool:
+    """The FC's bias array, None without one, False when it is not a float32 constant (not mergeable)."""
+    b = op.inputs[2] if len(op.inputs) > 2 else None
+    if b is None:
+        return None
+    if not b.is_constant or b.dtype != S.TensorType.FLOAT32:
+        return False
+    return b.numpy().reshape(-1)
+
+
+def _options_key(op: Op) -> tuple:
+    o = op.options
+    return tuple(sorted(vars(o).items())) if o is not None else ()
+
+
+def _mergeable(sg: Subgraph, op: Op) -> bool:
+    out = op.outputs[0] if op.outputs else None
+    x = op.inputs[0] if op.inputs else None
+    return (
+        op.type == "FULLY_CONNECTED"
+        and len(op.outputs) == 1
+        and x is not None
+        and x.dtype == S.TensorType.FLOAT32
+        and out.shape is not None
+        and len(out.shape) >= 1
+        and not sg.is_output(out)
+        and _weight(op) is not None
+        and _bias(op) is not False
+    )
+
+
+def _merge_group(sg: Subgraph, group: list[Op]) -> None:
+    first = min(group, key=sg._index)
+    weights = [_weight(op) for op in group]
+    kind = weights[0][0]
+    stacked = np.concatenate([w for _, w in weights], axis=0)
+    widths = [int(w.shape[0]) for _, w in weights]
+    name = group[0].outputs[0].name.split(";")[0] + ";merged_fc"
+    w_const = sg.new_constant(name + "_w", stacked)
+    if kind == "f16":
+        w_in = sg.new_tensor(name + "_w_f32", stacked.shape)
+        sg.insert_op(Op(OpCode.of("DEQUANTIZE"), [w_const], [w_in]), before=first)
+    else:
+        w_in = w_const
+    biases = [_bias(op) for op in group]
+    bias_in = None
+    if any(b is not None for b in biases):
+        full = [np.zeros(n, np.float32) if b is None else b.astype(np.float32) for b, n in zip(biases, widths)]
+        bias_in = sg.new_constant(name + "_b", np.concatenate(full))
+    out0 = group[0].outputs[0]
+    merged_shape = list(out0.shape[:-1]) + [sum(widths)]
+    merged = sg.new_tensor(name, merged_shape)
+    fc = Op(
+        first.opcode,
+        [first.inputs[0], w_in] + ([bias_in] if bias_in is not None else []),
+        [merged],
+        options_type=first.options_type,
+        options=clone_options(first.options),
+    )
+    sg.insert_op(fc, before=first)
+    offset = 0
+    prev = fc
+    for op, n in zip(group, widths):
+        out = op.outputs[0]
+        begin = [0] * len(merged_shape)
+        begin[-1] = offset
+        size = list(merged_shape)
+        size[-1] = n
+        sliced = sg.new_tensor(out.name.split(";")[0] + ";slice", size)
+        sl = Op(
+            OpCode.of("SLICE"),
+            [merged, sg.new_constant(name + "_begin", np.array(begin, np.int32)),
+             sg.new_constant(name + "_size", np.array(size, np.int32))],
+            [sliced],
+            options_type=S.BuiltinOptions.SliceOptions,
+            options=S.SliceOptionsT(),
+        )
+        sg.insert_op(sl, after=prev)
+        prev = sl
+        sg.replace_uses(out, sliced)
+        offset += n
+    sg.remove_ops(group)
+
+
+def merge_sibling_fcs(model: Model) -> int:
+    """Merge every group of >= 2 sibling FCs (see the module docstring). Returns the number of FCs removed."""
+    removed = 0
+    for _, sg in executed_subgraphs(model):
+        groups: dict[tuple, list[Op]] = defaultdict(list)
+        for op in sg.ops:
+            if _mergeable(sg, op):
+                w = _weight(op)
+                x = op.inputs[0]
+                lead = tuple(op.outputs[0].shape[:-1])
+                groups[(id(x), _options_key(op), w[0], int(w[1].shape[1]), lead)].append(op)
+        for group in groups.values():
+            if len(group) >= 2:
+                _merge_group(sg, group)
+                removed += len(group) - 1
+    if removed:
+        model.cleanup()
+    return removed
+
+
+__all__ = ["merge_sibling_fcs"]

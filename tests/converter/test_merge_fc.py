@@ -1,0 +1,130 @@
+"""``merge_sibling_fcs`` (the ``merge_sibling_fc`` pass of ``--fuse``): sibling FULLY_CONNECTEDs -> one FC + SLICEs.
+
+Parity runs the written models on the LiteRT CPU interpreter (builtin FC / SLICE / DEQUANTIZE only)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ai_edge_litert import schema_py_generated as S
+from ai_edge_litert.interpreter import Interpreter
+
+from sdconvert.graph import Model, Op, OpCode, SignatureDef, Subgraph, Tensor, read_model, write_model
+from sdconvert.rewrite import fuse_model
+from sdconvert.rewrite.merge_fc import merge_sibling_fcs
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def _fc(sg: Subgraph, x: Tensor, w: np.ndarray, b: np.ndarray | None, *, act: int = 0, f16: bool = False,
+        keep: bool = True) -> tuple[Tensor, Op]:
+    if f16:
+        wc = sg.new_constant("w16", w.astype(np.float16))
+        wt = sg.add_tensor(Tensor(f"w32_{len(sg.ops)}", w.shape))
+        sg.ops.append(Op(OpCode.of("DEQUANTIZE"), [wc], [wt]))
+    else:
+        wt = sg.new_constant("w", w)
+    o = S.FullyConnectedOptionsT()
+    o.fusedActivationFunction, o.keepNumDims = act, keep
+    shape = (*x.shape[:-1], w.shape[0]) if keep else (int(np.prod(x.shape[:-1])), w.shape[0])
+    y = sg.add_tensor(Tensor(f"fc_{len(sg.ops)}", shape))
+    ins = [x, wt] + ([sg.new_constant("b", b)] if b is not None else [])
+    op = Op(OpCode.of("FULLY_CONNECTED"), ins, [y], options_type=S.BuiltinOptions.FullyConnectedOptions, options=o)
+    sg.ops.append(op)
+    return y, op
+
+
+def _relu(sg: Subgraph, x: Tensor) -> Tensor:
+    """A consumer, so FC outputs need not be model outputs (those are never merged)."""
+    y = sg.add_tensor(Tensor(f"relu_{len(sg.ops)}", x.shape))
+    sg.ops.append(Op(OpCode.of("RELU"), [x], [y]))
+    return y
+
+
+def _model(sg: Subgraph, ins: list[Tensor], outs: list[Tensor]) -> Model:
+    sg.inputs, sg.outputs = ins, outs
+    return Model([sg], [SignatureDef("serving_default", sg, [(t.name, t) for t in ins], [(t.name, t) for t in outs])])
+
+
+def _run(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return Interpreter(model_path=str(path)).get_signature_runner()(**inputs)
+
+
+def _siblings(rng: np.random.Generator, *, f16: bool = False) -> tuple[Model, Tensor, list[Tensor]]:
+    """x -> 3 FCs (64, 32, 48 wide; biases: yes, no, yes) like q/k/v + an unrelated FC on another input."""
+    sg = Subgraph("main")
+    x = sg.add_tensor(Tensor("x", (1, 5, 16)))
+    z = sg.add_tensor(Tensor("z", (1, 5, 16)))
+    outs = []
+    for n, has_b in ((64, True), (32, False), (48, True)):
+        w = rng.standard_normal((n, 16)).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32) if has_b else None
+        outs.append(_relu(sg, _fc(sg, x, w, b, f16=f16)[0]))
+    outs.append(_relu(sg, _fc(sg, z, rng.standard_normal((8, 16)).astype(np.float32), None)[0]))
+    return _model(sg, [x, z], outs), x, outs
+
+
+@pytest.mark.parametrize("f16", [False, True])
+def test_siblings_become_one_fc_and_slices(tmp_path, rng, f16):
+    model, _, _ = _siblings(rng, f16=f16)
+    src = write_model(model, tmp_path / "src.tflite")
+    assert merge_sibling_fcs(model) == 2
+    dst = write_model(model, tmp_path / "dst.tflite")
+    hist = read_model(dst).op_histogram()
+    assert hist["FULLY_CONNECTED"] == 2 and hist["SLICE"] == 3 and hist["RELU"] == 4
+    assert hist.get("DEQUANTIZE", 0) == (1 if f16 else 0)  # the three fp16 weights dequantized as one
+    merged = next(op for op in read_model(dst).main.ops if op.type == "FULLY_CONNECTED" and op.inputs[1].shape[0] > 8)
+    assert tuple(merged.inputs[1].shape) == (144, 16) and tuple(merged.inputs[2].shape) == (144,)
+    inputs = {"x": rng.standard_normal((1, 5, 16)).astype(np.float32),
+              "z": rng.standard_normal((1, 5, 16)).astype(np.float32)}
+    want, got = _run(src, inputs), _run(dst, inputs)
+    assert want.keys() == got.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+def test_incompatible_fcs_stay_apart(rng):
+    sg = Subgraph("main")
+    x = sg.add_tensor(Tensor("x", (4, 16)))
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    a = _relu(sg, _fc(sg, x, w, None)[0])
+    b = _relu(sg, _fc(sg, x, w, None, act=1)[0])            # other fused activation
+    c = _relu(sg, _fc(sg, x, w, None, keep=False)[0])       # other keepNumDims (and output rank)
+    d, _ = _fc(sg, x, w, None)                               # a model output: its tensor must survive
+    wv = sg.add_tensor(Tensor("w_input", (8, 16)))           # weights that are not constants
+    e = _relu(sg, _fc(sg, x, np.zeros((8, 16), np.float32), None)[0])
+    sg.ops[-2].inputs[1] = wv
+    model = _model(sg, [x, wv], [a, b, c, d, e])
+    assert merge_sibling_fcs(model) == 0
+    assert model.op_histogram()["FULLY_CONNECTED"] == 5
+
+
+def test_fuse_runs_the_pass_and_reports_it(tmp_path, rng):
+    model, _, _ = _siblings(rng)
+    src = write_model(model, tmp_path / "src.tflite")
+    rep = fuse_model(src, tmp_path / "fused.tflite")
+    assert rep.passes == {"merge_sibling_fc": 2}
+    assert "merge_sibling_fc       2  (pass)" in rep.format_table()
+    assert rep.histogram_after["FULLY_CONNECTED"] == 2 and rep.histogram_after["SLICE"] == 3
+    off = fuse_model(src, tmp_path / "off.tflite", merge_fcs=False)
+    assert off.passes == {} and off.histogram_after["FULLY_CONNECTED"] == 4
+
+
+def test_tiny_unet_projections_merge(tiny_export):
+    """Tiny UNet: every attention's q/k/v (3 -> 1), the cross-attentions' k/v on the text states and the ResNets'
+    time projections (each -> 1 over all blocks)."""
+    from sdconvert.rewrite.fuse import fuse
+
+    model = read_model(tiny_export / "unet.tflite")
+    _, passes = fuse(model, merge_fcs=False)
+    fcs = [op for op in model.main.ops if op.type == "FULLY_CONNECTED"]
+    by_input: dict[int, int] = {}
+    for op in fcs:
+        by_input[id(op.inputs[0])] = by_input.get(id(op.inputs[0]), 0) + 1
+    groups = [n for n in by_input.values() if n > 1]
+    assert merge_sibling_fcs(model) == sum(groups) - len(groups) == 37
+    assert model.op_histogram()["SLICE"] == sum(groups)
