@@ -177,7 +177,8 @@ def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: flo
 
 
 def variant_path(args: argparse.Namespace, name: str, plain: Path, variant: str, deadline: float) -> Path | None:
-    """plain, fused, fused+wino<N|auto>: derived with ``sdconvert optimize`` (device profile h200) on first use."""
+    """plain, fused, fused+wino<N|auto>, each optionally +nomerge (``--no-merge-fc``): derived with ``sdconvert
+    optimize`` (device profile h200) on first use."""
     if variant == "plain":
         return plain
     path = Path(f"/tmp/{name}_{variant.replace('+', '_')}.tflite")
@@ -188,10 +189,12 @@ def variant_path(args: argparse.Namespace, name: str, plain: Path, variant: str,
         return None
     from sdconvert.export.optimize import GraphOptions, optimize
 
-    fuse = variant.startswith("fused")
-    wino = variant.split("+wino")[1] if "+wino" in variant else "off"  # 2 | 4 | 6 | auto
+    parts = variant.split("+")
+    fuse = parts[0] == "fused"
+    wino = next((p[4:] for p in parts if p.startswith("wino")), "off")  # 2 | 4 | 6 | auto
     t0 = time.time()
-    optimize(plain, GraphOptions(fuse=fuse, winograd=wino, device_profile="h200"), say=lambda _: None, dst=path)
+    optimize(plain, GraphOptions(fuse=fuse, winograd=wino, device_profile="h200", merge_fc="nomerge" not in parts),
+             say=lambda _: None, dst=path)
     log(f"{name} {variant}: derived in {time.time() - t0:.1f} s")
     return path
 
