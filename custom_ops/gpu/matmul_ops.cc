@@ -88,21 +88,32 @@ double PlanCost(const TileConfig& c, int64_t M, int64_t N, int64_t K, int64_t ba
   return pad / (c.speed * fill) * split_cost;
 }
 
-// SDGPU_GEMM_TILES=BMxBN[nTHREADS][/splits] (threads default 256); false when unset or malformed.
-bool ForcedTiles(int* bm, int* bn, int* threads, int* splits) {
+// SDGPU_GEMM_TILES=BMxBN[nTHREADS][/splits] (threads default 256): false when unset; an error when it is set
+// but malformed (a typo must not silently benchmark the cost model's plan instead).
+Status ForcedTiles(int* bm, int* bn, int* threads, int* splits, bool* forced) {
+  *forced = false;
   const char* env = std::getenv("SDGPU_GEMM_TILES");
-  if (env == nullptr || *env == '\0') return false;
+  if (env == nullptr || *env == '\0') return Status::Ok();
+  const Status bad = Status::Error(std::string("SDGPU_GEMM_TILES=") + env +
+                                   " is malformed; expected BMxBN[nTHREADS][/splits], e.g. 64x64n128/2");
   *splits = 1;
   *threads = 256;
   int used = 0;
-  if (std::sscanf(env, "%dx%d%n", bm, bn, &used) != 2) return false;
+  if (std::sscanf(env, "%dx%d%n", bm, bn, &used) != 2) return bad;
   const char* rest = env + used;
   if (*rest == 'n') {
     int more = 0;
-    if (std::sscanf(rest, "n%d%n", threads, &more) != 1) return false;
+    if (std::sscanf(rest, "n%d%n", threads, &more) != 1) return bad;
     rest += more;
   }
-  return *rest == '\0' || std::sscanf(rest, "/%d", splits) == 1;
+  if (*rest == '/') {
+    int more = 0;
+    if (std::sscanf(rest, "/%d%n", splits, &more) != 1 || *splits < 1) return bad;
+    rest += more;
+  }
+  if (*rest != '\0') return bad;
+  *forced = true;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -164,7 +175,8 @@ struct ScoredPlan {
 Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, std::vector<ScoredPlan>* out) {
   if (dev.max_work_group_size() < 256) return Status::Error("device work-group limit below 256");
   int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
-  const bool forced = ForcedTiles(&fbm, &fbn, &fthreads, &fsplits);
+  bool forced = false;
+  SDGPU_RETURN_IF_ERROR(ForcedTiles(&fbm, &fbn, &fthreads, &fsplits, &forced));
   out->clear();
   for (const TileConfig& c : kTileConfigs) {
     if (forced && (c.bm != fbm || c.bn != fbn || c.threads != fthreads)) continue;
@@ -219,6 +231,18 @@ std::map<std::string, std::array<int, 4>>& TuneMemo() {
 }
 
 }  // namespace
+
+Status CheckForcedTiles() {
+  int bm = 0, bn = 0, threads = 256, splits = 1;
+  bool forced = false;
+  SDGPU_RETURN_IF_ERROR(ForcedTiles(&bm, &bn, &threads, &splits, &forced));
+  if (!forced) return Status::Ok();
+  for (const TileConfig& c : kTileConfigs) {
+    if (c.bm == bm && c.bn == bn && c.threads == threads) return Status::Ok();
+  }
+  return Status::Error("SDGPU_GEMM_TILES names no tile config (64x64, 128x64, 128x128, 64x64n128, 32x64n128, "
+                       "128x64n128, 64x128n128, 16x64)");
+}
 
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out) {
   std::vector<ScoredPlan> scored;
@@ -464,6 +488,7 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
                     bool b_transposed, bool weights_fp16, bool autotune, std::unique_ptr<GpuOp>* out) {
   auto u = std::make_unique<TiledGemmOp>();
   u->s_ = s;
+  SDGPU_RETURN_IF_ERROR(CheckForcedTiles());  // a typo must not quietly run the fallback kernel
   if (!PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok()) return Status::Ok();
   if (b_const != nullptr) {
     const int N = s.N, K = s.K;
@@ -520,6 +545,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
   const int K = s.kh * s.kw * s.ci;
   TilePlan plan;
   const int M = s.n * s.oh * s.ow;
+  SDGPU_RETURN_IF_ERROR(CheckForcedTiles());
   if (s.ci % kTiledBk == 0 && PlanTiles(dev, true, M, s.co, K, 1, &plan).ok()) {
     auto u = std::make_unique<TiledConvOp>();
     u->s_ = s;

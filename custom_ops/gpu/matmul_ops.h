@@ -53,6 +53,9 @@ struct TilePlan {
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
 // small occupancy/padding cost model (see matmul_ops.cc) and fetches the
 // kernels. An error means "the device has no tiled kernels": callers fall back.
+// The benchmark knob SDGPU_GEMM_TILES: Ok when unset or naming a tile config; an error when malformed or unknown
+// (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
+Status CheckForcedTiles();
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
 
 // Measured tile choice (delegate option gemm_autotune, GPU backends): the cost model above ranks configs from

@@ -93,6 +93,11 @@ def composite_export(tmp_path_factory) -> Path:
     return out
 
 
+# FCs the merge_sibling_fc pass removes from the tiny composite exports (tests/converter/test_merge_fc.py counts
+# the UNet's). The VAE's q/k/v all merge here; in the plain export one of them has another keepNumDims (1 removed).
+MERGED_FCS = {"unet": 37, "vae_decoder": 2}
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_composites_are_present_and_fused(composite_export, tmp_path, model):
     src = composite_export / f"{model}.tflite"
@@ -103,6 +108,8 @@ def test_composites_are_present_and_fused(composite_export, tmp_path, model):
     assert n_composite >= sites["attention"] + 1 and len(raw.subgraphs) == n_composite + 1
     rep = fuse_model(src, tmp_path / "f.tflite")
     assert rep.counts == sites
+    merged = rep.passes.pop("merge_sibling_fc")  # sibling FCs (q/k/v, cross k/v, time projections), as unfused
+    assert merged == MERGED_FCS[model]
     assert rep.passes == {"inline:odml.scaled_dot_product_attention": sites["attention"]}
     assert rep.by_alternative["group_norm/odml_composite"] == n_composite - sites["attention"]
     fused = read_model(tmp_path / "f.tflite")

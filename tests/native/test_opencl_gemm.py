@@ -74,6 +74,22 @@ def test_conv2d_128_thread_configs(rng, monkeypatch, config, weights_fp16, x_sha
     assert_close(got, want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("value,reason", [
+    ("64x64x", "SDGPU_GEMM_TILES=64x64x is malformed"),
+    ("64x64/0", "SDGPU_GEMM_TILES=64x64/0 is malformed"),
+    ("99x99", "SDGPU_GEMM_TILES names no tile config"),
+])
+def test_a_bad_forced_tile_config_is_a_declined_node_not_a_silent_fallback(rng, monkeypatch, value, reason):
+    monkeypatch.setenv("SDGPU_GEMM_TILES", value)
+    x = rng.standard_normal((1, 20, 64)).astype(np.float32)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    result = run(fully_connected_model(x.shape, w, None), {"x": x}, backend="opencl")
+    assert result.stats["claimed_nodes"] == 0 and result.stats["partitions"] == 0
+    (declined,) = result.stats["declined"]
+    assert declined["op"] == "FULLY_CONNECTED" and declined["reason"].startswith(reason), declined
+    assert_close(result.outputs["y"], fully_connected_ref(x, w, None), rtol=1e-5)  # ran on the CPU instead
+
+
 def test_cost_model_splits_long_thin_problems(rng):
     """1 tile of output, K = 4096: the default plan splits K (scratch holds the partial sums)."""
     x = rng.standard_normal((16, 4096)).astype(np.float32)
