@@ -329,7 +329,10 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(dst.buffer, dst.elem_offset());
   g.Int(split ? p.splits * plane : s.scb).Int(split ? plane : 0).Int(split ? s.N : s.scm);
   g.Buf(a.buffer, a.elem_offset()).Int(s.sab).Int(s.sam).Int(s.sak);
-  g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int(b.half ? 1 : 0);
+  if (b.tile_major && std::strcmp(p.kernel->name().c_str(), "gemm_t16x64") != 0) {
+    return Status::Error("a tile-major B operand needs the gemm_t16x64 kernel, the plan has " + p.kernel->name());
+  }
+  g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0));
   g.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
   const Dim3 local = {16, 16, 1};  // the split-K reduce

@@ -90,6 +90,8 @@ struct BOperand {
   const Buffer* buffer = nullptr;
   int offset = 0;
   bool half = false;
+  // Stored [batch][ceil(N/64)][K][64] (the skinny 16x64 kernel's contiguous slabs); only with that kernel.
+  bool tile_major = false;
 };
 
 // Enqueues the tiled GEMM `s` (strides sbb/sbk/sbn of s apply to `b`); `bias` may be null.

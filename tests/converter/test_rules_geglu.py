@@ -31,7 +31,8 @@ from sdconvert.rewrite.semantic import check_fused
 @pytest.fixture(scope="module")
 def tiny_unet(tiny_export: Path, tmp_path_factory):
     src = tiny_export / "unet.tflite"
-    return src, fuse_model(src, tmp_path_factory.mktemp("geglu") / "unet.tflite")
+    # merge_fcs=False: the op counts below are the gelu rule's alone (test_merge_fc.py counts the FC merge)
+    return src, fuse_model(src, tmp_path_factory.mktemp("geglu") / "unet.tflite", merge_fcs=False)
 
 
 def test_every_tiny_unet_feed_forward_becomes_one_gated_sd_gelu(tiny_unet):
@@ -73,9 +74,12 @@ def test_gated_rewrites_match_the_reference_on_captured_tensors(tiny_unet):
 
 
 def test_fusing_the_fused_unet_again_changes_nothing(tiny_unet, tmp_path):
-    _, rep = tiny_unet
-    again = fuse_model(rep.dst, tmp_path / "again.tflite")
+    src, _ = tiny_unet
+    first = fuse_model(src, tmp_path / "first.tflite")  # every rule and pass, the FC merge included
+    assert first.passes["merge_sibling_fc"] > 0
+    again = fuse_model(first.dst, tmp_path / "again.tflite")
     assert again.counts["gelu"] == 0 and again.ops_after == again.ops_before and again.rejections == {}
+    assert again.passes["merge_sibling_fc"] == 0
 
 
 def test_clip_quick_gelu_is_not_gated(tiny_export, tmp_path):
@@ -129,7 +133,7 @@ def geglu_variants(tmp_path_factory) -> Path:
 
 
 def test_geglu_variants(geglu_variants, tmp_path):
-    rep = fuse_model(geglu_variants, tmp_path / "f.tflite")
+    rep = fuse_model(geglu_variants, tmp_path / "f.tflite", merge_fcs=False)
     gated = sorted((f.output.name.split("output_")[-1][:1], f.attrs["approximate"])
                    for f in rep.fused if f.attrs.get("gated"))
     assert gated == [("0", "none"), ("1", "none"), ("2", "tanh"), ("3", "quick")]
@@ -146,7 +150,7 @@ def test_fused_geglu_variants_run_through_the_delegate(geglu_variants, tmp_path)
     from sdconvert.export.verify import run_tflite
     from sdlite import native
 
-    rep = fuse_model(geglu_variants, tmp_path / "f.tflite")
+    rep = fuse_model(geglu_variants, tmp_path / "f.tflite", merge_fcs=False)
     x = {"args_0": np.random.default_rng(0).standard_normal((2, 5, DIM)).astype(np.float32)}
     plain = run_tflite(geglu_variants, x)
     delegate = native.load("cpu")
