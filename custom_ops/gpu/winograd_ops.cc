@@ -52,11 +52,15 @@ struct WinogradGeom {
 const double* GMatrix(int m) { return m == 2 ? kF2_G : m == 4 ? kF4_G : kF6_G; }
 
 // u[(i*a + j)][ci][co] = (G f G^T)[i][j] for the 3x3 filter f = filter[co, :, :, ci] (OHWI), input
-// channels [ci0, ci1).
-void TransformFilterChannels(const WinogradGeom& g, const float* filter, float* u, int ci0, int ci1) {
+// channels [ci0, ci1); tile_major: u[(i*a + j)][co / 64][ci][co % 64] instead (columns padded to 64, left
+// as the caller zeroed them).
+void TransformFilterChannels(const WinogradGeom& g, const float* filter, float* u, int ci0, int ci1, bool tile_major) {
   const double* G = GMatrix(g.m);
   const int a = g.a;
-  const size_t plane = static_cast<size_t>(g.ci) * g.co;
+  const size_t plane = tile_major ? static_cast<size_t>(g.ci) * ((g.co + 63) / 64) * 64 : static_cast<size_t>(g.ci) * g.co;
+  auto at = [&](int ci, int co) {
+    return tile_major ? (static_cast<size_t>(co / 64) * g.ci + ci) * 64 + co % 64 : static_cast<size_t>(ci) * g.co + co;
+  };
   std::vector<double> f(static_cast<size_t>(g.co) * 9);
   for (int ci = ci0; ci < ci1; ++ci) {
     for (int co = 0; co < g.co; ++co) {
@@ -71,7 +75,7 @@ void TransformFilterChannels(const WinogradGeom& g, const float* filter, float* 
       for (int i = 0; i < a; ++i) {
         for (int j = 0; j < a; ++j) {
           const double v = gf[i][0] * G[j * 3] + gf[i][1] * G[j * 3 + 1] + gf[i][2] * G[j * 3 + 2];
-          u[(i * a + j) * plane + static_cast<size_t>(ci) * g.co + co] = static_cast<float>(v);
+          u[(i * a + j) * plane + at(ci, co)] = static_cast<float>(v);
         }
       }
     }
@@ -82,13 +86,14 @@ void TransformFilterChannels(const WinogradGeom& g, const float* filter, float* 
 // the op's first Enqueue, but SD1.5's UNet has ~500M filter weights to transform in float64 (~15-20 s on one
 // core of the H200 host).
 constexpr unsigned kTransformThreads = 16;
-void TransformFilter(const WinogradGeom& g, const float* filter, float* u) {
+void TransformFilter(const WinogradGeom& g, const float* filter, float* u, bool tile_major) {
   const unsigned hw = std::max(1u, std::min(kTransformThreads, std::thread::hardware_concurrency()));
   const int parts = static_cast<int>(std::min<int64_t>(hw, std::max(1, g.ci / 8)));
   ThreadPool pool(parts);
   pool.ParallelFor(static_cast<size_t>(parts), [&](size_t part, int) {
     const int64_t p = static_cast<int64_t>(part);
-    TransformFilterChannels(g, filter, u, static_cast<int>(g.ci * p / parts), static_cast<int>(g.ci * (p + 1) / parts));
+    TransformFilterChannels(g, filter, u, static_cast<int>(g.ci * p / parts), static_cast<int>(g.ci * (p + 1) / parts),
+                            tile_major);
   });
 }
 
@@ -217,29 +222,11 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const int col_tiles = (g.co + 63) / 64;
   u->tile_major_ = std::strcmp(u->plan_.kernel->name().c_str(), "gemm_t16x64") == 0 &&
                    a2 * g.ci * col_tiles * 64 <= INT_MAX;
-  if (u->tile_major_) {
-    u->gemm_.sbb = g.ci * col_tiles * 64;
-    u->u_ = std::make_unique<PackedWeights>(
-        static_cast<size_t>(a2) * g.ci * col_tiles * 64, half_u, [g, fdata, col_tiles](float* dst) {
-          std::vector<float> rows(static_cast<size_t>(g.a * g.a) * g.ci * g.co);
-          TransformFilter(g, fdata, rows.data());
-          const size_t plane = static_cast<size_t>(g.ci) * g.co, slabs = static_cast<size_t>(g.ci) * col_tiles * 64;
-          for (int b = 0; b < g.a * g.a; ++b) {
-            for (int t = 0; t < col_tiles; ++t) {
-              for (int k = 0; k < g.ci; ++k) {
-                float* out = dst + b * slabs + (static_cast<size_t>(t) * g.ci + k) * 64;
-                const float* in = rows.data() + b * plane + static_cast<size_t>(k) * g.co + t * 64;
-                const int n = std::min(64, g.co - t * 64);
-                std::copy(in, in + n, out);
-                std::fill(out + n, out + 64, 0.0f);
-              }
-            }
-          }
-        });
-  } else {
-    u->u_ = std::make_unique<PackedWeights>(static_cast<size_t>(a2 * g.ci * g.co), half_u,
-                                            [g, fdata](float* dst) { TransformFilter(g, fdata, dst); });
-  }
+  if (u->tile_major_) u->gemm_.sbb = g.ci * col_tiles * 64;
+  const bool tile_major = u->tile_major_;
+  u->u_ = std::make_unique<PackedWeights>(
+      static_cast<size_t>(a2) * g.ci * (tile_major ? col_tiles * 64 : g.co), half_u,
+      [g, fdata, tile_major](float* dst) { TransformFilter(g, fdata, dst, tile_major); });
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !u->tile_major_));
