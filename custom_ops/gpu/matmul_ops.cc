@@ -116,6 +116,16 @@ Status ForcedTiles(int* bm, int* bn, int* threads, int* splits, bool* forced) {
   return Status::Ok();
 }
 
+// "64x64, 128x64, ..., 64x64n128, ..." as SDGPU_GEMM_TILES spells the configs (error messages).
+std::string ConfigNames() {
+  std::string names;
+  for (const TileConfig& c : kTileConfigs) {
+    names += (names.empty() ? "" : ", ") + std::to_string(c.bm) + "x" + std::to_string(c.bn) +
+             (c.threads == 256 ? "" : "n" + std::to_string(c.threads));
+  }
+  return names;
+}
+
 }  // namespace
 
 uint16_t FloatToHalf(float f) {
@@ -190,9 +200,8 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
     }
   }
   if (out->empty()) {
-    return Status::Error(forced ? "SDGPU_GEMM_TILES names no tile config of this backend (64x64, 128x64, 128x128, "
-                                  "64x64n128, 32x64n128, 128x64n128, 64x128n128, 16x64)"
-                                : "the device has no tiled GEMM kernels");
+    return Status::Error(forced ? "SDGPU_GEMM_TILES names no tile config of this backend (" + ConfigNames() + ")"
+                                : std::string("the device has no tiled GEMM kernels"));
   }
   std::stable_sort(out->begin(), out->end(),
                    [](const ScoredPlan& x, const ScoredPlan& y) { return x.cost < y.cost; });
@@ -240,8 +249,7 @@ Status CheckForcedTiles() {
   for (const TileConfig& c : kTileConfigs) {
     if (c.bm == bm && c.bn == bn && c.threads == threads) return Status::Ok();
   }
-  return Status::Error("SDGPU_GEMM_TILES names no tile config (64x64, 128x64, 128x128, 64x64n128, 32x64n128, "
-                       "128x64n128, 64x128n128, 16x64)");
+  return Status::Error("SDGPU_GEMM_TILES names no tile config (" + ConfigNames() + ")");
 }
 
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out) {
@@ -329,7 +337,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(dst.buffer, dst.elem_offset());
   g.Int(split ? p.splits * plane : s.scb).Int(split ? plane : 0).Int(split ? s.N : s.scm);
   g.Buf(a.buffer, a.elem_offset()).Int(s.sab).Int(s.sam).Int(s.sak);
-  if (b.tile_major && std::strcmp(p.kernel->name().c_str(), "gemm_t16x64") != 0) {
+  if (b.tile_major && p.kernel->name() != "gemm_t16x64") {
     return Status::Error("a tile-major B operand needs the gemm_t16x64 kernel, the plan has " + p.kernel->name());
   }
   g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0));

@@ -26,7 +26,6 @@
 // F2, 64 tiles: 0.18). The planner's GPU profiles mirror this (winograd/cost.py min_tiles).
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -220,7 +219,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   // The skinny kernel streams U faster from per-work-group slabs (header comment); U's layout is fixed at upload,
   // so that plan is then kept (no tuning: the tuner could pick a kernel that reads U row-major).
   const int col_tiles = (g.co + 63) / 64;
-  u->tile_major_ = std::strcmp(u->plan_.kernel->name().c_str(), "gemm_t16x64") == 0 &&
+  u->tile_major_ = u->plan_.kernel->name() == "gemm_t16x64" &&
                    a2 * g.ci * col_tiles * 64 <= INT_MAX;
   if (u->tile_major_) u->gemm_.sbb = g.ci * col_tiles * 64;
   const bool tile_major = u->tile_major_;

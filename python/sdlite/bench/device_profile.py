@@ -7,9 +7,9 @@ GL timer queries) and rewrites one JSON file after each invoke::
      "nodes": [{"node": 12, "op": "CONV_2D", "ms": 0.41, "kernels": [{"name": "conv_t64x64", "ms": 0.41}]}, ...]}
 
 where ``ms`` is the node's device time averaged over all K invocations so far, and ``kernels`` splits it by
-kernel name (a Winograd conv's input transform, batched GEMM and output transform; attention's passes). The benchmark reads that
-file after the first run, before the timed runs and after them, and recovers averages over exactly the
-timed runs by differencing the running sums (``ms_after * K_after - ms_before * K_before``).
+kernel name (a Winograd conv's input transform, batched GEMM and output transform; attention's passes). The
+benchmark reads that file after the first run, before the timed runs and after them, and recovers averages over
+exactly the timed runs by differencing the running sums (``ms_after * K_after - ms_before * K_before``).
 
 What the numbers are, and are not:
 

@@ -74,9 +74,8 @@ def profile_sections(prof: OpProfile, whole_model_avg_us: float, top: int = 10) 
 
 
 def kernel_summary(prof: OpProfile, total_us: float) -> list[str]:
-    """The "Summary by kernel" section: device time per kernel name over all nodes (``[nodes]``: how many
-    nodes launch it).
-    Splits multi-launch nodes - a Winograd conv's transforms vs its batched GEMM, attention's passes."""
+    """The "Summary by kernel" section: device time per kernel name over all nodes (``[nodes]``: how many nodes
+    launch it). It splits multi-launch nodes: a Winograd conv's transforms vs its batched GEMM, attention's passes."""
     ms: dict[str, float] = defaultdict(float)
     nodes: dict[str, int] = defaultdict(int)
     for op in prof.ops:
