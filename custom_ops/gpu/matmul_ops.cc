@@ -325,9 +325,27 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   return Status::Ok();
 }
 
+namespace {
+
+// gemm_splitk_reduce: C[b, m, n] = act(sum of the plan's split partials in `scratch` + bias[n]) (see the header).
+Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef& c, int scb, int scm,
+                          const TensorRef& scratch, const TensorRef& bias, bool has_bias, int M, int N, int batch,
+                          int act, Timings* timings) {
+  Args r;
+  r.Buf(c.buffer, c.elem_offset()).Int(scb).Int(scm).Buf(scratch.buffer, scratch.elem_offset()).Int(p.splits);
+  r.Buf(bias.buffer, bias.elem_offset()).Int(has_bias ? 1 : 0).Int(M).Int(N).Int(act);
+  return dev.Launch(*p.reduce, r, {static_cast<size_t>(N), static_cast<size_t>(M), static_cast<size_t>(batch)},
+                    {16, 16, 1}, timings);
+}
+
+}  // namespace
+
 Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings) {
+  if (b.tile_major && p.kernel->name() != "gemm_t16x64") {
+    return Status::Error("a tile-major B operand needs the gemm_t16x64 kernel, the plan has " + p.kernel->name());
+  }
   const bool split = p.splits > 1;
   const TensorRef& dst = split ? scratch : c;
   const int plane = s.M * s.N;
@@ -337,13 +355,9 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(dst.buffer, dst.elem_offset());
   g.Int(split ? p.splits * plane : s.scb).Int(split ? plane : 0).Int(split ? s.N : s.scm);
   g.Buf(a.buffer, a.elem_offset()).Int(s.sab).Int(s.sam).Int(s.sak);
-  if (b.tile_major && p.kernel->name() != "gemm_t16x64") {
-    return Status::Error("a tile-major B operand needs the gemm_t16x64 kernel, the plan has " + p.kernel->name());
-  }
   g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0));
   g.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
-  const Dim3 local = {16, 16, 1};  // the split-K reduce
   const size_t ty = static_cast<size_t>(p.threads / 16);
   SDGPU_RETURN_IF_ERROR(dev.Launch(*p.kernel, g,
                                    {static_cast<size_t>(CeilDiv(s.N, p.bn) * 16),
@@ -351,11 +365,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                                     static_cast<size_t>(s.batch) * p.splits},
                                    {16, ty, 1}, timings));
   if (!split) return Status::Ok();
-  Args r;
-  r.Buf(c.buffer, c.elem_offset()).Int(s.scb).Int(s.scm).Buf(scratch.buffer, scratch.elem_offset()).Int(p.splits);
-  r.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias ? 1 : 0).Int(s.M).Int(s.N).Int(s.act);
-  return dev.Launch(*p.reduce, r, {static_cast<size_t>(s.N), static_cast<size_t>(s.M), static_cast<size_t>(s.batch)},
-                    local, timings);
+  return LaunchSplitKReduce(dev, p, c, s.scb, s.scm, scratch, bias_ref, has_bias, s.M, s.N, s.batch, s.act, timings);
 }
 
 namespace {
@@ -479,17 +489,13 @@ class TiledConvOp final : public GpuOp {
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(split ? 0 : s_.act);
     a.Int(plan.splits).Int(plan.k_split);
-    const Dim3 local = {16, 16, 1};  // the split-K reduce
     const size_t ty = static_cast<size_t>(plan.threads / 16);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*plan.kernel, a,
                                      {static_cast<size_t>(CeilDiv(s_.co, plan.bn) * 16),
                                       static_cast<size_t>(CeilDiv(M, plan.bm)) * ty, static_cast<size_t>(plan.splits)},
                                      {16, ty, 1}, timings));
     if (!split) return Status::Ok();
-    Args r;
-    r.Buf(out.buffer, out.elem_offset()).Int(0).Int(s_.co).Buf(scratch.buffer, scratch.elem_offset()).Int(plan.splits);
-    r.Buf(bias.buffer, bias.elem_offset()).Int(s_.has_bias ? 1 : 0).Int(M).Int(s_.co).Int(s_.act);
-    return dev.Launch(*plan.reduce, r, {static_cast<size_t>(s_.co), static_cast<size_t>(M), 1}, local, timings);
+    return LaunchSplitKReduce(dev, plan, out, 0, s_.co, scratch, bias, s_.has_bias, M, s_.co, 1, s_.act, timings);
   }
 };
 

@@ -107,14 +107,16 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape&
 // model's constant tensors, which live as long as the interpreter).
 class PackedWeights {
  public:
-  PackedWeights(size_t elements, bool half, std::function<void(float*)> produce)
-      : elements_(elements), half_(half), produce_(std::move(produce)) {}
+  // `tile_major`: `produce` writes BOperand::tile_major's layout (operand() says so to the launcher).
+  PackedWeights(size_t elements, bool half, std::function<void(float*)> produce, bool tile_major = false)
+      : elements_(elements), half_(half), tile_major_(tile_major), produce_(std::move(produce)) {}
   Status Ensure(const Device& dev);
-  BOperand operand() const { return BOperand{buffer_.get(), 0, half_}; }
+  BOperand operand() const { return BOperand{buffer_.get(), 0, half_, tile_major_}; }
 
  private:
   size_t elements_;
   bool half_;
+  bool tile_major_;
   std::function<void(float*)> produce_;
   std::unique_ptr<Buffer> buffer_;
 };

@@ -118,9 +118,7 @@ class WinogradOp final : public GpuOp {
           dev, [&](const TilePlan& p) { return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr); },
           &plan_));
     }
-    BOperand u = u_->operand();
-    u.tile_major = tile_major_;
-    SDGPU_RETURN_IF_ERROR(LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u, nullptr, rest, timings));
+    SDGPU_RETURN_IF_ERROR(LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings));
     Args o;
     o.Buf(out.buffer, out.elem_offset()).Buf(mbuf.buffer, mbuf.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
@@ -129,7 +127,6 @@ class WinogradOp final : public GpuOp {
 
   WinogradGeom g_;
   int act_ = 0;
-  bool tile_major_ = false;  // U as [a*a][ceil(Co/64)][Ci][64] for gemm_t16x64 (no tuning then)
   GemmShape gemm_;
   TilePlan plan_;
   TileTuner tuner_;
@@ -219,16 +216,14 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   // The skinny kernel streams U faster from per-work-group slabs (header comment); U's layout is fixed at upload,
   // so that plan is then kept (no tuning: the tuner could pick a kernel that reads U row-major).
   const int col_tiles = (g.co + 63) / 64;
-  u->tile_major_ = u->plan_.kernel->name() == "gemm_t16x64" &&
-                   a2 * g.ci * col_tiles * 64 <= INT_MAX;
-  if (u->tile_major_) u->gemm_.sbb = g.ci * col_tiles * 64;
-  const bool tile_major = u->tile_major_;
+  const bool tile_major = u->plan_.kernel->name() == "gemm_t16x64" && a2 * g.ci * col_tiles * 64 <= INT_MAX;
+  if (tile_major) u->gemm_.sbb = g.ci * col_tiles * 64;
   u->u_ = std::make_unique<PackedWeights>(
       static_cast<size_t>(a2) * g.ci * (tile_major ? col_tiles * 64 : g.co), half_u,
-      [g, fdata, tile_major](float* dst) { TransformFilter(g, fdata, dst, tile_major); });
+      [g, fdata, tile_major](float* dst) { TransformFilter(g, fdata, dst, tile_major); }, tile_major);
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
-                                       half_u ? "wino,h" : "wino,f", node.gemm_autotune && !u->tile_major_));
+                                       half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major));
   u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
                       std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
