@@ -96,8 +96,15 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
         prof = row["profile"]
         assert prof["kind"] == "device" and prof["nodes_timed"] == row["num_ops"] and len(prof["top"]) == 5
         assert [t["avg_ms"] for t in prof["top"]] == sorted((t["avg_ms"] for t in prof["top"]), reverse=True)
-        assert 0 < prof["total_ms"] <= row["timings_us"]["avg"] / 1e3 * 1.02
-        assert details[f"profiles/unet_b1/{rid}.json"]["nodes_timed"] == row["num_ops"]
+        # The profile comes from a second session (--profile separate), so it is not compared with the timed
+        # runs' wall time (two PoCL sessions on a loaded 1-core host differ by tens of %): check it adds up.
+        full = details[f"profiles/unet_b1/{rid}.json"]
+        assert full["nodes_timed"] == row["num_ops"] and prof["mode"] == "separate"
+        assert prof["total_ms"] > 0
+        assert sum(o["avg_us"] for o in full["ops"]) / 1e3 == pytest.approx(prof["total_ms"], rel=1e-9)
+        assert sum(e["ms"] for e in prof["by_type"].values()) == pytest.approx(prof["total_ms"], rel=1e-9)
+        assert sum(e["count"] for e in prof["by_type"].values()) == row["num_ops"]
+        assert sum(e["ms"] for e in prof["by_kernel"].values()) == pytest.approx(prof["total_ms"], rel=1e-4)
         assert details[f"reports/unet_b1/{rid}.txt"].startswith("Model: ")
         parity = data["derived"]["parity"][f"unet_b1|{rid}"]
         assert parity["reference"] == "litert-cpu-plain" and parity["rel"] < 1e-4
