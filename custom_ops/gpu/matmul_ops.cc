@@ -370,6 +370,31 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
 
 namespace {
 
+// The TileTuner key of a GEMM: the strides and operand storage (TileTuner::Init).
+std::string GemmTuneKey(const GemmShape& g, bool b_half) {
+  return std::to_string(g.sab) + "," + std::to_string(g.sam) + "," + std::to_string(g.sak) + "," +
+         std::to_string(g.sbb) + "," + std::to_string(g.sbk) + "," + std::to_string(g.sbn) + "," +
+         std::to_string(b_half) + "," + std::to_string(g.bias_input >= 0) + "," + std::to_string(g.scb) + "," +
+         std::to_string(g.scm);
+}
+
+// GpuOp::SplitColumns for a single GEMM C = A B (no bias: a bias would need a per-block offset): the same
+// product as `parts` GEMMs batched over column blocks of width W = N / parts; block p reads B's columns
+// [p*W, (p+1)*W) (batch stride W columns of B), the whole A (batch stride 0), and writes its own M x W plane.
+bool SplitGemmColumns(const GemmShape& s, int parts, GemmShape* out) {
+  if (parts < 2 || s.batch != 1 || s.bias_input >= 0 || s.N % parts != 0 || s.scm != s.N) return false;
+  GemmShape g = s;
+  const int w = s.N / parts;
+  g.batch = parts;
+  g.N = w;
+  g.sab = 0;
+  g.sbb = w * s.sbn;
+  g.scb = s.M * w;
+  g.scm = w;
+  *out = g;
+  return true;
+}
+
 // gemm_f32(C, co, int scb, int scm, A, ao, int sab, int sam, int sak, B, bo, int sbb, int sbk, int sbn,
 //          bias, biaso, int has_bias, int M, int N, int K, float alpha, int act); global = (N, M, batch).
 class GemmOp final : public GpuOp {
@@ -389,6 +414,13 @@ class GemmOp final : public GpuOp {
     a.Int(s_.M).Int(s_.N).Int(s_.K).Float(s_.alpha).Int(s_.act);
     return dev.Launch(*k_, a, {static_cast<size_t>(s_.N), static_cast<size_t>(s_.M), static_cast<size_t>(s_.batch)},
                       {kTile, kTile, 1}, timings);
+  }
+
+  bool SplitColumns(const Device&, int parts) override {
+    GemmShape g;
+    if (!SplitGemmColumns(s_, parts, &g)) return false;
+    s_ = g;
+    return true;
   }
 
   const Kernel* k_ = nullptr;
@@ -440,10 +472,28 @@ class TiledGemmOp final : public GpuOp {
     return LaunchTiledGemm(dev, plan_, s_, out, in[s_.a_input], b, bias, scratch, timings);
   }
 
+  bool SplitColumns(const Device& dev, int parts) override {
+    GemmShape g;
+    if (!SplitGemmColumns(s_, parts, &g)) return false;
+    TilePlan plan;
+    TileTuner tuner;
+    if (!PlanTiles(dev, false, g.M, g.N, g.K, g.batch, &plan).ok() ||
+        !tuner.Init(dev, false, g.M, g.N, g.K, g.batch, GemmTuneKey(g, b_half_), autotune_).ok()) {
+      return false;
+    }
+    s_ = g;
+    plan_ = plan;
+    tuner_ = std::move(tuner);
+    scratch_bytes_ = std::max(plan_.scratch_bytes, tuner_.scratch_bytes());
+    return true;
+  }
+
   TilePlan plan_;
   TileTuner tuner_;
   GemmShape s_;
   std::unique_ptr<PackedWeights> packed_;
+  bool b_half_ = false;
+  bool autotune_ = false;
 };
 
 // CONV_2D (and SdConv2DWinograd's direct path) as the tiled implicit GEMM.
@@ -522,12 +572,9 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
     u->s_.sbn = 1;
     inputs.erase(std::remove(inputs.begin(), inputs.end(), s.b_input), inputs.end());
   }
-  const GemmShape& g = u->s_;
-  const bool b_half = b_const != nullptr && weights_fp16;
-  const std::string key = std::to_string(g.sab) + "," + std::to_string(g.sam) + "," + std::to_string(g.sak) + "," +
-                          std::to_string(g.sbb) + "," + std::to_string(g.sbk) + "," + std::to_string(g.sbn) + "," +
-                          std::to_string(b_half) + "," + std::to_string(g.bias_input >= 0);
-  SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, key, autotune));
+  u->b_half_ = b_const != nullptr && weights_fp16;
+  u->autotune_ = autotune;
+  SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, GemmTuneKey(u->s_, u->b_half_), autotune));
   u->device_inputs_ = std::move(inputs);
   u->scratch_bytes_ = std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);

@@ -52,6 +52,16 @@ class GpuOp {
   // Enqueues the op's launches; `timings` (nullable) collects one Timer per launch when profiling.
   virtual Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out,
                          const TensorRef& scratch, Timings* timings) = 0;
+  // Column split (GpuPartition's zero-copy column SLICEs): from now on write the [M, N] output as `parts`
+  // consecutive blocks [parts][M][N / parts], block p holding columns [p*N/parts, (p+1)*N/parts), so that
+  // the SLICEs taking those column blocks become views of it. Ops that can (bias-free FULLY_CONNECTED) run
+  // it as a GEMM batched over the blocks and return true; false (the default) leaves the op unchanged.
+  // Called before scratch_bytes() is read; may change it.
+  virtual bool SplitColumns(const Device& dev, int parts) {
+    (void)dev;
+    (void)parts;
+    return false;
+  }
 
  protected:
   std::vector<int> device_inputs_;

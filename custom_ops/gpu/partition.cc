@@ -11,6 +11,7 @@
 #include "delegate/tflite_graph.h"
 #include "gpu/builtin_params.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/op_util.h"
 
 namespace sdgpu::gpu {
 
@@ -86,9 +87,81 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     const int code = view.desc.builtin_code;
     s.view = (code == kReshape || code == kSqueeze || code == kExpandDims) && !view.desc.inputs.empty() &&
              view.desc.inputs[0] != nullptr && view.desc.inputs[0]->bytes == s.output_bytes;
+    if (code == kSlice && view.desc.inputs.size() == 3 && view.desc.inputs[0] != nullptr &&
+        view.desc.inputs[1] != nullptr && IsConstant(view.desc.inputs[1])) {
+      const std::vector<int32_t> begin = ConstInts(view.desc.inputs[1]);
+      s.slice_in = DimsOf(view.desc.inputs[0]);
+      s.slice_out = DimsOf(view.desc.outputs[0]);
+      if (begin.size() == s.slice_in.size() && s.slice_out.size() == s.slice_in.size() && !begin.empty()) {
+        s.slice_begin.assign(begin.begin(), begin.end());
+      } else {
+        s.slice_in.clear();
+        s.slice_out.clear();
+      }
+    }
+    if (code == kFullyConnected && view.desc.inputs.size() > 1 && view.desc.inputs[1] != nullptr) {
+      const Dims w = DimsOf(view.desc.inputs[1]), o = DimsOf(view.desc.outputs[0]);
+      s.fc_columns = w.size() == 2 && !o.empty() && o.back() == w[0] ? w[0] : 0;
+    }
     steps_.push_back(std::move(s));
   }
+  SplitGemmColumns(abi::IntArrayToVector(params->output_tensors));
   return Status::Ok();
+}
+
+void GpuPartition::SplitGemmColumns(const std::vector<int>& partition_outputs) {
+  const std::set<int> outs(partition_outputs.begin(), partition_outputs.end());
+  std::unordered_map<int, std::vector<int>> readers;  // tensor -> steps reading it on the device
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    for (int k : steps_[i].op->device_inputs()) {
+      if (steps_[i].inputs[k] >= 0) readers[steps_[i].inputs[k]].push_back(i);
+    }
+  }
+  for (Step& fc : steps_) {
+    if (fc.fc_columns <= 0 || outs.count(fc.output)) continue;
+    auto it = readers.find(fc.output);
+    if (it == readers.end() || it->second.size() < 2) continue;
+    const int64_t n = fc.fc_columns;
+    const int64_t width = steps_[it->second[0]].slice_out.empty() ? 0 : steps_[it->second[0]].slice_out.back();
+    if (width <= 0 || n % width != 0 || static_cast<int64_t>(it->second.size()) != n / width) continue;
+    std::vector<int> part_of(it->second.size(), -1);
+    std::vector<bool> seen(static_cast<size_t>(n / width), false);
+    bool ok = true;
+    for (size_t r = 0; r < it->second.size() && ok; ++r) {
+      const Step& sl = steps_[it->second[r]];
+      const size_t rank = sl.slice_in.size();
+      ok = rank > 0 && sl.inputs[0] == fc.output && outs.count(sl.output) == 0 && sl.slice_in[rank - 1] == n &&
+           sl.slice_out[rank - 1] == width && sl.slice_begin[rank - 1] % width == 0;
+      for (size_t d = 0; ok && d + 1 < rank; ++d) ok = sl.slice_begin[d] == 0 && sl.slice_out[d] == sl.slice_in[d];
+      if (!ok) break;
+      const int64_t part = sl.slice_begin[rank - 1] / width;
+      ok = part >= 0 && part < n / width && !seen[static_cast<size_t>(part)];
+      if (ok) {
+        seen[static_cast<size_t>(part)] = true;
+        part_of[r] = static_cast<int>(part);
+      }
+    }
+    if (!ok || !fc.op->SplitColumns(device(), static_cast<int>(n / width))) continue;
+    for (size_t r = 0; r < it->second.size(); ++r) {
+      Step& sl = steps_[it->second[r]];
+      sl.column_block = true;
+      sl.alias_offset = static_cast<size_t>(part_of[r]) * sl.output_bytes;
+    }
+  }
+}
+
+long long GpuPartition::ContiguousSliceOffset(const Step& step) {
+  const size_t rank = step.slice_in.size();
+  if (rank == 0) return -1;
+  size_t a = 0;  // the first axis the output does not collapse to 1 (the last one if all do)
+  while (a + 1 < rank && step.slice_out[a] == 1) ++a;
+  for (size_t d = a + 1; d < rank; ++d) {
+    if (step.slice_out[d] != step.slice_in[d]) return -1;  // a partial inner axis: rows with gaps
+  }
+  const Dims strides = StridesOf(step.slice_in);
+  long long elems = 0;
+  for (size_t d = 0; d < rank; ++d) elems += static_cast<long long>(step.slice_begin[d]) * strides[d];
+  return elems * 4;  // the GPU SLICE handles 4-byte elements only
 }
 
 Status GpuPartition::NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const {
@@ -108,9 +181,16 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   alias_root_.clear();
   int num_aliased = 0;
   for (Step& step : steps_) {
-    step.aliased = step.view && part_outputs.count(step.output) == 0 && step.inputs[0] >= 0;
+    long long offset = -1;  // bytes into the input when the step is a view
+    if (step.column_block) {
+      offset = static_cast<long long>(step.alias_offset);  // never a partition output (SplitGemmColumns)
+    } else if (part_outputs.count(step.output) == 0 && !step.inputs.empty() && step.inputs[0] >= 0) {
+      offset = step.view ? 0 : ContiguousSliceOffset(step);
+    }
+    step.aliased = offset >= 0;
     if (!step.aliased) continue;
-    alias_root_[step.output] = Root(step.inputs[0]);
+    step.alias_offset = static_cast<size_t>(offset);
+    alias_root_[step.output] = {Root(step.inputs[0]), RootOffset(step.inputs[0]) + step.alias_offset};
     ++num_aliased;
   }
 
@@ -190,24 +270,30 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
 
 int GpuPartition::Root(int tensor) const {
   auto it = alias_root_.find(tensor);
-  return it != alias_root_.end() ? it->second : tensor;
+  return it != alias_root_.end() ? it->second.first : tensor;
+}
+
+size_t GpuPartition::RootOffset(int tensor) const {
+  auto it = alias_root_.find(tensor);
+  return it != alias_root_.end() ? it->second.second : 0;
 }
 
 Status GpuPartition::Ref(int tensor, TensorRef* out) const {
+  const size_t offset = RootOffset(tensor);
   tensor = Root(tensor);
   auto it = internal_.find(tensor);
   if (it != internal_.end()) {
-    *out = TensorRef{arena_.get(), planner_.offset(it->second)};
+    *out = TensorRef{arena_.get(), planner_.offset(it->second) + offset};
     return Status::Ok();
   }
   auto c = constants_.find(tensor);
   if (c != constants_.end()) {
-    *out = TensorRef{c->second.get(), 0};
+    *out = TensorRef{c->second.get(), offset};
     return Status::Ok();
   }
   auto e = externals_.find(tensor);
   if (e != externals_.end()) {
-    *out = TensorRef{e->second.get(), 0};
+    *out = TensorRef{e->second.get(), offset};
     return Status::Ok();
   }
   return Status::Error("internal error: tensor " + std::to_string(tensor) + " has no device buffer");

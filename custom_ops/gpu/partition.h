@@ -15,6 +15,16 @@
 //   lives until the last consumer of any view (MemoryPlanner::Alias). A view
 //   that IS a partition output keeps its copy kernel: each output owns its
 //   buffer, so an output never shares bytes with an input or another output.
+//   Two kinds of SLICE are views too, at a byte offset into their root:
+//   * contiguous slices, whose output is one contiguous run of the input
+//     (e.g. [1, 22*C] -> [1, C], the b1 time-embedding projections that
+//     `--fuse` merges into one FULLY_CONNECTED);
+//   * column blocks of a split GEMM: when every reader of a bias-free
+//     FULLY_CONNECTED's [M, N] output is a SLICE taking one of `parts` equal
+//     column blocks (the q/k/v and cross-attention k/v projections merged by
+//     `--fuse`), the op writes [parts][M][N/parts] instead (GpuOp::SplitColumns,
+//     one batched GEMM launch) and each SLICE is the view of its block.
+//     Decided at init; the FC output must not be a partition output.
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed
@@ -64,6 +74,11 @@ class GpuPartition {
     std::unique_ptr<GpuOp> op;
     bool view = false;     // RESHAPE/SQUEEZE/EXPAND_DIMS with output bytes == input bytes
     bool aliased = false;  // this prepare: output aliases the input (no launch)
+    // Plain SLICE with constant begin (else empty): input dims, output dims, begin.
+    std::vector<int64_t> slice_in, slice_out, slice_begin;
+    int64_t fc_columns = 0;     // FULLY_CONNECTED: N (the output's last dim), else 0
+    bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
+    size_t alias_offset = 0;    // bytes into the input, when aliased
     int scratch_request = -1;
     size_t output_bytes = 0;
     double total_ms = 0.0;
@@ -78,6 +93,12 @@ class GpuPartition {
   Status Ref(int tensor, TensorRef* out) const;
   // The tensor whose device memory `tensor` lives in (itself unless it is an aliased view).
   int Root(int tensor) const;
+  // Byte offset of `tensor` inside Root(tensor)'s memory.
+  size_t RootOffset(int tensor) const;
+  // Column splits (header comment), from the graph structure at init.
+  void SplitGemmColumns(const std::vector<int>& partition_outputs);
+  // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.
+  static long long ContiguousSliceOffset(const Step& step);
   Status NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const;
   Status WriteProfile() const;
   const Device& device() const;
@@ -94,7 +115,7 @@ class GpuPartition {
   MemoryPlanner planner_;
   std::unique_ptr<Buffer> arena_;
   std::unordered_map<int, int> internal_;                       // root tensor -> planner request
-  std::unordered_map<int, int> alias_root_;                     // aliased view output -> root tensor
+  std::unordered_map<int, std::pair<int, size_t>> alias_root_;  // aliased view output -> (root tensor, byte offset)
   std::unordered_map<int, std::unique_ptr<Buffer>> constants_;  // uploaded once
   std::map<int, std::unique_ptr<Buffer>> externals_;            // partition inputs/outputs
   std::vector<int> inputs_to_upload_;

@@ -115,16 +115,44 @@ def test_fuse_runs_the_pass_and_reports_it(tmp_path, rng):
 
 
 def test_tiny_unet_projections_merge(tiny_export):
-    """Tiny UNet: every attention's q/k/v (3 -> 1), the cross-attentions' k/v on the text states and the ResNets'
-    time projections (each -> 1 over all blocks)."""
+    """Tiny UNet: every attention's q/k/v (3 -> 1), the cross-attentions' k/v on the text states (bias-free: one FC
+    per width) and the ResNets' time projections (biased: one FC over all blocks)."""
     from sdconvert.rewrite.fuse import fuse
 
     model = read_model(tiny_export / "unet.tflite")
     _, passes = fuse(model, merge_fcs=False)
     fcs = [op for op in model.main.ops if op.type == "FULLY_CONNECTED"]
-    by_input: dict[int, int] = {}
+    text = next(t for t in model.main.inputs if t.name.endswith("encoder_hidden_states"))
+    widths = {int(op.outputs[0].shape[-1]) for op in fcs if op.inputs[0] is text}
+    assert len(widths) >= 2  # the tiny UNet has two channel widths, so the split is exercised
+    text_fcs = {w: sum(1 for op in fcs if op.inputs[0] is text and int(op.outputs[0].shape[-1]) == w) for w in widths}
+    parts: dict[tuple, int] = {}
     for op in fcs:
-        by_input[id(op.inputs[0])] = by_input.get(id(op.inputs[0]), 0) + 1
-    groups = [n for n in by_input.values() if n > 1]
-    assert merge_sibling_fcs(model) == sum(groups) - len(groups) == 37
+        biased = len(op.inputs) > 2 and op.inputs[2] is not None
+        key = (id(op.inputs[0]), -1 if biased else int(op.outputs[0].shape[-1]))
+        parts[key] = parts.get(key, 0) + 1
+    groups = [n for n in parts.values() if n > 1]
+    assert merge_sibling_fcs(model) == sum(groups) - len(groups)
     assert model.op_histogram()["SLICE"] == sum(groups)
+    merged_text = [op for op in model.main.ops if op.type == "FULLY_CONNECTED" and op.inputs[0] is text]
+    assert sorted(int(op.outputs[0].shape[-1]) for op in merged_text) == sorted(w * n for w, n in text_fcs.items())
+
+
+def test_bias_free_siblings_merge_per_width(tmp_path, rng):
+    """k/v-like bias-free FCs of two widths on one input: one merged FC per width (the GPU delegate runs each as
+    one GEMM batched over equal column blocks); a group with a bias anywhere merges whole (test above)."""
+    sg = Subgraph("main")
+    x = sg.add_tensor(Tensor("x", (1, 7, 16)))
+    outs = [_relu(sg, _fc(sg, x, rng.standard_normal((n, 16)).astype(np.float32), None)[0])
+            for n in (32, 64, 32, 64, 64)]
+    model = _model(sg, [x], outs)
+    src = write_model(model, tmp_path / "src.tflite")
+    assert merge_sibling_fcs(model) == 3
+    dst = write_model(model, tmp_path / "dst.tflite")
+    merged = [op for op in read_model(dst).main.ops if op.type == "FULLY_CONNECTED"]
+    assert sorted(int(op.inputs[1].shape[0]) for op in merged) == [64, 192]
+    assert read_model(dst).op_histogram()["SLICE"] == 5
+    inputs = {"x": rng.standard_normal((1, 7, 16)).astype(np.float32)}
+    want, got = _run(src, inputs), _run(dst, inputs)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)

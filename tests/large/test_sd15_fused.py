@@ -50,9 +50,9 @@ def test_sd15_unet_fp32_fused_winograd_auto(tmp_path_factory, capfd):
     assert after.get("RSQRT", 0) == before.get("RSQRT", 0) - 109 == 0
     assert after.get("MEAN", 0) == before.get("MEAN", 0) - 2 * 109 == 0
     assert after.get("SQUARED_DIFFERENCE", 0) == before.get("SQUARED_DIFFERENCE", 0) - 48 == 0  # LayerNorm variances
-    # merge_sibling_fc: 16 x (q, k, v) -> 16, 32 cross-attention k/v -> 1, the 22 ResNets' time projections -> 1
-    # (184 -> 100 FCs), one SLICE per merged output (48 + 32 + 22)
-    assert fusion["passes"]["merge_sibling_fc"] == before["FULLY_CONNECTED"] - after["FULLY_CONNECTED"] == 84
+    # merge_sibling_fc: 16 x (q, k, v) -> 16, 32 bias-free cross-attention k/v -> 3 (one per width: 320, 640,
+    # 1280), the 22 ResNets' biased time projections -> 1 (184 -> 102 FCs), one SLICE per merged output (48 + 32 + 22)
+    assert fusion["passes"]["merge_sibling_fc"] == before["FULLY_CONNECTED"] - after["FULLY_CONNECTED"] == 82
     assert before["SLICE"] == 32 and after["SLICE"] == 102  # the GEGLU halves' SLICEs went into SdGelu
     # op count drops accordingly (the unfused fp32 UNet has ~2.8-3.2k ops, see test_sd15_export.py)
     assert 2837 <= fusion["ops_before"] <= 3200, fusion["ops_before"]

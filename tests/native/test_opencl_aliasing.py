@@ -109,3 +109,96 @@ def test_squeeze_and_expand_dims_alias(rng):
     stats = native.stats(delegate)
     assert stats["claimed_nodes"] == 4
     assert stats["max_arena_bytes"] == 8 * 16 * 4
+
+
+# ---- SLICE views: contiguous runs and the column blocks of a split FULLY_CONNECTED ----------------------------
+
+def _fc(g: BuiltinGraph, x: int, w: np.ndarray, b: np.ndarray | None, out_shape, name: str) -> int:
+    o = S.FullyConnectedOptionsT()
+    o.keepNumDims = True
+    ins = [x, g.const(f"{name}_w", w)] + ([g.const(f"{name}_b", b)] if b is not None else [-1])
+    return g.op(S.BuiltinOperator.FULLY_CONNECTED, ins, g.tensor(name, out_shape),
+                S.BuiltinOptions.FullyConnectedOptions, o)
+
+
+def _profiled(model: bytes, tmp_path, **inputs):
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
+    out = make_interpreter(model, delegate).get_signature_runner("serving_default")(**inputs)
+    return out, native.stats(delegate), json.loads(profile.read_text())["nodes"]
+
+
+def _qkv_graph(rng, bias: bool, extra_reader: bool, m: int = 24, k: int = 32, c: int = 64):
+    """x [1, m, k] -> FC -> [1, m, 3c] -> three column SLICEs (the merged q/k/v of `sdconvert --fuse`)."""
+    g = BuiltinGraph()
+    x = g.input("x", [1, m, k])
+    w = rng.standard_normal((3 * c, k)).astype(np.float32)
+    b = rng.standard_normal(3 * c).astype(np.float32) if bias else None
+    f = _fc(g, x, w, b, [1, m, 3 * c], "f")
+    # out of order on purpose: the split maps each SLICE to its block by `begin`, not by position
+    v = g.slice(f, [0, 0, 2 * c], [1, m, c], "v")
+    q = g.slice(f, [0, 0, 0], [1, m, c], "q")
+    kk = g.slice(f, [0, 0, c], [1, m, c], "k")
+    s = rng.standard_normal(c).astype(np.float32)
+    t = g.binary(MUL, q, g.const("s", s), [1, m, c], "t")
+    u = g.binary(ADD, t, kk, [1, m, c], "u")
+    g.output(g.binary(MUL, u, v, [1, m, c], "y"))
+    if extra_reader:
+        g.output(g.binary(MUL, f, f, [1, m, 3 * c], "f2"))
+    xv = rng.standard_normal((1, m, k)).astype(np.float32)
+    fv = xv.astype(np.float64) @ w.T.astype(np.float64) + (b if bias else 0.0)
+    qv, kv, vv = fv[..., :c], fv[..., c:2 * c], fv[..., 2 * c:]
+    want = {"y": ((qv * s + kv) * vv).astype(np.float32)}
+    if extra_reader:
+        want["f2"] = (fv * fv).astype(np.float32)
+    return g.build(), xv, want
+
+
+def test_column_slices_of_a_bias_free_fc_are_views_of_one_batched_gemm(rng, tmp_path):
+    model, xv, want = _qkv_graph(rng, bias=False, extra_reader=False)
+    out, stats, nodes = _profiled(model, tmp_path, x=xv)
+    assert_close(out["y"], want["y"], rtol=1e-5)
+    assert stats["partitions"] == 1 and stats["claimed_nodes"] == 7 and stats["declined_nodes"] == 0
+    by_op = {}
+    for n in nodes:
+        by_op.setdefault(n["op"], []).append(n)
+    assert [n["ms"] for n in by_op["SLICE"]] == [0.0, 0.0, 0.0] and all(not n["kernels"] for n in by_op["SLICE"])
+    (fc,) = by_op["FULLY_CONNECTED"]
+    assert fc["ms"] > 0 and fc["kernels"][0]["name"].startswith("gemm_")
+    # the FC output's bytes ([3][24][64] blocks) + t + u; the slices add nothing
+    assert stats["max_arena_bytes"] == (24 * 192 + 2 * 24 * 64) * 4
+
+
+def test_column_slices_stay_copies_with_a_bias_or_another_reader(rng, tmp_path):
+    for bias, extra in ((True, False), (False, True)):
+        model, xv, want = _qkv_graph(rng, bias=bias, extra_reader=extra)
+        out, stats, nodes = _profiled(model, tmp_path, x=xv)
+        for name, ref in want.items():
+            assert_close(out[name], ref, rtol=1e-5)
+        assert stats["partitions"] == 1 and stats["declined_nodes"] == 0
+        slices = [n for n in nodes if n["op"] == "SLICE"]
+        assert len(slices) == 3 and all(n["ms"] > 0 and n["kernels"] for n in slices), (bias, extra)
+
+
+def test_contiguous_slices_are_views(rng, tmp_path):
+    # [1, 4c] -> [1, c] runs (b1 time-embedding projections) are views; [2, 4c] -> [2, c] rows have gaps: copies
+    c = 32
+    for batch, views in ((1, True), (2, False)):
+        g = BuiltinGraph()
+        x = g.input("x", [batch, 4 * c])
+        e = rng.standard_normal(4 * c).astype(np.float32)
+        t = g.binary(ADD, x, g.const("e", e), [batch, 4 * c], "t")
+        a = g.slice(t, [0, c], [batch, c], "a")
+        b = g.slice(t, [0, 3 * c], [batch, c], "b")
+        g.output(g.binary(MUL, a, b, [batch, c], "y"))
+        g.output(g.slice(t, [0, 2 * c], [batch, c], "z"))  # a partition output: always its own buffer
+        xv = rng.standard_normal((batch, 4 * c)).astype(np.float32)
+        out, stats, nodes = _profiled(g.build(), tmp_path, x=xv)
+        tv = xv + e
+        assert_close(out["y"], tv[:, c:2 * c] * tv[:, 3 * c:], rtol=1e-6)
+        np.testing.assert_array_equal(out["z"], tv[:, 2 * c:3 * c])
+        assert stats["partitions"] == 1 and stats["declined_nodes"] == 0
+        ms = {n["op"] + str(i): n["ms"] for i, n in enumerate(nodes)}
+        slice_ms = [n["ms"] for n in nodes if n["op"] == "SLICE"]
+        assert len(slice_ms) == 3 and slice_ms[2] > 0, ms  # z
+        assert all((m == 0.0) == views for m in slice_ms[:2]), ms

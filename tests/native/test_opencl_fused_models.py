@@ -40,3 +40,43 @@ def test_fused_model_fully_delegated_and_matches_cpu(tiny_fused_export: Path, rn
     assert stats["invocations"] == 2
     for name, value in expected.items():
         assert_close(actual[name], value, rtol=1e-4)
+
+
+def test_merged_projection_slices_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
+    """`--fuse` merges sibling projections into one FULLY_CONNECTED + column SLICEs; on the GPU the bias-free
+    merges (q/k/v, cross-attention k/v) run as one batched GEMM whose column blocks ARE the slices (no copy
+    launch). Slices of biased merges (time-embedding projections, batch 2 here) stay copies."""
+    import json
+
+    from ai_edge_litert.interpreter import load_delegate
+
+    path = tiny_fused_export / "unet.tflite"
+    info = read_model_info(path)
+    producer = {t: op for op in info.ops for t in op.outputs}
+    readers: dict[int, list] = {}
+    for op in info.ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    split = set()
+    for op in info.ops:
+        if op.op_name == "FULLY_CONNECTED" and (len(op.inputs) < 3 or op.inputs[2] < 0):
+            rd = readers.get(op.outputs[0], [])
+            if len(rd) >= 2 and all(r.op_name == "SLICE" for r in rd):
+                split.update(r.index for r in rd)
+    slices = [op.index for op in info.ops if op.op_name == "SLICE"]
+    assert len(split) >= 6 and len(slices) > len(split)  # both kinds are in the tiny UNet
+
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
+    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
+        "serving_default")
+    inputs = signature_inputs(runner, rng)
+    actual = runner(**inputs)
+    cpu = native.load(backend="cpu")
+    expected = Interpreter(model_path=str(path), experimental_delegates=[cpu]).get_signature_runner(
+        "serving_default")(**inputs)
+    for name, value in expected.items():
+        assert_close(actual[name], value, rtol=1e-4)
+    nodes = {n["node"]: n for n in json.loads(profile.read_text())["nodes"]}
+    for i in slices:
+        assert (nodes[i]["kernels"] == []) == (i in split), (i, nodes[i])

@@ -11,6 +11,11 @@ plus 3 x 8 us of SLICE); the few-row projections gain most. Numerics: each outpu
 our CPU kernels give bit-identical results, GPU GEMMs may pick another tile plan (split-K) for the wider problem,
 which changes only the summation order (~1e-6 relative).
 
+Bias-free siblings merge per output width (SD1.5's 32 cross-attention k/v FCs become three merged FCs, widths 320,
+640 and 1280): our GPU delegate then runs each merged FC as one GEMM batched over its equal column blocks and its
+SLICEs launch nothing (``GpuPartition``: column splits). Siblings with a bias merge whatever their widths (the
+time-embedding projections: at batch 1 their slices are contiguous runs, which the delegate also treats as views).
+
 Merged: FCs whose input is the same tensor, with equal options (activation, keepNumDims, weights format), float32
 weights that are constants or ``DEQUANTIZE`` of float16 constants used only by that FC (merged into one
 DEQUANTIZE), optional float32 constant biases (a missing bias becomes zeros when a sibling has one), and outputs
@@ -132,6 +137,16 @@ def _merge_group(sg: Subgraph, group: list[Op]) -> None:
     sg.remove_ops(group)
 
 
+def _by_width(group: list[Op]) -> list[list[Op]]:
+    """A bias-free group split by output width (module docstring); a group where any FC has a bias stays whole."""
+    if any(_bias(op) is not None for op in group):
+        return [group]
+    parts: dict[int, list[Op]] = defaultdict(list)
+    for op in group:
+        parts[int(op.outputs[0].shape[-1])].append(op)
+    return list(parts.values())
+
+
 def merge_sibling_fcs(model: Model) -> int:
     """Merge every group of >= 2 sibling FCs (see the module docstring). Returns the number of FCs removed."""
     removed = 0
@@ -144,9 +159,10 @@ def merge_sibling_fcs(model: Model) -> int:
                 lead = tuple(op.outputs[0].shape[:-1])
                 groups[(id(x), _options_key(op), w[0], int(w[1].shape[1]), lead)].append(op)
         for group in groups.values():
-            if len(group) >= 2:
-                _merge_group(sg, group)
-                removed += len(group) - 1
+            for part in _by_width(group):
+                if len(part) >= 2:
+                    _merge_group(sg, part)
+                    removed += len(part) - 1
     if removed:
         model.cleanup()
     return removed
