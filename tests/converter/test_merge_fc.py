@@ -107,11 +107,11 @@ def test_fuse_runs_the_pass_and_reports_it(tmp_path, rng):
     model, _, _ = _siblings(rng)
     src = write_model(model, tmp_path / "src.tflite")
     rep = fuse_model(src, tmp_path / "fused.tflite")
-    assert rep.passes == {"merge_sibling_fc": 2}
+    assert rep.passes == {"merge_sibling_fc": 2, "transpose_pairs_cancelled": 0}
     assert "merge_sibling_fc       2  (pass)" in rep.format_table()
     assert rep.histogram_after["FULLY_CONNECTED"] == 2 and rep.histogram_after["SLICE"] == 3
     off = fuse_model(src, tmp_path / "off.tflite", merge_fcs=False)
-    assert off.passes == {} and off.histogram_after["FULLY_CONNECTED"] == 4
+    assert off.passes == {"transpose_pairs_cancelled": 0} and off.histogram_after["FULLY_CONNECTED"] == 4
 
 
 def test_tiny_unet_projections_merge(tiny_export):

@@ -95,7 +95,9 @@ def composite_export(tmp_path_factory) -> Path:
 
 # FCs the merge_sibling_fc pass removes from the tiny composite exports (tests/converter/test_merge_fc.py counts
 # the UNet's). The VAE's q/k/v all merge here; in the plain export one of them has another keepNumDims (1 removed).
-MERGED_FCS = {"unet": 37, "vae_decoder": 2}
+MERGED_FCS = {"unet": 36, "vae_decoder": 2}
+# TRANSPOSE pairs cancelled by cancel_transpose_pairs (7 in the plain tiny UNet export, test_passes.py).
+CANCELLED_TRANSPOSE_PAIRS = {"unet": 0, "vae_decoder": 0}  # the group_norm composites read NHWC: no pairs
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -110,6 +112,7 @@ def test_composites_are_present_and_fused(composite_export, tmp_path, model):
     assert rep.counts == sites
     merged = rep.passes.pop("merge_sibling_fc")  # sibling FCs (q/k/v, cross k/v, time projections), as unfused
     assert merged == MERGED_FCS[model]
+    assert rep.passes.pop("transpose_pairs_cancelled") == CANCELLED_TRANSPOSE_PAIRS[model]
     assert rep.passes == {"inline:odml.scaled_dot_product_attention": sites["attention"]}
     assert rep.by_alternative["group_norm/odml_composite"] == n_composite - sites["attention"]
     fused = read_model(tmp_path / "f.tflite")

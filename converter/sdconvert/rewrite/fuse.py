@@ -25,7 +25,7 @@ from ..graph.io import ModelFormatError, read_model, write_model
 from ..graph.ir import Model
 from .engine import FusedOp, RunResult, executed_subgraphs, run_rules
 from .merge_fc import merge_sibling_fcs
-from .passes import inline_composites, remove_broadcasts
+from .passes import cancel_transpose_pairs, inline_composites, remove_broadcasts
 from .rules import rules_for
 
 TARGETS = ("sdgpu", "litert")
@@ -146,6 +146,7 @@ def fuse(
         inlined = inline_composites(model)
         result = run_rules(model, rules_for(target), opts)
         passes["broadcast_to_folded"] = remove_broadcasts(model)
+    passes["transpose_pairs_cancelled"] = cancel_transpose_pairs(model)
     for name, n in inlined.items():
         passes[f"inline:{name}"] = n
     model.cleanup()
