@@ -54,6 +54,8 @@ def test_sd15_unet_fp32_fused_winograd_auto(tmp_path_factory, capfd):
     # 1280), the 22 ResNets' biased time projections -> 1 (184 -> 102 FCs), one SLICE per merged output (48 + 32 + 22)
     assert fusion["passes"]["merge_sibling_fc"] == before["FULLY_CONNECTED"] - after["FULLY_CONNECTED"] == 82
     assert before["SLICE"] == 32 and after["SLICE"] == 102  # the GEGLU halves' SLICEs went into SdGelu
+    # the TRANSPOSE pairs before the up blocks' shortcut convs cancel; the model's NCHW <-> NHWC pair stays
+    assert fusion["passes"]["transpose_pairs_cancelled"] == 14 and after["TRANSPOSE"] == 2
     # op count drops accordingly (the unfused fp32 UNet has ~2.8-3.2k ops, see test_sd15_export.py)
     assert 2837 <= fusion["ops_before"] <= 3200, fusion["ops_before"]
     assert fusion["ops_before"] - fusion["ops_after"] > 3 * sum(sites.values())
