@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from ai_edge_litert.interpreter import load_delegate
 from ai_edge_litert import schema_py_generated as S
 
@@ -128,13 +129,21 @@ def _profiled(model: bytes, tmp_path, **inputs):
     return out, native.stats(delegate), json.loads(profile.read_text())["nodes"]
 
 
-def _qkv_graph(rng, bias: bool, extra_reader: bool, m: int = 24, k: int = 32, c: int = 64):
-    """x [1, m, k] -> FC -> [1, m, 3c] -> three column SLICEs (the merged q/k/v of `sdconvert --fuse`)."""
+def _qkv_graph(rng, bias: bool, extra_reader: bool, m: int = 24, k: int = 32, c: int = 64,
+               weights_input: bool = False):
+    """x [1, m, k] -> FC -> [1, m, 3c] -> three column SLICEs (the merged q/k/v of `sdconvert --fuse`);
+    `weights_input`: the weights are a graph input `w` (read in place on the device, not packed)."""
     g = BuiltinGraph()
     x = g.input("x", [1, m, k])
     w = rng.standard_normal((3 * c, k)).astype(np.float32)
     b = rng.standard_normal(3 * c).astype(np.float32) if bias else None
-    f = _fc(g, x, w, b, [1, m, 3 * c], "f")
+    if weights_input:
+        o = S.FullyConnectedOptionsT()
+        o.keepNumDims = True
+        f = g.op(S.BuiltinOperator.FULLY_CONNECTED, [x, g.input("w", [3 * c, k]), -1], g.tensor("f", [1, m, 3 * c]),
+                 S.BuiltinOptions.FullyConnectedOptions, o)
+    else:
+        f = _fc(g, x, w, b, [1, m, 3 * c], "f")
     # out of order on purpose: the split maps each SLICE to its block by `begin`, not by position
     v = g.slice(f, [0, 0, 2 * c], [1, m, c], "v")
     q = g.slice(f, [0, 0, 0], [1, m, c], "q")
@@ -151,12 +160,13 @@ def _qkv_graph(rng, bias: bool, extra_reader: bool, m: int = 24, k: int = 32, c:
     want = {"y": ((qv * s + kv) * vv).astype(np.float32)}
     if extra_reader:
         want["f2"] = (fv * fv).astype(np.float32)
-    return g.build(), xv, want
+    return g.build(), (dict(x=xv, w=w) if weights_input else dict(x=xv)), want
 
 
-def test_column_slices_of_a_bias_free_fc_are_views_of_one_batched_gemm(rng, tmp_path):
-    model, xv, want = _qkv_graph(rng, bias=False, extra_reader=False)
-    out, stats, nodes = _profiled(model, tmp_path, x=xv)
+@pytest.mark.parametrize("weights_input", [False, True])
+def test_column_slices_of_a_bias_free_fc_are_views_of_one_batched_gemm(rng, tmp_path, weights_input):
+    model, feeds, want = _qkv_graph(rng, bias=False, extra_reader=False, weights_input=weights_input)
+    out, stats, nodes = _profiled(model, tmp_path, **feeds)
     assert_close(out["y"], want["y"], rtol=1e-5)
     assert stats["partitions"] == 1 and stats["claimed_nodes"] == 7 and stats["declined_nodes"] == 0
     by_op = {}
@@ -171,8 +181,8 @@ def test_column_slices_of_a_bias_free_fc_are_views_of_one_batched_gemm(rng, tmp_
 
 def test_column_slices_stay_copies_with_a_bias_or_another_reader(rng, tmp_path):
     for bias, extra in ((True, False), (False, True)):
-        model, xv, want = _qkv_graph(rng, bias=bias, extra_reader=extra)
-        out, stats, nodes = _profiled(model, tmp_path, x=xv)
+        model, feeds, want = _qkv_graph(rng, bias=bias, extra_reader=extra)
+        out, stats, nodes = _profiled(model, tmp_path, **feeds)
         for name, ref in want.items():
             assert_close(out[name], ref, rtol=1e-5)
         assert stats["partitions"] == 1 and stats["declined_nodes"] == 0
