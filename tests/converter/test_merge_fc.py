@@ -10,9 +10,12 @@ import pytest
 from ai_edge_litert import schema_py_generated as S
 from ai_edge_litert.interpreter import Interpreter
 
-from sdconvert.graph import Model, Op, OpCode, SignatureDef, Subgraph, Tensor, read_model, write_model
+from sdconvert.graph import Model, Op, OpCode, Subgraph, Tensor, read_model, write_model
 from sdconvert.rewrite import fuse_model
 from sdconvert.rewrite.merge_fc import merge_sibling_fcs
+
+from ir_graphs import relu as _relu
+from ir_graphs import single_subgraph_model as _model
 
 
 @pytest.fixture
@@ -36,18 +39,6 @@ def _fc(sg: Subgraph, x: Tensor, w: np.ndarray, b: np.ndarray | None, *, act: in
     op = Op(OpCode.of("FULLY_CONNECTED"), ins, [y], options_type=S.BuiltinOptions.FullyConnectedOptions, options=o)
     sg.ops.append(op)
     return y, op
-
-
-def _relu(sg: Subgraph, x: Tensor) -> Tensor:
-    """A consumer, so FC outputs need not be model outputs (those are never merged)."""
-    y = sg.add_tensor(Tensor(f"relu_{len(sg.ops)}", x.shape))
-    sg.ops.append(Op(OpCode.of("RELU"), [x], [y]))
-    return y
-
-
-def _model(sg: Subgraph, ins: list[Tensor], outs: list[Tensor]) -> Model:
-    sg.inputs, sg.outputs = ins, outs
-    return Model([sg], [SignatureDef("serving_default", sg, [(t.name, t) for t in ins], [(t.name, t) for t in outs])])
 
 
 def _run(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

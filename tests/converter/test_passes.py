@@ -8,8 +8,11 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as S
 from ai_edge_litert.interpreter import Interpreter
 
-from sdconvert.graph import Model, Op, OpCode, SignatureDef, Subgraph, Tensor, read_model, write_model
+from sdconvert.graph import Op, OpCode, Subgraph, Tensor, read_model, write_model
 from sdconvert.rewrite.passes import cancel_transpose_pairs
+
+from ir_graphs import relu as _relu
+from ir_graphs import single_subgraph_model as _model
 
 
 def _transpose(sg: Subgraph, x: Tensor, perm: list[int]) -> Tensor:
@@ -17,17 +20,6 @@ def _transpose(sg: Subgraph, x: Tensor, perm: list[int]) -> Tensor:
     sg.ops.append(Op(OpCode.of("TRANSPOSE"), [x, sg.new_constant("perm", np.array(perm, np.int32))], [y],
                      options_type=S.BuiltinOptions.TransposeOptions, options=S.TransposeOptionsT()))
     return y
-
-
-def _relu(sg: Subgraph, x: Tensor) -> Tensor:
-    y = sg.add_tensor(Tensor(f"relu_{len(sg.ops)}", x.shape))
-    sg.ops.append(Op(OpCode.of("RELU"), [x], [y]))
-    return y
-
-
-def _model(sg: Subgraph, ins: list[Tensor], outs: list[Tensor]) -> Model:
-    sg.inputs, sg.outputs = ins, outs
-    return Model([sg], [SignatureDef("serving_default", sg, [(t.name, t) for t in ins], [(t.name, t) for t in outs])])
 
 
 def _run(path: Path, x: np.ndarray) -> dict[str, np.ndarray]:

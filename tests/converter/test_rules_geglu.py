@@ -15,7 +15,7 @@ import pytest
 from ai_edge_litert import schema_py_generated as S
 
 from sdconvert.export.configs import TINY
-from sdconvert.graph import Model, Op, OpCode, SignatureDef, Subgraph, Tensor, read_model, write_model
+from sdconvert.graph import Op, OpCode, Subgraph, Tensor, read_model, write_model
 from sdconvert.ops import gelu as G
 from sdconvert.ops import get
 from sdconvert.rewrite import expected_sites, fuse_model
@@ -24,6 +24,8 @@ from sdconvert.rewrite.fuse import executed_histogram
 from sdconvert.rewrite.rules import gelu as gelu_rule
 from sdconvert.rewrite.rules import rules_for
 from sdconvert.rewrite.semantic import check_fused
+
+from ir_graphs import single_subgraph_model as _model
 
 # --- tiny UNet ---------------------------------------------------------------------------------------------------
 
@@ -223,11 +225,6 @@ def _halves(sg: Subgraph, p: Tensor, form: str) -> tuple[Tensor, Tensor]:
     h = _strided(sg, p, [0] * rank, [0] * (rank - 1) + [f], full, full, half)
     g = _strided(sg, p, [0] * (rank - 1) + [-f], [0] * rank, full, (1 << rank) - 1, half)
     return h, g
-
-
-def _model(sg: Subgraph, ins: list[Tensor], outs: list[Tensor]) -> Model:
-    sg.inputs, sg.outputs = ins, outs
-    return Model([sg], [SignatureDef("serving_default", sg, [(t.name, t) for t in ins], [(t.name, t) for t in outs])])
 
 
 @pytest.mark.parametrize("form", ["split", "split_v", "strided"])

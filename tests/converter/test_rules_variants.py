@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as S
 
-from sdconvert.graph import Model, Op, OpCode, SignatureDef, Subgraph, Tensor, read_model, write_model
+from sdconvert.graph import Op, OpCode, Subgraph, Tensor, read_model, write_model
 from sdconvert.rewrite import fuse_model
 from sdconvert.rewrite.semantic import check_fused
+
+from ir_graphs import single_subgraph_model as _model
 
 H, D, S_, SK = 2, 4, 16, 7
 
@@ -168,11 +170,6 @@ def _mul_opts() -> tuple:
 
 def _add_opts() -> tuple:
     return S.BuiltinOptions.AddOptions, S.AddOptionsT()
-
-
-def _model(sg: Subgraph, ins: list[Tensor], outs: list[Tensor]) -> Model:
-    sg.inputs, sg.outputs = ins, outs
-    return Model([sg], [SignatureDef("serving_default", sg, [(t.name, t) for t in ins], [(t.name, t) for t in outs])])
 
 
 def test_tanh_gelu_chain_and_adj_y_attention(tmp_path):
