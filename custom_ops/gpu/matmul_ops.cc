@@ -330,10 +330,11 @@ namespace {
 // gemm_splitk_reduce: C[b, m, n] = act(sum of the plan's split partials in `scratch` + bias[n]) (see the header).
 Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef& c, int scb, int scm,
                           const TensorRef& scratch, const TensorRef& bias, bool has_bias, int M, int N, int batch,
-                          int act, Timings* timings) {
+                          int act, const Residual& residual, const TensorRef& residual_input, Timings* timings) {
   Args r;
   r.Buf(c.buffer, c.elem_offset()).Int(scb).Int(scm).Buf(scratch.buffer, scratch.elem_offset()).Int(p.splits);
   r.Buf(bias.buffer, bias.elem_offset()).Int(has_bias ? 1 : 0).Int(M).Int(N).Int(act);
+  AddResidualArgs(dev, residual, residual_input, scratch, &r);
   return dev.Launch(*p.reduce, r, {static_cast<size_t>(N), static_cast<size_t>(M), static_cast<size_t>(batch)},
                     {16, 16, 1}, timings);
 }
@@ -342,7 +343,8 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
 
 Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
-                       Timings* timings) {
+                       Timings* timings, const Residual& residual, const TensorRef& residual_input) {
+  if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
   if (b.tile_major && p.kernel->name() != "gemm_t16x64") {
     return Status::Error("a tile-major B operand needs the gemm_t16x64 kernel, the plan has " + p.kernel->name());
   }
@@ -358,6 +360,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0));
   g.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
+  AddResidualArgs(dev, split ? Residual() : residual, residual_input, a, &g);
   const size_t ty = static_cast<size_t>(p.threads / 16);
   SDGPU_RETURN_IF_ERROR(dev.Launch(*p.kernel, g,
                                    {static_cast<size_t>(CeilDiv(s.N, p.bn) * 16),
@@ -365,7 +368,8 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                                     static_cast<size_t>(s.batch) * p.splits},
                                    {16, ty, 1}, timings));
   if (!split) return Status::Ok();
-  return LaunchSplitKReduce(dev, p, c, s.scb, s.scm, scratch, bias_ref, has_bias, s.M, s.N, s.batch, s.act, timings);
+  return LaunchSplitKReduce(dev, p, c, s.scb, s.scm, scratch, bias_ref, has_bias, s.M, s.N, s.batch, s.act, residual,
+                            residual_input, timings);
 }
 
 namespace {
@@ -466,15 +470,26 @@ class TiledGemmOp final : public GpuOp {
     const TensorRef* bias = s_.bias_input >= 0 ? &in[s_.bias_input] : nullptr;
     if (tuner_.pending()) {
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
-          dev, [&](const TilePlan& p) { return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, nullptr); },
+          dev,
+          [&](const TilePlan& p) {
+            return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, nullptr, residual_,
+                                   residual_input_);
+          },
           &plan_));
     }
-    return LaunchTiledGemm(dev, plan_, s_, out, in[s_.a_input], b, bias, scratch, timings);
+    return LaunchTiledGemm(dev, plan_, s_, out, in[s_.a_input], b, bias, scratch, timings, residual_,
+                           residual_input_);
+  }
+
+  bool FuseResidual(const Device& dev, const Residual& r) override {
+    if (!dev.residual_epilogue() || s_.batch != 1 || r.rows <= 0) return false;
+    residual_ = r;
+    return true;
   }
 
   bool SplitColumns(const Device& dev, int parts) override {
     GemmShape g;
-    if (!SplitGemmColumns(s_, parts, &g)) return false;
+    if (residual_.rows > 0 || !SplitGemmColumns(s_, parts, &g)) return false;
     TilePlan plan;
     TileTuner tuner;
     if (!PlanTiles(dev, false, g.M, g.N, g.K, g.batch, &plan).ok() ||
@@ -539,13 +554,22 @@ class TiledConvOp final : public GpuOp {
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(split ? 0 : s_.act);
     a.Int(plan.splits).Int(plan.k_split);
+    AddResidualArgs(dev, split ? Residual() : residual_, residual_input_, in[0], &a);
     const size_t ty = static_cast<size_t>(plan.threads / 16);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*plan.kernel, a,
                                      {static_cast<size_t>(CeilDiv(s_.co, plan.bn) * 16),
                                       static_cast<size_t>(CeilDiv(M, plan.bm)) * ty, static_cast<size_t>(plan.splits)},
                                      {16, ty, 1}, timings));
     if (!split) return Status::Ok();
-    return LaunchSplitKReduce(dev, plan, out, 0, s_.co, scratch, bias, s_.has_bias, M, s_.co, 1, s_.act, timings);
+    return LaunchSplitKReduce(dev, plan, out, 0, s_.co, scratch, bias, s_.has_bias, M, s_.co, 1, s_.act, residual_,
+                              residual_input_, timings);
+  }
+
+ public:
+  bool FuseResidual(const Device& dev, const Residual& r) override {
+    if (!dev.residual_epilogue() || r.rows <= 0) return false;
+    residual_ = r;
+    return true;
   }
 };
 

@@ -94,10 +94,12 @@ struct BOperand {
   bool tile_major = false;
 };
 
-// Enqueues the tiled GEMM `s` (strides sbb/sbk/sbn of s apply to `b`); `bias` may be null.
+// Enqueues the tiled GEMM `s` (strides sbb/sbk/sbn of s apply to `b`); `bias` may be null; `residual` (with its
+// input) is the epilogue of GpuOp::FuseResidual (batch 1 only; the split-K reduce applies it when splitting).
 Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
-                       Timings* timings);
+                       Timings* timings, const Residual& residual = Residual(),
+                       const TensorRef& residual_input = TensorRef());
 
 // A constant GEMM operand owned by its op: produced on the host and uploaded once,
 // as float32 or (delegate option weights_fp16) as half, at the op's first Enqueue.

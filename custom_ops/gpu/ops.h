@@ -40,6 +40,20 @@ struct NodeDesc {
 // true when the tensor's data is fixed for the interpreter's lifetime (weights, shapes, masks).
 bool IsConstant(const abi::TfLiteTensor* t);
 
+// Residual epilogue (GpuPartition folds `ADD(op output, R)` into the op, GpuOp::FuseResidual): after the op's
+// bias and activation, out[m, n] += R[(m / rows) * row_stride + n], m the output row (a pixel of an NHWC conv, a
+// token of an FC), n the channel. rows = 1, row_stride = N: R has the output's shape; rows = pixels per image,
+// row_stride = N: one R row per image ([B, 1, 1, N], SD's time embedding); rows = M, row_stride = 0: one row ([N]).
+struct Residual {
+  int rows = 0;  // 0: no residual
+  int row_stride = 0;
+};
+
+// Appends the residual epilogue's trailing kernel parameters when the device's kernels take them
+// (Device::residual_epilogue); `placeholder` is any valid buffer, bound when there is no residual.
+void AddResidualArgs(const Device& dev, const Residual& r, const TensorRef& input, const TensorRef& placeholder,
+                     Args* args);
+
 class GpuOp {
  public:
   virtual ~GpuOp() = default;
@@ -62,10 +76,20 @@ class GpuOp {
     (void)parts;
     return false;
   }
+  // Residual epilogue: from now on add R (set_residual_input before each Enqueue) to the output as `r` says.
+  // GEMM-shaped ops on devices with the epilogue return true; false (the default) leaves the op unchanged.
+  virtual bool FuseResidual(const Device& dev, const Residual& r) {
+    (void)dev;
+    (void)r;
+    return false;
+  }
+  void set_residual_input(const TensorRef& r) { residual_input_ = r; }
 
  protected:
   std::vector<int> device_inputs_;
   size_t scratch_bytes_ = 0;
+  Residual residual_;
+  TensorRef residual_input_;
 };
 
 // Validates the node and builds its op (shapes and constants read now).

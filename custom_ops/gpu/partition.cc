@@ -99,6 +99,14 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
         s.slice_out.clear();
       }
     }
+    s.code = code;
+    s.out_dims = DimsOf(view.desc.outputs[0]);
+    if (code == kAdd && view.desc.inputs.size() == 2 && view.desc.inputs[0] != nullptr &&
+        view.desc.inputs[1] != nullptr) {
+      const auto* prm = static_cast<const ActivationParams*>(view.desc.builtin_data);
+      s.add_activation = prm != nullptr ? prm->activation : 0;
+      s.add_in_dims = {DimsOf(view.desc.inputs[0]), DimsOf(view.desc.inputs[1])};
+    }
     if (code == kFullyConnected && view.desc.inputs.size() > 1 && view.desc.inputs[1] != nullptr) {
       const Dims w = DimsOf(view.desc.inputs[1]), o = DimsOf(view.desc.outputs[0]);
       s.fc_columns = w.size() == 2 && !o.empty() && o.back() == w[0] ? w[0] : 0;
@@ -106,7 +114,75 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     steps_.push_back(std::move(s));
   }
   SplitGemmColumns(abi::IntArrayToVector(params->output_tensors));
+  FuseResidualAdds(abi::IntArrayToVector(params->output_tensors));
   return Status::Ok();
+}
+
+namespace {
+
+// How R (right-aligned against the op's output `out`) enters the residual epilogue; rows 0: it cannot.
+Residual ResidualOf(const Dims& r, const Dims& out) {
+  Residual res;
+  if (out.empty() || r.empty() || r.size() > out.size() || r.back() != out.back()) return res;
+  const int64_t n = out.back();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < out.size(); ++d) rows *= out[d];
+  Dims ra(out.size() - r.size(), 1);  // R padded with leading 1s
+  ra.insert(ra.end(), r.begin(), r.end());
+  if (ra == out) {
+    res.rows = 1;
+    res.row_stride = static_cast<int>(n);
+    return res;
+  }
+  // one row per image: R [B or 1, 1, ..., 1, N] against out [B, ..., N]
+  for (size_t d = 1; d + 1 < out.size(); ++d) {
+    if (ra[d] != 1) return res;
+  }
+  if (ra[0] != out[0] && ra[0] != 1) return res;
+  res.rows = static_cast<int>(rows / out[0]);
+  res.row_stride = ra[0] == 1 ? 0 : static_cast<int>(n);
+  return res;
+}
+
+}  // namespace
+
+void GpuPartition::FuseResidualAdds(const std::vector<int>& partition_outputs) {
+  const std::set<int> outs(partition_outputs.begin(), partition_outputs.end());
+  std::unordered_map<int, int> producer;
+  std::unordered_map<int, int> readers;  // tensor -> number of device reads
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    producer[steps_[i].output] = i;
+    for (int k : steps_[i].op->device_inputs()) {
+      if (steps_[i].inputs[k] >= 0) ++readers[steps_[i].inputs[k]];
+    }
+  }
+  for (int j = 0; j < static_cast<int>(steps_.size()); ++j) {
+    Step& add = steps_[j];
+    if (add.code != kAdd || add.add_activation != 0 || add.add_in_dims.size() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      const int t = add.inputs[k], r = add.inputs[1 - k];
+      if (t < 0 || r < 0 || t == r || outs.count(t) || readers[t] != 1) continue;
+      auto p = producer.find(t);
+      if (p == producer.end() || p->second >= j) continue;
+      Step& op = steps_[p->second];
+      if (op.code != kFullyConnected && op.code != kConv2D && op.code != kCustom) continue;
+      // the op's output, as the ADD reads it, must BE the ADD's output: same elements, same rows of N
+      // (an FC's [M, N] against a [1, M, N] ADD is fine; a broadcast of it is not)
+      if (op.residual >= 0 || op.out_dims.empty() || add.out_dims.empty() ||
+          NumElements(op.out_dims) != NumElements(add.out_dims) || op.out_dims.back() != add.out_dims.back() ||
+          NumElements(add.add_in_dims[k]) != NumElements(add.out_dims)) {
+        continue;
+      }
+      auto rp = producer.find(r);
+      if (rp != producer.end() && rp->second >= p->second) continue;  // R must exist when the op runs
+      const Residual spec = ResidualOf(add.add_in_dims[1 - k], add.out_dims);
+      if (spec.rows <= 0 || !op.op->FuseResidual(device(), spec)) continue;
+      op.residual = r;
+      op.output = add.output;  // the op now writes the ADD's output; its own output tensor is never read
+      add.absorbed = true;
+      break;
+    }
+  }
 }
 
 void GpuPartition::SplitGemmColumns(const std::vector<int>& partition_outputs) {
@@ -194,11 +270,13 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
     ++num_aliased;
   }
 
-  std::unordered_map<int, int> producer, last_use;  // last launch reading each tensor (views read nothing)
+  // last launch reading each tensor (views and absorbed ADDs read nothing; a residual is read by its op)
+  std::unordered_map<int, int> producer, last_use;
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    if (steps_[i].absorbed) continue;
     producer[steps_[i].output] = i;
     if (steps_[i].aliased) continue;
-    for (int k : steps_[i].op->device_inputs()) last_use[steps_[i].inputs[k]] = i;
+    for (int t : DeviceReads(steps_[i])) last_use[t] = i;
   }
   auto last_use_of = [&](int tensor, int fallback) {
     auto it = last_use.find(tensor);
@@ -212,6 +290,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   size_t max_scratch = 0;
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
     Step& step = steps_[i];
+    if (step.absorbed) continue;  // its producer writes its output (FuseResidualAdds)
     abi::TfLiteTensor* out = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, step.output, &out));
     if (out->bytes != step.output_bytes) {
@@ -230,8 +309,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       step.scratch_request = planner_.Add(step.op->scratch_bytes(), i, i);
       max_scratch = std::max(max_scratch, step.op->scratch_bytes());
     }
-    for (int k : step.op->device_inputs()) {
-      const int t = step.inputs[k];
+    for (int t : DeviceReads(step)) {
       if (t < 0 || producer.count(t) || constants_.count(t) || externals_.count(t)) continue;
       abi::TfLiteTensor* tensor = nullptr;
       SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
@@ -266,6 +344,13 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
                            std::to_string(externals_.size()) + " input/output buffer(s)");
   prepared_ = true;
   return Status::Ok();
+}
+
+std::vector<int> GpuPartition::DeviceReads(const Step& step) {
+  std::vector<int> reads;
+  for (int k : step.op->device_inputs()) reads.push_back(step.inputs[k]);
+  if (step.residual >= 0) reads.push_back(step.residual);
+  return reads;
 }
 
 int GpuPartition::Root(int tensor) const {
@@ -312,9 +397,15 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
   std::vector<Timings> timings(dev.profiling() ? steps_.size() : 0);
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& step = steps_[i];
-    if (step.aliased) continue;  // zero-copy view: its output already is its input's memory
+    // zero-copy view: its output already is its input's memory; absorbed ADD: its producer wrote its output
+    if (step.aliased || step.absorbed) continue;
     std::vector<TensorRef> in(step.inputs.size());
     for (int k : step.op->device_inputs()) SDGPU_RETURN_IF_ERROR(Ref(step.inputs[k], &in[k]));
+    if (step.residual >= 0) {
+      TensorRef r;
+      SDGPU_RETURN_IF_ERROR(Ref(step.residual, &r));
+      step.op->set_residual_input(r);
+    }
     TensorRef out;
     SDGPU_RETURN_IF_ERROR(Ref(step.output, &out));
     const TensorRef scratch{arena_.get(), planner_.offset(step.scratch_request)};

@@ -25,6 +25,13 @@
 //     `--fuse`), the op writes [parts][M][N/parts] instead (GpuOp::SplitColumns,
 //     one batched GEMM launch) and each SLICE is the view of its block.
 //     Decided at init; the FC output must not be a partition output.
+//   Residual ADDs: an ADD (no fused activation) of a GEMM-shaped op's output
+//   (FULLY_CONNECTED, CONV_2D, SdConv2DWinograd; its only reader, not a
+//   partition output) and a tensor R that exists before that op runs (R the
+//   same shape, or one row per image / one row for all, like SD's time
+//   embedding) launches nothing: the op writes the ADD's output with R added
+//   in its epilogue (GpuOp::FuseResidual; OpenCL kernels only). SD's ResNet
+//   outputs, the time-embedding adds and the transformer residuals.
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed
@@ -77,6 +84,12 @@ class GpuPartition {
     // Plain SLICE with constant begin (else empty): input dims, output dims, begin.
     std::vector<int64_t> slice_in, slice_out, slice_begin;
     int64_t fc_columns = 0;     // FULLY_CONNECTED: N (the output's last dim), else 0
+    int code = -1;              // builtin code (kCustom for Sd* ops)
+    int add_activation = -1;    // ADD: its fused activation
+    std::vector<std::vector<int64_t>> add_in_dims;  // ADD: the dims of its two inputs
+    std::vector<int64_t> out_dims;
+    int residual = -1;          // tensor added in this op's epilogue (its output is then the ADD's)
+    bool absorbed = false;      // an ADD folded into its producer's epilogue: launches nothing
     bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
     size_t alias_offset = 0;    // bytes into the input, when aliased
     int scratch_request = -1;
@@ -97,6 +110,10 @@ class GpuPartition {
   size_t RootOffset(int tensor) const;
   // Column splits (header comment), from the graph structure at init.
   void SplitGemmColumns(const std::vector<int>& partition_outputs);
+  // Residual ADDs (header comment), from the graph structure at init.
+  void FuseResidualAdds(const std::vector<int>& partition_outputs);
+  // The tensors a step's launches read: its op's device inputs and its residual.
+  static std::vector<int> DeviceReads(const Step& step);
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.
   static long long ContiguousSliceOffset(const Step& step);
   Status NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const;

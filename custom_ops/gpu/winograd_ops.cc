@@ -4,8 +4,9 @@
 //       V[a*a][T][Ci] = BT d BT^T per input tile;      global = (Ci, T), local = (64, 1, 1)
 //   gemm_t* (matmul_ops.h LaunchTiledGemm), batch a*a: M[k] (T x Co) = V[k] (T x Ci) . U[k] (Ci x Co)
 //   winograd_output_fM(Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T,
-//                      int act)
-//       y = act(AT M AT^T + bias) cropped to Ho x Wo;    global = (Co, T), local = (64, 1, 1)
+//                      int act[, R, ro, int rrows, int rsm])
+//       y = act(AT M AT^T + bias) cropped to Ho x Wo (+ the residual epilogue, GpuOp::FuseResidual, on devices
+//       whose kernels take it);    global = (Co, T), local = (64, 1, 1)
 // (OpenCL sources: ops/conv2d_winograd/opencl.cl.) U[a*a][Ci][Co] = G g G^T is computed on the host in
 // float64 (one rounding, like the CPU backend) and uploaded once at the first Enqueue (see PackedWeights).
 // weights_fp16 stores U as half for F(2x2) only: the output transform's cancellation amplifies U's
@@ -122,7 +123,14 @@ class WinogradOp final : public GpuOp {
     Args o;
     o.Buf(out.buffer, out.elem_offset()).Buf(mbuf.buffer, mbuf.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
+    AddResidualArgs(dev, residual_, residual_input_, in[0], &o);
     return dev.Launch(*output_, o, {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
+  }
+
+  bool FuseResidual(const Device& dev, const Residual& r) override {
+    if (!dev.residual_epilogue() || r.rows <= 0) return false;
+    residual_ = r;
+    return true;
   }
 
   WinogradGeom g_;

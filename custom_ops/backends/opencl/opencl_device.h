@@ -75,6 +75,7 @@ class OpenClDevice final : public gpu::Device {
   static Status Create(const OpenClDeviceOptions& options, const Logger& logger, std::unique_ptr<OpenClDevice>* out);
 
   const char* backend_name() const override { return "opencl"; }
+  bool residual_epilogue() const override { return true; }
   const std::string& name() const override { return device_name_; }
   size_t max_work_group_size() const override { return max_wg_; }
   bool profiling() const override { return options_.profiling; }

@@ -94,7 +94,8 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
 
 inline void wino_output(const int MT, const int A, __constant const float* at, __global float* Y, int yo,
                         __global const float* Mb, int mo, __global const float* bias, int biaso, int Ho, int Wo,
-                        int Co, int tiles_h, int tiles_w, int T, int act) {
+                        int Co, int tiles_h, int tiles_w, int T, int act, __global const float* R, int ro,
+                        int rrows, int rsm) {
   const int co = get_global_id(0), t = get_global_id(1);
   if (co >= Co || t >= T) return;
   const int tx = t % tiles_w, r = t / tiles_w, ty = r % tiles_h, img = r / tiles_h;
@@ -125,7 +126,10 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
       float s = 0.0f;
 #pragma unroll
       for (int l = 0; l < A; ++l) s = mad(tmp[i][l], at[j * A + l], s);
-      if (oy < Ho && ox < Wo) Y[yo + ((img * Ho + oy) * Wo + ox) * Co + co] = sd_act(s + b, act);
+      if (oy < Ho && ox < Wo) {
+        const int row = (img * Ho + oy) * Wo + ox;  // the output pixel: the GEMM row of the residual epilogue
+        Y[yo + row * Co + co] = sd_act(s + b, act) + (rrows > 0 ? R[ro + (row / rrows) * rsm + co] : 0.0f);
+      }
     }
   }
 }
@@ -136,11 +140,13 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
                      int tiles_h, int tiles_w, int T, int pad) {                                                 \
     wino_input(MT, A, BT, V, vo, X, xo, H, W, Ci, tiles_h, tiles_w, T, pad);                                     \
   }
-// winograd_output_fM(Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act)
+// winograd_output_fM(Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act,
+//                    R, ro, int rrows, int rsm): the residual epilogue of gemm_tiled.cl, rows = output pixels
 #define WINO_OUTPUT_KERNEL(NAME, MT, A, AT)                                                                      \
   __kernel void NAME(__global float* Y, int yo, __global const float* Mb, int mo, __global const float* bias,   \
-                     int biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act) {              \
-    wino_output(MT, A, AT, Y, yo, Mb, mo, bias, biaso, Ho, Wo, Co, tiles_h, tiles_w, T, act);                    \
+                     int biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act,                \
+                     __global const float* R, int ro, int rrows, int rsm) {                                      \
+    wino_output(MT, A, AT, Y, yo, Mb, mo, bias, biaso, Ho, Wo, Co, tiles_h, tiles_w, T, act, R, ro, rrows, rsm); \
   }
 
 WINO_INPUT_KERNEL(winograd_input_f2, 2, 4, wino_f2_bt)

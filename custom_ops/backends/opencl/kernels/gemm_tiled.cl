@@ -30,6 +30,11 @@
 // [split * k_split, min(K, split * k_split + k_split)) (k_split % 16 == 0) and
 // writes raw partial sums (times alpha) to its own slab at `scs` elements.
 //
+// Residual epilogue (every instance and gemm_splitk_reduce; trailing parameters R, ro, int rrows, int rsm):
+// with rrows > 0, C[m, n] = act(...) + R[ro + (m / rrows) * rsm + n] (the host folds a following ADD into the
+// op: rrows = 1, rsm = N for a same-shape R; rrows = rows per image for an [images, N] R; rsm = 0 for one [N]
+// row). Split-K GEMMs pass rrows = 0 and the reduce adds it. rrows = 0: no residual.
+//
 // B may be stored as half (b_half = 1, read with vload_half; no cl_khr_fp16
 // needed): the B buffer is then a half array and its offset/strides are in halves.
 // Arithmetic is always fp32.
@@ -197,12 +202,15 @@
       if (m >= M) continue;                                                               \
       const float4 v = alpha * acc[i][j] + bj;                                            \
       __global float* dst = (C) + (cbase) + m * (ldc) + n;                                \
+      float4 w = (float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act)); \
+      __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + n : 0);      \
       if (n + 3 < (NCOLS)) {                                                              \
-        vstore4((float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act)), 0, dst); \
+        if (rrows > 0) w += vload4(0, res);                                               \
+        vstore4(w, 0, dst);                                                               \
       } else {                                                                            \
-        dst[0] = sd_act(v.x, act);                                                        \
-        if (n + 1 < (NCOLS)) dst[1] = sd_act(v.y, act);                                   \
-        if (n + 2 < (NCOLS)) dst[2] = sd_act(v.z, act);                                   \
+        dst[0] = w.x + (rrows > 0 ? res[0] : 0.0f);                                       \
+        if (n + 1 < (NCOLS)) dst[1] = w.y + (rrows > 0 ? res[1] : 0.0f);                  \
+        if (n + 2 < (NCOLS)) dst[2] = w.z + (rrows > 0 ? res[2] : 0.0f);                  \
       }                                                                                   \
     }                                                                                     \
   }
@@ -265,7 +273,7 @@
       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, \
       int sam, int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,   \
       __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act, \
-      int splits, int k_split) {                                                                  \
+      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {             \
     GT_DECLS(BM, BN, NT)                                                                          \
     const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                       \
     const int b_mode = GT_B_MODE(bo | sbb | sbk);                                                 \
@@ -303,7 +311,8 @@ SD_GEMM_TILED(gemm_t64x128n128, 64, 128, 128)
 __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
     __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam,
     int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half, __global const float* bias,
-    int biaso, int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split) {
+    int biaso, int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split,
+    __global const float* R, int ro, int rrows, int rsm) {
   __local float4 As4[16 * GS_AST];  // [row][k / 4]
   __local float red[4 * 16 * 64];   // [lane][row][column]
   __local float* As = (__local float*)As4;
@@ -346,7 +355,8 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
     const int r = lane * 4 + q, m = m0 + r;
     if (m >= M) break;
     const float v = red[r * 64 + c] + red[(16 + r) * 64 + c] + red[(32 + r) * 64 + c] + red[(48 + r) * 64 + c];
-    C[co + bz * scb + sz * scs + m * scm + n] = sd_act(alpha * v + bn, act);
+    C[co + bz * scb + sz * scs + m * scm + n] =
+        sd_act(alpha * v + bn, act) + (rrows > 0 ? R[ro + (m / rrows) * rsm + n] : 0.0f);
   }
 }
 
@@ -396,7 +406,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
       __global float* Y, int yo, int scs, __global const float* X, int xo, __global const float* B, int bo, \
       int sbk, int sbn, int b_half, __global const float* bias, int biaso, int has_bias, int H, int Wd, \
       int Ci, int OH, int OW, int Co, int KH, int KW, int sh, int sw, int dh, int dw, int ph, int pw, \
-      int M, int act, int splits, int k_split) {                                                  \
+      int M, int act, int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) { \
     const int N = Co, K = KH * KW * Ci;                                                           \
     const float alpha = 1.0f;                                                                     \
     GT_DECLS(BM, BN, NT)                                                                          \
@@ -424,16 +434,18 @@ SD_CONV_TILED(conv_t64x64n128, 64, 64, 128)
 SD_CONV_TILED(conv_t128x64n128, 128, 64, 128)
 SD_CONV_TILED(conv_t64x128n128, 64, 128, 128)
 
-// gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N, int act)
-// C[b, m, n] = act(sum_s P[((b*splits + s)*M + m)*N + n] + bias[n]); global = (N, M, batch), local (16, 16, 1).
+// gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N, int act,
+//                    R, ro, int rrows, int rsm)
+// C[b, m, n] = act(sum_s P[((b*splits + s)*M + m)*N + n] + bias[n]) (+ the residual); global = (N, M, batch),
+// local (16, 16, 1).
 __kernel void gemm_splitk_reduce(__global float* C, int co, int scb, int scm, __global const float* P, int po,
                                  int splits, __global const float* bias, int biaso, int has_bias, int M, int N,
-                                 int act) {
+                                 int act, __global const float* R, int ro, int rrows, int rsm) {
   const int n = get_global_id(0), m = get_global_id(1), b = get_global_id(2);
   if (n >= N || m >= M) return;
   const int plane = M * N;
   int i = po + b * splits * plane + m * N + n;
   float v = has_bias ? bias[biaso + n] : 0.0f;
   for (int s = 0; s < splits; ++s, i += plane) v += P[i];
-  C[co + b * scb + m * scm + n] = sd_act(v, act);
+  C[co + b * scb + m * scm + n] = sd_act(v, act) + (rrows > 0 ? R[ro + (m / rrows) * rsm + n] : 0.0f);
 }

@@ -1,0 +1,165 @@
+"""Residual ADDs folded into the epilogue of the op that produces one of their operands (OpenCL, PoCL in CI):
+FULLY_CONNECTED, CONV_2D (tiled implicit GEMM) and SdConv2DWinograd write ADD(op output, R) directly, split-K GEMMs
+add R in their reduce, and the ADD launches nothing. R may have the output's shape, one row per image (SD's time
+embedding, [B, 1, 1, C]) or one row ([C]). Cases that must keep their ADD launch: a fused activation on the ADD, an
+op output with a second reader, an R produced after the op."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from ai_edge_litert import schema_py_generated as S
+from ai_edge_litert.interpreter import load_delegate
+
+from harness import assert_close, make_interpreter
+from sdconvert.ops.conv2d_winograd import SPEC as WINO_SPEC, Conv2DWinogradAttrs
+from sdlite import native
+from tflite_gemm_models import OpGraphBuilder, conv2d_ref
+
+RELU = S.ActivationFunctionType.RELU
+
+
+def _add(g: OpGraphBuilder, a: int, b: int, shape, name: str, act: int = 0) -> int:
+    o = S.AddOptionsT()
+    o.fusedActivationFunction = act
+    y = g.tensor(name, list(shape))
+    g.builtin(S.BuiltinOperator.ADD, S.BuiltinOptions.AddOptions, o, [a, b], [y])
+    return y
+
+
+def _fc(g: OpGraphBuilder, x: int, w: np.ndarray, b: np.ndarray | None, shape, name: str, act: int = 0) -> int:
+    o = S.FullyConnectedOptionsT()
+    o.fusedActivationFunction = act
+    o.keepNumDims = len(shape) == 3
+    y = g.tensor(name, list(shape))
+    ins = [x, g.const(f"{name}_w", w)] + ([g.const(f"{name}_b", b)] if b is not None else [-1])
+    g.builtin(S.BuiltinOperator.FULLY_CONNECTED, S.BuiltinOptions.FullyConnectedOptions, o, ins, [y])
+    return y
+
+
+def _conv(g: OpGraphBuilder, x: int, w: np.ndarray, b: np.ndarray, shape, name: str) -> int:
+    o = S.Conv2DOptionsT()
+    o.padding = S.Padding.SAME
+    o.strideH = o.strideW = o.dilationHFactor = o.dilationWFactor = 1
+    y = g.tensor(name, list(shape))
+    g.builtin(S.BuiltinOperator.CONV_2D, S.BuiltinOptions.Conv2DOptions, o, [x, g.const(f"{name}_w", w),
+                                                                            g.const(f"{name}_b", b)], [y])
+    return y
+
+
+def _wino(g: OpGraphBuilder, x: int, w: np.ndarray, b: np.ndarray, shape, name: str, tile: int) -> int:
+    y = g.tensor(name, list(shape))
+    options = WINO_SPEC.encode(Conv2DWinogradAttrs(tile=tile, padding="SAME", activation="none"))
+    g.custom("SdConv2DWinograd", [x, g.const(f"{name}_w", w), g.const(f"{name}_b", b)], [y], options)
+    return y
+
+
+def _run(model: bytes, tmp_path, **feeds):
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
+    runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
+    out = runner(**feeds)
+    stats = native.stats(delegate)
+    assert stats["partitions"] == 1 and stats["declined_nodes"] == 0
+    return out, json.loads(profile.read_text())["nodes"]
+
+
+def _add_launches(nodes) -> list[bool]:
+    return [bool(n["kernels"]) for n in nodes if n["op"] == "ADD"]
+
+
+def _kernels(nodes, op: str) -> list[str]:
+    return [k["name"] for n in nodes if n["op"] == op for k in n["kernels"]]
+
+
+def _rand(rng, *shape) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("tiles", ["", "64x64/4", "16x64/2"])
+def test_fc_residual(rng, tmp_path, monkeypatch, tiles):
+    """[M, N] FC output (keepNumDims off) + a [1, M, N] R, with the FC's bias and RELU applied before R; forced
+    split-K plans put R in the reduce."""
+    if tiles:
+        monkeypatch.setenv("SDGPU_GEMM_TILES", tiles)
+    m, k, n = 20, 192, 40
+    g = OpGraphBuilder()
+    x, r = g.input("x", [1, m, k]), g.input("r", [1, m, n])
+    w, b = _rand(rng, n, k), _rand(rng, n)
+    y = _fc(g, x, w, b, [m, n], "f", act=RELU)
+    g.output(_add(g, y, r, [1, m, n], "y"))
+    xv, rv = _rand(rng, 1, m, k), _rand(rng, 1, m, n)
+    out, nodes = _run(g.build(), tmp_path, x=xv, r=rv)
+    want = np.maximum(xv[0].astype(np.float64) @ w.T + b, 0.0) + rv[0]
+    assert_close(out["y"], want[None].astype(np.float32), rtol=1e-5)
+    assert _add_launches(nodes) == [False]
+    assert ("gemm_splitk_reduce" in _kernels(nodes, "FULLY_CONNECTED")) == ("/" in tiles)
+
+
+@pytest.mark.parametrize("r_shape", [(2, 12, 10, 32), (2, 1, 1, 32), (32,)])
+@pytest.mark.parametrize("kind", ["conv", "conv/2", "wino2", "wino4"])
+def test_conv_residual(rng, tmp_path, monkeypatch, kind, r_shape):
+    """A 3x3 conv (tiled implicit GEMM, or split in two along K, or Winograd F2 / F4) + R of the output's shape,
+    one row per image (the time embedding) or one row."""
+    if kind == "conv/2":
+        monkeypatch.setenv("SDGPU_GEMM_TILES", "64x64/2")
+    shape = (2, 12, 10, 32)
+    g = OpGraphBuilder()
+    x = g.input("x", [2, 12, 10, 16])
+    r = g.input("r", list(r_shape))
+    w, b = _rand(rng, 32, 3, 3, 16), _rand(rng, 32)
+    y = _wino(g, x, w, b, shape, "c", int(kind[-1])) if kind.startswith("wino") else _conv(g, x, w, b, shape, "c")
+    g.output(_add(g, r, y, shape, "y"))  # R first: the op's operand may be either side
+    xv, rv = _rand(rng, 2, 12, 10, 16), _rand(rng, *r_shape)
+    out, nodes = _run(g.build(), tmp_path, x=xv, r=rv)
+    assert_close(out["y"], conv2d_ref(xv, w, b) + rv, rtol=1e-4)
+    assert _add_launches(nodes) == [False]
+    op = "SdConv2DWinograd" if kind.startswith("wino") else "CONV_2D"
+    names = _kernels(nodes, op)
+    assert ("gemm_splitk_reduce" in names) == (kind == "conv/2")
+    assert any(k.startswith("winograd_output") for k in names) == kind.startswith("wino")
+
+
+def test_adds_that_keep_their_launch(rng, tmp_path):
+    g = OpGraphBuilder()
+    x, r = g.input("x", [1, 8, 32]), g.input("r", [1, 8, 32])
+    w1, w2, w3 = _rand(rng, 32, 32), _rand(rng, 32, 32), _rand(rng, 32, 32)
+    a = _fc(g, x, w1, None, [1, 8, 32], "a")
+    ya = _add(g, a, r, [1, 8, 32], "ya", act=RELU)       # fused activation on the ADD
+    bt = _fc(g, x, w2, None, [1, 8, 32], "b")
+    yb = _add(g, bt, r, [1, 8, 32], "yb")                 # b is read twice (also by yb2)
+    yb2 = _add(g, bt, ya, [1, 8, 32], "yb2")
+    c = _fc(g, x, w3, None, [1, 8, 32], "c")
+    late = _add(g, r, r, [1, 8, 32], "late")             # R made after c (and not by a GEMM-shaped op)
+    yc = _add(g, c, late, [1, 8, 32], "yc")
+    for t in (yb, yb2, yc):
+        g.output(t)
+    xv, rv = _rand(rng, 1, 8, 32), _rand(rng, 1, 8, 32)
+    out, nodes = _run(g.build(), tmp_path, x=xv, r=rv)
+    x64, r64 = xv.astype(np.float64), rv.astype(np.float64)
+    av, bv, cv = x64 @ w1.T, x64 @ w2.T, x64 @ w3.T
+    yav = np.maximum(av + r64, 0.0)
+    assert_close(out["yb"], (bv + r64).astype(np.float32), rtol=1e-5)
+    assert_close(out["yb2"], (bv + yav).astype(np.float32), rtol=1e-5)
+    assert_close(out["yc"], (cv + 2 * r64).astype(np.float32), rtol=1e-5)
+    assert _add_launches(nodes) == [True] * 5  # ya, yb, yb2, late, yc
+
+
+def test_either_operand_and_a_chain(rng, tmp_path):
+    """ADD(c, d) of two FC outputs, c first: d's epilogue adds c; then ADD(that, e) with e = FC after it: e's
+    epilogue adds the first sum (a residual chain, as in SD's transformer blocks)."""
+    g = OpGraphBuilder()
+    x = g.input("x", [1, 8, 32])
+    w1, w2, w3 = _rand(rng, 32, 32), _rand(rng, 32, 32), _rand(rng, 32, 32)
+    c = _fc(g, x, w1, None, [1, 8, 32], "c")
+    d = _fc(g, x, w2, None, [1, 8, 32], "d")
+    s1 = _add(g, c, d, [1, 8, 32], "s1")
+    e = _fc(g, s1, w3, None, [1, 8, 32], "e")
+    g.output(_add(g, s1, e, [1, 8, 32], "y"))
+    xv = _rand(rng, 1, 8, 32)
+    out, nodes = _run(g.build(), tmp_path, x=xv)
+    x64 = xv.astype(np.float64)
+    s1v = x64 @ w1.T + x64 @ w2.T
+    assert_close(out["y"], (s1v + s1v @ w3.T).astype(np.float32), rtol=1e-5)
+    assert _add_launches(nodes) == [False, False]
