@@ -84,3 +84,36 @@ def test_merged_projection_slices_launch_nothing(tiny_fused_export: Path, rng, t
     for i in slices:
         assert nodes[i]["kernels"] == [] and nodes[i]["ms"] == 0.0, (i, nodes[i])
     assert any(n["kernels"] for n in nodes.values() if n["op"] == "FULLY_CONNECTED")
+
+
+def test_residual_adds_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
+    """Every ADD of the fused tiny UNet is a residual of an FC / CONV_2D output (ResNet outputs, time-embedding
+    adds, transformer residuals) and is folded into that op's epilogue, except the first ResNet's time-embedding
+    add: its R (a SLICE of the merged time projection) is made after the conv, so the conv cannot add it."""
+    import json
+
+    from ai_edge_litert.interpreter import load_delegate
+
+    path = tiny_fused_export / "unet.tflite"
+    info = read_model_info(path)
+    producer = {t: op for op in info.ops for t in op.outputs}
+    adds = [op for op in info.ops if op.op_name == "ADD"]
+    late = [op.index for op in adds
+            if sorted(producer[t].op_name for t in op.inputs) == ["CONV_2D", "SLICE"]
+            and max(producer[t].index for t in op.inputs if producer[t].op_name == "SLICE")
+            > max(producer[t].index for t in op.inputs if producer[t].op_name == "CONV_2D")]
+    assert len(adds) > 20 and len(late) == 1
+
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
+    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
+        "serving_default")
+    inputs = signature_inputs(runner, rng)
+    actual = runner(**inputs)
+    cpu = native.load(backend="cpu")
+    expected = Interpreter(model_path=str(path), experimental_delegates=[cpu]).get_signature_runner(
+        "serving_default")(**inputs)
+    for name, value in expected.items():
+        assert_close(actual[name], value, rtol=1e-4)
+    nodes = {n["node"]: n for n in json.loads(profile.read_text())["nodes"]}
+    assert [op.index for op in adds if nodes[op.index]["kernels"]] == late
