@@ -89,7 +89,8 @@ def test_merged_projection_slices_launch_nothing(tiny_fused_export: Path, rng, t
 def test_residual_adds_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
     """Every ADD of the fused tiny UNet is a residual of an FC / CONV_2D output (ResNet outputs, time-embedding
     adds, transformer residuals) and is folded into that op's epilogue, except the first ResNet's time-embedding
-    add: its R (a SLICE of the merged time projection) is made after the conv, so the conv cannot add it."""
+    add: its R (a SLICE of the merged time projection) is made after the conv (the SiLU of the time embedding that
+    the projection reads comes after that conv in the exported graph), so the conv cannot add it."""
     import json
 
     from ai_edge_litert.interpreter import load_delegate
