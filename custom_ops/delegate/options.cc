@@ -65,10 +65,15 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
         return Status::Error("option gemm_autotune='" + std::string(value) + "' must be 0 or 1");
       }
       out->gemm_autotune = value == "1";
+    } else if (key == "fuse_epilogues") {
+      if (value != "0" && value != "1") {
+        return Status::Error("option fuse_epilogues='" + std::string(value) + "' must be 0 or 1");
+      }
+      out->fuse_epilogues = value == "1";
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
-                           "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune)");
+                           "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues)");
     }
   }
   return Status::Ok();

@@ -114,7 +114,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     steps_.push_back(std::move(s));
   }
   SplitGemmColumns(abi::IntArrayToVector(params->output_tensors));
-  FuseResidualAdds(abi::IntArrayToVector(params->output_tensors));
+  if (backend_->options().fuse_epilogues) FuseResidualAdds(abi::IntArrayToVector(params->output_tensors));
   return Status::Ok();
 }
 

@@ -31,7 +31,8 @@
 //   same shape, or one row per image / one row for all, like SD's time
 //   embedding) launches nothing: the op writes the ADD's output with R added
 //   in its epilogue (GpuOp::FuseResidual; OpenCL kernels only). SD's ResNet
-//   outputs, the time-embedding adds and the transformer residuals.
+//   outputs, the time-embedding adds and the transformer residuals. Delegate
+//   option fuse_epilogues=0 turns it off (A/B benchmarks).
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed

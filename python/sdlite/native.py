@@ -61,6 +61,9 @@ class DelegateOptions:
     ``gemm_autotune`` (GPU backends; unset = the delegate's default, on): time the GEMM/conv tile configs of
     each distinct shape at the first invoke and keep the fastest (a slower first run for faster steady-state
     steps; see ``TileTuner`` in ``custom_ops/gpu/matmul_ops.h``).
+    ``fuse_epilogues`` (GPU backends; unset = the delegate's default, on): fold a residual ADD into the epilogue
+    of the FULLY_CONNECTED / CONV_2D / SdConv2DWinograd that produces one operand (OpenCL; one launch and one
+    read-write pass of the activation less per ADD; see ``GpuPartition`` in ``custom_ops/gpu/partition.h``).
     """
 
     backend: str = "cpu"
@@ -72,6 +75,7 @@ class DelegateOptions:
     opencl_cache_dir: str | None = None
     weights_fp16: bool = False
     gemm_autotune: bool | None = None
+    fuse_epilogues: bool | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -84,8 +88,10 @@ class DelegateOptions:
                 raise NativeDelegateError(f"{name} must be a positive int, got {value!r}")
         if not isinstance(self.weights_fp16, bool):
             raise NativeDelegateError(f"weights_fp16 must be a bool, got {self.weights_fp16!r}")
-        if self.gemm_autotune is not None and not isinstance(self.gemm_autotune, bool):
-            raise NativeDelegateError(f"gemm_autotune must be a bool or None, got {self.gemm_autotune!r}")
+        for name in ("gemm_autotune", "fuse_epilogues"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -100,8 +106,10 @@ class DelegateOptions:
                 out[name] = str(value)
         if self.weights_fp16:
             out["weights_fp16"] = "1"
-        if self.gemm_autotune is not None:
-            out["gemm_autotune"] = "1" if self.gemm_autotune else "0"
+        for name in ("gemm_autotune", "fuse_epilogues"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = "1" if value else "0"
         return out
 
 
@@ -161,7 +169,8 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
     """Create a delegate for ``Interpreter(..., experimental_delegates=[...])``.
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
-    attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune),
+    attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune,
+    fuse_epilogues),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """

@@ -163,3 +163,25 @@ def test_either_operand_and_a_chain(rng, tmp_path):
     s1v = x64 @ w1.T + x64 @ w2.T
     assert_close(out["y"], (s1v + s1v @ w3.T).astype(np.float32), rtol=1e-5)
     assert _add_launches(nodes) == [False, False]
+
+
+def test_fuse_epilogues_option(rng, tmp_path):
+    """fuse_epilogues=0 keeps every ADD as its own launch (A/B benchmarks), with the same result; a bad value is
+    rejected when the delegate is created."""
+    g = OpGraphBuilder()
+    x, r = g.input("x", [1, 8, 32]), g.input("r", [1, 8, 32])
+    w = _rand(rng, 32, 32)
+    g.output(_add(g, _fc(g, x, w, None, [1, 8, 32], "f"), r, [1, 8, 32], "y"))
+    model = g.build()
+    xv, rv = _rand(rng, 1, 8, 32), _rand(rng, 1, 8, 32)
+    want = (xv.astype(np.float64) @ w.T + rv).astype(np.float32)
+    for fuse in (True, False):
+        profile = tmp_path / f"p{int(fuse)}.json"
+        delegate = native.load(backend="opencl", profile_path=str(profile), fuse_epilogues=fuse)
+        out = make_interpreter(model, delegate).get_signature_runner("serving_default")(x=xv, r=rv)
+        assert_close(out["y"], want, rtol=1e-5)
+        assert _add_launches(json.loads(profile.read_text())["nodes"]) == [not fuse]
+    with pytest.raises(ValueError, match="option fuse_epilogues='yes' must be 0 or 1"):
+        load_delegate(str(native.delegate_path()), {"backend": "opencl", "fuse_epilogues": "yes"})
+    with pytest.raises(native.NativeDelegateError, match="fuse_epilogues must be a bool"):
+        native.load(backend="opencl", fuse_epilogues="1")
