@@ -42,18 +42,34 @@ def test_fused_model_fully_delegated_and_matches_cpu(tiny_fused_export: Path, rn
         assert_close(actual[name], value, rtol=1e-4)
 
 
+def _opencl_profile_matching_cpu(path: Path, rng, tmp_path: Path) -> dict[int, dict]:
+    """Runs `path` on OpenCL with the device profile on, checks parity with the CPU delegate (rel 1e-4) and returns
+    the profile's nodes by node index."""
+    import json
+
+    from ai_edge_litert.interpreter import load_delegate
+
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
+    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
+        "serving_default")
+    inputs = signature_inputs(runner, rng)
+    actual = runner(**inputs)
+    cpu = native.load(backend="cpu")
+    expected = Interpreter(model_path=str(path), experimental_delegates=[cpu]).get_signature_runner(
+        "serving_default")(**inputs)
+    for name, value in expected.items():
+        assert_close(actual[name], value, rtol=1e-4)
+    return {n["node"]: n for n in json.loads(profile.read_text())["nodes"]}
+
+
 def test_merged_projection_slices_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
     """`--fuse` merges sibling projections into one FULLY_CONNECTED + column SLICEs; on the GPU the bias-free
     merges (q/k/v, cross-attention k/v) run as one batched GEMM whose column blocks ARE the slices, and the
     biased time-embedding merge's slices are contiguous runs at batch 1 (the tiny UNet's): no SLICE launches.
     (Slices that are neither stay copies: test_opencl_aliasing.py.)"""
-    import json
-
-    from ai_edge_litert.interpreter import load_delegate
-
     path = tiny_fused_export / "unet.tflite"
     info = read_model_info(path)
-    producer = {t: op for op in info.ops for t in op.outputs}
     readers: dict[int, list] = {}
     for op in info.ops:
         for t in op.inputs:
@@ -69,18 +85,7 @@ def test_merged_projection_slices_launch_nothing(tiny_fused_export: Path, rng, t
             and all(d == 1 for d in info.tensors[op.inputs[0]].shape[:-1])}
     assert len(split) >= 6 and len(runs) >= 6 and set(slices) == split | runs  # both kinds, nothing else
 
-    profile = tmp_path / "profile.json"
-    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
-    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
-        "serving_default")
-    inputs = signature_inputs(runner, rng)
-    actual = runner(**inputs)
-    cpu = native.load(backend="cpu")
-    expected = Interpreter(model_path=str(path), experimental_delegates=[cpu]).get_signature_runner(
-        "serving_default")(**inputs)
-    for name, value in expected.items():
-        assert_close(actual[name], value, rtol=1e-4)
-    nodes = {n["node"]: n for n in json.loads(profile.read_text())["nodes"]}
+    nodes = _opencl_profile_matching_cpu(path, rng, tmp_path)
     for i in slices:
         assert nodes[i]["kernels"] == [] and nodes[i]["ms"] == 0.0, (i, nodes[i])
     assert any(n["kernels"] for n in nodes.values() if n["op"] == "FULLY_CONNECTED")
@@ -91,10 +96,6 @@ def test_residual_adds_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
     adds, transformer residuals) and is folded into that op's epilogue, except the first ResNet's time-embedding
     add: its R (a SLICE of the merged time projection) is made after the conv (the SiLU of the time embedding that
     the projection reads comes after that conv in the exported graph), so the conv cannot add it."""
-    import json
-
-    from ai_edge_litert.interpreter import load_delegate
-
     path = tiny_fused_export / "unet.tflite"
     info = read_model_info(path)
     producer = {t: op for op in info.ops for t in op.outputs}
@@ -105,16 +106,5 @@ def test_residual_adds_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
             > max(producer[t].index for t in op.inputs if producer[t].op_name == "CONV_2D")]
     assert len(adds) > 20 and len(late) == 1
 
-    profile = tmp_path / "profile.json"
-    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
-    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
-        "serving_default")
-    inputs = signature_inputs(runner, rng)
-    actual = runner(**inputs)
-    cpu = native.load(backend="cpu")
-    expected = Interpreter(model_path=str(path), experimental_delegates=[cpu]).get_signature_runner(
-        "serving_default")(**inputs)
-    for name, value in expected.items():
-        assert_close(actual[name], value, rtol=1e-4)
-    nodes = {n["node"]: n for n in json.loads(profile.read_text())["nodes"]}
+    nodes = _opencl_profile_matching_cpu(path, rng, tmp_path)
     assert [op.index for op in adds if nodes[op.index]["kernels"]] == late
