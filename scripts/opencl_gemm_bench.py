@@ -215,10 +215,13 @@ def phase_models(args: argparse.Namespace, results: dict[str, Any], deadline: fl
         reference = None  # CPU interpreter output of the plain model (same seeded inputs for every variant)
         variants = args.variants.split(",") if name.startswith("unet") else ["plain"]
         for variant in variants:
-            path = variant_path(args, name, plain, variant, deadline)
+            # +noepi: the same model file with the delegate option fuse_epilogues=0 (residual ADDs launched apart)
+            noepi = variant.endswith("+noepi")
+            path = variant_path(args, name, plain, variant.removesuffix("+noepi"), deadline)
             if path is None:
                 continue
-            tags = [("fp32", {})] + ([("fp16w", {"weights_fp16": "1"})] if args.fp16 else [])
+            base = {"fuse_epilogues": "0"} if noepi else {}
+            tags = [("fp32", base)] + ([("fp16w", {**base, "weights_fp16": "1"})] if args.fp16 else [])
             for tag, extra in tags:
                 if time.time() > deadline:
                     return
@@ -250,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models-dir", type=Path, default=ROOT / ".h200" / "models")
     ap.add_argument("--models", default="unet_b1,vae_decoder")
     ap.add_argument("--phases", default="models,micro")
-    ap.add_argument("--variants", default="plain", help="UNet variants: plain,fused,fused+wino4,fused+winoauto")
+    ap.add_argument("--variants", default="plain",
+                    help="UNet variants: plain,fused,fused+wino4,fused+winoauto; +nomerge (no FC merge in the "
+                         "conversion) and/or a final +noepi (delegate option fuse_epilogues=0) on any of them")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--micro-runs", type=int, default=10)
     ap.add_argument("--micro-cases", default="", help="comma-separated substrings of case names (default: all)")
