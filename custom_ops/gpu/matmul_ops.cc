@@ -482,9 +482,7 @@ class TiledGemmOp final : public GpuOp {
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override {
-    if (!dev.residual_epilogue() || s_.batch != 1 || r.rows <= 0) return false;
-    residual_ = r;
-    return true;
+    return s_.batch == 1 && AcceptResidual(dev, r);  // batched GEMMs have no per-batch residual
   }
 
   bool SplitColumns(const Device& dev, int parts) override {
@@ -566,11 +564,7 @@ class TiledConvOp final : public GpuOp {
   }
 
  public:
-  bool FuseResidual(const Device& dev, const Residual& r) override {
-    if (!dev.residual_epilogue() || r.rows <= 0) return false;
-    residual_ = r;
-    return true;
-  }
+  bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
 };
 
 // The tiled GEMM for `s`, with B packed from `b_const` (an N x K row-major host matrix when

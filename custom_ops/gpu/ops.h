@@ -86,6 +86,13 @@ class GpuOp {
   void set_residual_input(const TensorRef& r) { residual_input_ = r; }
 
  protected:
+  // FuseResidual for ops whose kernels all take the epilogue's parameters: accepts when the device has them.
+  bool AcceptResidual(const Device& dev, const Residual& r) {
+    if (!dev.residual_epilogue() || r.rows <= 0) return false;
+    residual_ = r;
+    return true;
+  }
+
   std::vector<int> device_inputs_;
   size_t scratch_bytes_ = 0;
   Residual residual_;

@@ -87,20 +87,17 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     const int code = view.desc.builtin_code;
     s.view = (code == kReshape || code == kSqueeze || code == kExpandDims) && !view.desc.inputs.empty() &&
              view.desc.inputs[0] != nullptr && view.desc.inputs[0]->bytes == s.output_bytes;
+    s.code = code;
+    s.out_dims = DimsOf(view.desc.outputs[0]);
     if (code == kSlice && view.desc.inputs.size() == 3 && view.desc.inputs[0] != nullptr &&
         view.desc.inputs[1] != nullptr && IsConstant(view.desc.inputs[1])) {
       const std::vector<int32_t> begin = ConstInts(view.desc.inputs[1]);
-      s.slice_in = DimsOf(view.desc.inputs[0]);
-      s.slice_out = DimsOf(view.desc.outputs[0]);
-      if (begin.size() == s.slice_in.size() && s.slice_out.size() == s.slice_in.size() && !begin.empty()) {
+      const Dims in = DimsOf(view.desc.inputs[0]);
+      if (begin.size() == in.size() && s.out_dims.size() == in.size() && !begin.empty()) {
+        s.slice_in = in;
         s.slice_begin.assign(begin.begin(), begin.end());
-      } else {
-        s.slice_in.clear();
-        s.slice_out.clear();
       }
     }
-    s.code = code;
-    s.out_dims = DimsOf(view.desc.outputs[0]);
     if (code == kAdd && view.desc.inputs.size() == 2 && view.desc.inputs[0] != nullptr &&
         view.desc.inputs[1] != nullptr) {
       const auto* prm = static_cast<const ActivationParams*>(view.desc.builtin_data);
@@ -113,8 +110,17 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     }
     steps_.push_back(std::move(s));
   }
-  SplitGemmColumns(abi::IntArrayToVector(params->output_tensors));
-  if (backend_->options().fuse_epilogues) FuseResidualAdds(abi::IntArrayToVector(params->output_tensors));
+  const std::vector<int> out_list = abi::IntArrayToVector(params->output_tensors);
+  const std::set<int> outs(out_list.begin(), out_list.end());
+  std::unordered_map<int, std::vector<int>> readers;  // tensor -> steps reading it on the device
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    for (int k : steps_[i].op->device_inputs()) {
+      if (steps_[i].inputs[k] >= 0) readers[steps_[i].inputs[k]].push_back(i);
+    }
+  }
+  // Neither pass changes what a step reads, so both use the same map.
+  SplitGemmColumns(outs, readers);
+  if (backend_->options().fuse_epilogues) FuseResidualAdds(outs, readers);
   return Status::Ok();
 }
 
@@ -146,22 +152,19 @@ Residual ResidualOf(const Dims& r, const Dims& out) {
 
 }  // namespace
 
-void GpuPartition::FuseResidualAdds(const std::vector<int>& partition_outputs) {
-  const std::set<int> outs(partition_outputs.begin(), partition_outputs.end());
+void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
   std::unordered_map<int, int> producer;
-  std::unordered_map<int, int> readers;  // tensor -> number of device reads
-  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
-    producer[steps_[i].output] = i;
-    for (int k : steps_[i].op->device_inputs()) {
-      if (steps_[i].inputs[k] >= 0) ++readers[steps_[i].inputs[k]];
-    }
-  }
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) producer[steps_[i].output] = i;
+  auto read_once = [&](int t) {
+    auto it = readers.find(t);
+    return it != readers.end() && it->second.size() == 1;
+  };
   for (int j = 0; j < static_cast<int>(steps_.size()); ++j) {
     Step& add = steps_[j];
     if (add.code != kAdd || add.add_activation != 0 || add.add_in_dims.size() != 2) continue;
     for (int k = 0; k < 2; ++k) {
       const int t = add.inputs[k], r = add.inputs[1 - k];
-      if (t < 0 || r < 0 || t == r || outs.count(t) || readers[t] != 1) continue;
+      if (t < 0 || r < 0 || t == r || outs.count(t) || !read_once(t)) continue;
       auto p = producer.find(t);
       if (p == producer.end() || p->second >= j) continue;
       Step& op = steps_[p->second];
@@ -185,20 +188,14 @@ void GpuPartition::FuseResidualAdds(const std::vector<int>& partition_outputs) {
   }
 }
 
-void GpuPartition::SplitGemmColumns(const std::vector<int>& partition_outputs) {
-  const std::set<int> outs(partition_outputs.begin(), partition_outputs.end());
-  std::unordered_map<int, std::vector<int>> readers;  // tensor -> steps reading it on the device
-  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
-    for (int k : steps_[i].op->device_inputs()) {
-      if (steps_[i].inputs[k] >= 0) readers[steps_[i].inputs[k]].push_back(i);
-    }
-  }
+void GpuPartition::SplitGemmColumns(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
   for (Step& fc : steps_) {
     if (fc.fc_columns <= 0 || outs.count(fc.output)) continue;
     auto it = readers.find(fc.output);
     if (it == readers.end() || it->second.size() < 2) continue;
     const int64_t n = fc.fc_columns;
-    const int64_t width = steps_[it->second[0]].slice_out.empty() ? 0 : steps_[it->second[0]].slice_out.back();
+    const Step& first = steps_[it->second[0]];
+    const int64_t width = first.slice_begin.empty() ? 0 : first.out_dims.back();
     if (width <= 0 || n % width != 0 || static_cast<int64_t>(it->second.size()) != n / width) continue;
     std::vector<int> part_of(it->second.size(), -1);
     std::vector<bool> seen(static_cast<size_t>(n / width), false);
@@ -207,8 +204,8 @@ void GpuPartition::SplitGemmColumns(const std::vector<int>& partition_outputs) {
       const Step& sl = steps_[it->second[r]];
       const size_t rank = sl.slice_in.size();
       ok = rank > 0 && sl.inputs[0] == fc.output && outs.count(sl.output) == 0 && sl.slice_in[rank - 1] == n &&
-           sl.slice_out[rank - 1] == width && sl.slice_begin[rank - 1] % width == 0;
-      for (size_t d = 0; ok && d + 1 < rank; ++d) ok = sl.slice_begin[d] == 0 && sl.slice_out[d] == sl.slice_in[d];
+           sl.out_dims[rank - 1] == width && sl.slice_begin[rank - 1] % width == 0;
+      for (size_t d = 0; ok && d + 1 < rank; ++d) ok = sl.slice_begin[d] == 0 && sl.out_dims[d] == sl.slice_in[d];
       if (!ok) break;
       const int64_t part = sl.slice_begin[rank - 1] / width;
       ok = part >= 0 && part < n / width && !seen[static_cast<size_t>(part)];
@@ -230,9 +227,9 @@ long long GpuPartition::ContiguousSliceOffset(const Step& step) {
   const size_t rank = step.slice_in.size();
   if (rank == 0) return -1;
   size_t a = 0;  // the first axis the output does not collapse to 1 (the last one if all do)
-  while (a + 1 < rank && step.slice_out[a] == 1) ++a;
+  while (a + 1 < rank && step.out_dims[a] == 1) ++a;
   for (size_t d = a + 1; d < rank; ++d) {
-    if (step.slice_out[d] != step.slice_in[d]) return -1;  // a partial inner axis: rows with gaps
+    if (step.out_dims[d] != step.slice_in[d]) return -1;  // a partial inner axis: rows with gaps
   }
   const Dims strides = StridesOf(step.slice_in);
   long long elems = 0;

@@ -41,6 +41,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -82,8 +83,8 @@ class GpuPartition {
     std::unique_ptr<GpuOp> op;
     bool view = false;     // RESHAPE/SQUEEZE/EXPAND_DIMS with output bytes == input bytes
     bool aliased = false;  // this prepare: output aliases the input (no launch)
-    // Plain SLICE with constant begin (else empty): input dims, output dims, begin.
-    std::vector<int64_t> slice_in, slice_out, slice_begin;
+    // Plain SLICE with constant begin (else empty): input dims and begin (its output dims: out_dims).
+    std::vector<int64_t> slice_in, slice_begin;
     int64_t fc_columns = 0;     // FULLY_CONNECTED: N (the output's last dim), else 0
     int code = -1;              // builtin code (kCustom for Sd* ops)
     int add_activation = -1;    // ADD: its fused activation
@@ -109,10 +110,10 @@ class GpuPartition {
   int Root(int tensor) const;
   // Byte offset of `tensor` inside Root(tensor)'s memory.
   size_t RootOffset(int tensor) const;
-  // Column splits (header comment), from the graph structure at init.
-  void SplitGemmColumns(const std::vector<int>& partition_outputs);
-  // Residual ADDs (header comment), from the graph structure at init.
-  void FuseResidualAdds(const std::vector<int>& partition_outputs);
+  // Column splits and residual ADDs (header comment), from the graph structure at init: `outs` are the
+  // partition's output tensors, `readers` the steps that read each tensor on the device.
+  void SplitGemmColumns(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
+  void FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   // The tensors a step's launches read: its op's device inputs and its residual.
   static std::vector<int> DeviceReads(const Step& step);
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.

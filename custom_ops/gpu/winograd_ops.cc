@@ -127,11 +127,7 @@ class WinogradOp final : public GpuOp {
     return dev.Launch(*output_, o, {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
   }
 
-  bool FuseResidual(const Device& dev, const Residual& r) override {
-    if (!dev.residual_epilogue() || r.rows <= 0) return false;
-    residual_ = r;
-    return true;
-  }
+  bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
 
   WinogradGeom g_;
   int act_ = 0;
