@@ -28,6 +28,12 @@ constexpr size_t kLayerNormRowsWg = 64;
 constexpr int64_t kLayerNormRowsMaxC = 4 * 64 * 8;
 // Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
 constexpr int64_t kGroupNormRowsChunk = 8192;
+// group_norm_nhwc (ops/group_norm/opencl.cl): work-group size GN1_WG (a correctness constant, also the widest
+// group cpg = C/G it takes) and the largest group it handles in one launch. One work-group per (batch, group)
+// sweeps its group three times: cheap while the group sits in cache (SD's UNet: at most 4096 x 30 floats);
+// larger groups (the VAE's 128x128 and up) keep the two-stage path, whose work-groups spread over the GPU.
+constexpr size_t kGroupNormNhwcWg = 512;
+constexpr int64_t kGroupNormNhwcMax = 131072;
 
 // The tiled attention kernels attn_{flash,stats,pv}_<suffix> (ops/attention/opencl.cl, "Tiled kernels" and
 // "Row-wise tiled kernels"): queries per work-group (BQ) and work-group size (NT) of each instantiation.
@@ -147,6 +153,9 @@ class SdGeluGatedOp final : public GpuOp {
 // The LayerNorm view (groups == 1, x [R, 1, C], C % 4 == 0, C <= kLayerNormRowsMaxC, float4-aligned):
 //   layer_norm_rows(y, yo, x, xo, gamma, go, beta, bo, int C4, float eps, int silu), one kLayerNormRowsWg-wide
 //   work-group per row, the row held in registers (one read, one write); y/x offsets in float4 units.
+// One kernel, channels last (B == 1, C/G <= kGroupNormNhwcWg, groups of <= kGroupNormNhwcMax elements):
+//   group_norm_nhwc(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int G, float eps, int silu);
+//   one kGroupNormNhwcWg-wide work-group per (batch, group).
 // One kernel (groups of <= kGroupNormChunk elements, or a backend without the two-stage kernels):
 //   group_norm_f32(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int B, int G, float eps, int silu);
 //   one kGroupNormWg-wide work-group per (batch, group).
@@ -171,6 +180,13 @@ class SdGroupNormOp final : public GpuOp {
       a.Int(C / 4).Float(eps_).Int(silu_);
       return dev.Launch(*rows_kernel_, a, {static_cast<size_t>(g_.n) * kLayerNormRowsWg, 1, 1},
                         {kLayerNormRowsWg, 1, 1}, timings);
+    }
+    if (nhwc_ != nullptr) {
+      Args a;
+      a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
+      a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+      a.Int(A).Int(C).Int(G).Float(eps_).Int(silu_);
+      return dev.Launch(*nhwc_, a, {ngroups * kGroupNormNhwcWg, 1, 1}, {kGroupNormNhwcWg, 1, 1}, timings);
     }
     if (partial_ == nullptr) {
       Args a;
@@ -211,6 +227,7 @@ class SdGroupNormOp final : public GpuOp {
 
   const Kernel* single_ = nullptr;
   const Kernel* rows_kernel_ = nullptr;  // layer_norm_rows: the LayerNorm view (see MakeSdGroupNorm)
+  const Kernel* nhwc_ = nullptr;  // group_norm_nhwc: channels-last groups that fit one launch
   const Kernel* partial_ = nullptr;  // null: one-kernel path
   const Kernel* partial_rows_ = nullptr;  // null: not channels-last with C % 4 == 0
   const Kernel* finalize_ = nullptr;
@@ -299,6 +316,14 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
       dev.max_work_group_size() >= kLayerNormRowsWg && !dev.GetKernel("layer_norm_rows", &u->rows_kernel_).ok()) {
     u->rows_kernel_ = nullptr;
   }
+  const GroupNormGeometry& ng = u->g_;
+  if (u->rows_kernel_ == nullptr && ng.b == 1 && ng.c / ng.groups <= static_cast<int64_t>(kGroupNormNhwcWg) &&
+      u->count_ <= kGroupNormNhwcMax && dev.max_work_group_size() >= kGroupNormNhwcWg &&
+      dev.GetKernel("group_norm_nhwc", &u->nhwc_).ok()) {
+    *out = std::move(u);
+    return Status::Ok();
+  }
+  u->nhwc_ = nullptr;
   if (u->count_ > kGroupNormChunk && dev.max_work_group_size() >= kGroupNormWg2 &&
       dev.GetKernel("group_norm_partial", &u->partial_).ok() &&
       dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&

@@ -45,14 +45,21 @@ def check_gelu(backend: str, rng: np.random.Generator, mode: str) -> None:
 
 
 def check_group_norm(backend: str, rng: np.random.Generator, shape: tuple[int, ...], groups: int, axis: int,
-                     act: str) -> None:
+                     act: str, profile: Path | None = None, mean: float = 3.0) -> list[str]:
+    """One SdGroupNorm node on ``backend`` vs the numpy reference (data N(mean, 2^2)); with ``profile`` (a file
+    path), also return the names of the kernels the node launched, in order."""
     attrs = GN.GroupNormAttrs(groups=groups, eps=1e-5, activation=act, channel_axis=axis)
     c = shape[axis]
-    x = (rng.standard_normal(shape) * 2.0 + 3.0).astype(np.float32)
+    x = (rng.standard_normal(shape) * 2.0 + mean).astype(np.float32)
     gamma, beta = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
-    result = run(group_norm_model(shape, gamma, beta, GN.SPEC.encode(attrs)), {"x": x}, backend=backend)
+    opts = {"backend": backend} if profile is None else {"backend": backend, "profile_path": str(profile)}
+    result = run(group_norm_model(shape, gamma, beta, GN.SPEC.encode(attrs)), {"x": x}, **opts)
     assert result.stats["claimed_nodes"] == 1
     assert_close(result.outputs["y"], GN.reference([x, gamma, beta], attrs), rtol=1e-5)
+    if profile is None:
+        return []
+    (node,) = json.loads(profile.read_text())["nodes"]
+    return [k["name"] for k in node["kernels"]]
 
 
 def profile_group_norm(backend: str, rng: np.random.Generator, profile: Path, invocations: int = 1) -> dict:

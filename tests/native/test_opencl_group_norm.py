@@ -1,22 +1,47 @@
-"""SdGroupNorm's two-stage OpenCL path (PoCL in CI): groups above 4096 elements go partial sums per chunk ->
-exact chunk combination -> one normalise(+SiLU) pass (float4 when four neighbours share a channel or are four
-channels), instead of one work-group per group. The small-group (one-kernel) cases are in gpu_cases.py."""
+"""SdGroupNorm's OpenCL paths (PoCL in CI) vs the float64 numpy reference, each case checked for the kernels it
+launches (from the delegate's profile):
+
+- channels last (B == 1) with C/G <= 512 and groups of at most 131072 floats (every GroupNorm of SD's UNet):
+  ONE launch of group_norm_nhwc, a work-group per (batch, group);
+- larger groups, or channels not last: two stages, partial sums per chunk -> exact chunk combination -> one
+  normalise(+SiLU) pass (float4 when four neighbours share a channel or are four channels);
+- small groups with channels not last: the one-kernel group_norm_f32 (more cases in gpu_cases.py).
+
+Data is N(3, 2^2) unless stated: a single-pass E[x^2] - E[x]^2 would lose digits here; the centred sums must not.
+"""
 from __future__ import annotations
 
 import pytest
 
 import gpu_cases
 
-# (shape, groups, channel axis, activation). Data is N(3, 2^2): a single-pass E[x^2] - E[x]^2 would lose
-# digits here, the chunked mean / centred M2 combination must not.
-LARGE_GROUP_NORM_CASES = [
-    ((1, 64, 64, 128), 32, -1, "silu"),  # NHWC, 4 channels per group: 4 chunks, float4 apply across channels
-    ((2, 64, 48, 48), 32, 1, "none"),    # NCHW: 2 chunks per group (the last one partial), float4 within a channel
-    ((1, 30, 45, 45), 3, 1, "silu"),     # B = 2025, C = 30: scalar apply
-    ((1, 128, 128, 64), 32, 3, "silu"),  # 32 groups x 32768 elements: the VAE's large-group case, scaled down
+NHWC = ["group_norm_nhwc"]
+TWO_STAGE_ROWS = ["group_norm_partial_rows", "group_norm_finalize", "group_norm_apply4"]
+
+# (shape, groups, channel axis, activation, kernels launched)
+GROUP_NORM_PATHS = [
+    ((1, 16, 16, 320), 32, -1, "silu", NHWC),           # SD's 64x64-level width (10 channels per group), scaled
+    ((2, 8, 8, 1280), 32, 3, "none", NHWC),             # 40 channels per group (SD's 8x8 level), batch 2
+    ((1, 37, 23, 96), 32, -1, "silu", NHWC),            # 851 positions: the sweeps' ragged tails
+    ((1, 3, 5, 1024), 2, -1, "none", NHWC),             # 512 channels per group: one position per sweep
+    ((1, 256, 256, 64), 32, -1, "none", NHWC),          # 131072 floats per group: the largest one launch takes
+    ((1, 2, 3, 1026), 2, -1, "silu", ["group_norm_f32"]),  # 513 channels per group: wider than the work-group
+    ((1, 96, 96, 64), 4, -1, "silu", TWO_STAGE_ROWS),   # 147456 floats per group: two stages, float4 channels
+    ((1, 256, 256, 128), 32, 3, "silu", TWO_STAGE_ROWS),  # the VAE's large-group case, scaled down
+    ((2, 64, 48, 48), 32, 1, "none", ["group_norm_partial", "group_norm_finalize", "group_norm_apply4"]),  # NCHW
+    ((1, 30, 45, 45), 3, 1, "silu", ["group_norm_partial", "group_norm_finalize", "group_norm_apply"]),  # B = 2025
 ]
 
 
-@pytest.mark.parametrize("shape,groups,axis,act", LARGE_GROUP_NORM_CASES)
-def test_large_group_norm_two_stage_matches_reference(rng, shape, groups, axis, act):
-    gpu_cases.check_group_norm("opencl", rng, shape, groups, axis, act)
+@pytest.mark.parametrize("shape,groups,axis,act,kernels", GROUP_NORM_PATHS)
+def test_group_norm_paths_match_reference(rng, tmp_path, shape, groups, axis, act, kernels):
+    launched = gpu_cases.check_group_norm("opencl", rng, shape, groups, axis, act, profile=tmp_path / "p.json")
+    assert launched == kernels
+
+
+def test_one_launch_group_norm_keeps_digits_at_a_large_mean(rng, tmp_path):
+    # mean 1e3, spread 2: the variance is taken around the mean (no cancellation); the output is affine in
+    # x - mean, so it keeps float32's relative accuracy.
+    launched = gpu_cases.check_group_norm("opencl", rng, (1, 24, 24, 320), 32, -1, "none",
+                                          profile=tmp_path / "p.json", mean=1000.0)
+    assert launched == NHWC
