@@ -30,10 +30,12 @@ constexpr int64_t kLayerNormRowsMaxC = 4 * 64 * 8;
 constexpr int64_t kGroupNormRowsChunk = 8192;
 // group_norm_nhwc (ops/group_norm/opencl.cl): work-group size GN1_WG (a correctness constant, also the widest
 // group cpg = C/G it takes) and the largest group it handles in one launch. One work-group per (batch, group)
-// sweeps its group three times: cheap while the group sits in cache (SD's UNet: at most 4096 x 30 floats);
-// larger groups (the VAE's 128x128 and up) keep the two-stage path, whose work-groups spread over the GPU.
+// sweeps its group three times, so its time grows with the group while the three launches of the two-stage
+// path cost ~18-20 us whatever the size. Measured on the H200 (SD1.5 UNet b1, BENCHMARKS session 8): one launch
+// 7.5 us vs 19.5 at 8x8x1280 (2560 floats per group), 10.9 vs 17.9 at 16x16x1280 (10240), but 20.5 vs 18.2 at
+// 32x32x640 (20480) and 35.4 vs 20.8 at 64x64x320 (40960): one launch up to 16384 floats.
 constexpr size_t kGroupNormNhwcWg = 512;
-constexpr int64_t kGroupNormNhwcMax = 131072;
+constexpr int64_t kGroupNormNhwcMax = 16384;
 
 // The tiled attention kernels attn_{flash,stats,pv}_<suffix> (ops/attention/opencl.cl, "Tiled kernels" and
 // "Row-wise tiled kernels"): queries per work-group (BQ) and work-group size (NT) of each instantiation.

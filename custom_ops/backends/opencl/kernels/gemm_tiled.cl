@@ -329,16 +329,14 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
   float acc[16];
   for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
   for (int kt = kbeg; kt < kend; kt += GS_BK) {
-    // B first: its 16 DRAM loads are in flight while the A tile (L2-resident) is staged, so a step waits for
-    // one memory latency rather than an L2 round trip followed by a DRAM one.
+    for (int e = lid; e < 16 * GS_BK; e += 256) {  // consecutive work-items along k: coalesced when sak == 1
+      const int r = e / GS_BK, kk = e - r * GS_BK, m = m0 + r, k = kt + kk;
+      As[r * 4 * GS_AST + kk] = (m < M && k < kend) ? A[abase + m * sam + k * sak] : 0.0f;
+    }
     float bv[GS_KPL];
     for (int t = 0; t < GS_KPL; ++t) {
       const int k = kt + lane * GS_KPL + t, i = b_tiles ? slab + k * 64 : bbase + k * sbk + n * sbn;
       bv[t] = (k < kend && n < N) ? (b_half ? vload_half(i, (__global const half*)B) : B[i]) : 0.0f;
-    }
-    for (int e = lid; e < 16 * GS_BK; e += 256) {  // consecutive work-items along k: coalesced when sak == 1
-      const int r = e / GS_BK, kk = e - r * GS_BK, m = m0 + r, k = kt + kk;
-      As[r * 4 * GS_AST + kk] = (m < M && k < kend) ? A[abase + m * sam + k * sak] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int q = 0; q < GS_KPL / 4; ++q) {
