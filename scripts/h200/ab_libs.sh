@@ -12,6 +12,6 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "== round $round: $name"
     python3 scripts/opencl_gemm_bench.py --lib "$lib" --out "$OUT/ab-$round-$name" --phases models \
       --models "${AB_MODELS:-unet_b1}" --variants "${AB_VARIANTS:-fused+winoauto}" --runs "${AB_RUNS:-20}" \
-      --deadline-s 200 --model-share 1.0 2>&1 | grep -E "device|SdConv2DWinograd|FULLY_CONNECTED|SdGroupNorm|ADD |CONV_2D|SdAttention|ERROR"
+      --deadline-s 200 --model-share 1.0 2>&1 | grep -E "device|SdConv2DWinograd|FULLY_CONNECTED|SdGroupNorm|ADD |CONV_2D|SdAttention|SdGelu|ERROR"
   done
 done
