@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <exception>
 #include <set>
-#include <variant>
 
 #include "abi/int_array.h"
 #include "delegate/partitioner.h"
@@ -12,7 +11,6 @@
 #include "delegate/tflite_graph.h"
 #include "gpu/builtin_params.h"
 #include "gpu/gpu_backend.h"
-#include "ops/gelu/attrs.h"
 #include "gpu/op_util.h"
 
 namespace sdgpu::gpu {
@@ -106,13 +104,6 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
       s.add_activation = prm != nullptr ? prm->activation : 0;
       s.add_in_dims = {DimsOf(view.desc.inputs[0]), DimsOf(view.desc.inputs[1])};
     }
-    if (view.desc.sd_op != nullptr) {
-      if (const auto* gelu = std::get_if<GeluAttrs>(&view.desc.sd_op->attrs); gelu != nullptr && gelu->gated) {
-        s.gated_gelu = gelu->approximate == GeluApproximation::kTanh    ? 13
-                       : gelu->approximate == GeluApproximation::kQuick ? 14
-                                                                        : 12;
-      }
-    }
     if (code == kFullyConnected && view.desc.inputs.size() > 1 && view.desc.inputs[1] != nullptr) {
       const Dims w = DimsOf(view.desc.inputs[1]), o = DimsOf(view.desc.outputs[0]);
       s.fc_columns = w.size() == 2 && !o.empty() && o.back() == w[0] ? w[0] : 0;
@@ -129,10 +120,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
   }
   // Neither pass changes what a step reads, so both use the same map.
   SplitGemmColumns(outs, readers);
-  if (backend_->options().fuse_epilogues) {
-    FuseGatedGelus(outs, readers);  // first: a gated FC takes no residual
-    FuseResidualAdds(outs, readers);
-  }
+  if (backend_->options().fuse_epilogues) FuseResidualAdds(outs, readers);
   return Status::Ok();
 }
 
@@ -197,25 +185,6 @@ void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unorde
       add.absorbed = true;
       break;
     }
-  }
-}
-
-void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
-  std::unordered_map<int, int> producer;
-  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) producer[steps_[i].output] = i;
-  for (Step& gelu : steps_) {
-    if (gelu.gated_gelu < 0 || gelu.inputs.empty()) continue;
-    const int t = gelu.inputs[0];
-    auto rd = readers.find(t);
-    auto p = producer.find(t);
-    if (outs.count(t) || rd == readers.end() || rd->second.size() != 1 || p == producer.end()) continue;
-    Step& fc = steps_[p->second];
-    if (fc.code != kFullyConnected || fc.residual >= 0 || !fc.op->FuseGatedGelu(device(), gelu.gated_gelu)) continue;
-    fc.output = gelu.output;  // the FC now writes the GELU's [..., N/2] output; its own output is never read
-    fc.output_bytes = gelu.output_bytes;
-    fc.out_dims = gelu.out_dims;
-    fc.fc_columns = 0;
-    gelu.absorbed = true;
   }
 }
 
@@ -318,7 +287,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   size_t max_scratch = 0;
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
     Step& step = steps_[i];
-    if (step.absorbed) continue;  // its producer writes its output (FuseResidualAdds, FuseGatedGelus)
+    if (step.absorbed) continue;  // its producer writes its output (FuseResidualAdds)
     abi::TfLiteTensor* out = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, step.output, &out));
     if (out->bytes != step.output_bytes) {

@@ -35,11 +35,6 @@
 // op: rrows = 1, rsm = N for a same-shape R; rrows = rows per image for an [images, N] R; rsm = 0 for one [N]
 // row). Split-K GEMMs pass rrows = 0 and the reduce adds it. rrows = 0: no residual.
 //
-// Gated-GELU epilogue (every GEMM instance and gemm_splitk_reduce, not the convs): act = SD_GELU_OP_ERF / _TANH /
-// _QUICK (12 / 13 / 14, ops/gelu/opencl.cl) means the N columns are (value, gate) pairs -- column 2j the value,
-// 2j + 1 the gate of output column j -- and C[m, j] (row stride scm = N / 2) = v * gelu(g) of the pair after alpha
-// and bias: SdGelu(gated) folded into the FULLY_CONNECTED that feeds it (GpuOp::FuseGatedGelu). Needs N % 2 == 0.
-//
 // B may be stored as half (b_half = 1, read with vload_half; no cl_khr_fp16
 // needed): the B buffer is then a half array and its offset/strides are in halves.
 // Arithmetic is always fp32.
@@ -206,12 +201,6 @@
       const int m = m0 + (i >> 2) * ((NT) / 4) + ty * 4 + (i & 3);                        \
       if (m >= M) continue;                                                               \
       const float4 v = alpha * acc[i][j] + bj;                                            \
-      if (act >= SD_GELU_OP_ERF) { /* gated GELU: pairs (n, n+1), (n+2, n+3) -> columns n/2, n/2+1 */ \
-        __global float* d2 = (C) + (cbase) + m * (ldc) + n / 2;                           \
-        d2[0] = v.x * sd_gelu_mode(v.y, act);                                             \
-        if (n + 3 < (NCOLS)) d2[1] = v.z * sd_gelu_mode(v.w, act);                        \
-        continue;                                                                         \
-      }                                                                                   \
       __global float* dst = (C) + (cbase) + m * (ldc) + n;                                \
       float4 w = (float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act)); \
       __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + n : 0);      \
@@ -362,19 +351,6 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
   barrier(CLK_LOCAL_MEM_FENCE);
   if (n >= N) return;
   const float bn = has_bias ? bias[biaso + n] : 0.0f;
-  if (act >= SD_GELU_OP_ERF) {  // gated GELU: the even column's work-item finishes the (value, gate) pair
-    if (c & 1) return;
-    const float bg = has_bias ? bias[biaso + n + 1] : 0.0f;
-    for (int q = 0; q < 4; ++q) {
-      const int r = lane * 4 + q, m = m0 + r;
-      if (m >= M) break;
-      const float v = red[r * 64 + c] + red[(16 + r) * 64 + c] + red[(32 + r) * 64 + c] + red[(48 + r) * 64 + c];
-      const float g =
-          red[r * 64 + c + 1] + red[(16 + r) * 64 + c + 1] + red[(32 + r) * 64 + c + 1] + red[(48 + r) * 64 + c + 1];
-      C[co + bz * scb + sz * scs + m * scm + n / 2] = (alpha * v + bn) * sd_gelu_mode(alpha * g + bg, act);
-    }
-    return;
-  }
   for (int q = 0; q < 4; ++q) {  // lane l finishes rows 4l .. 4l+3 of its column
     const int r = lane * 4 + q, m = m0 + r;
     if (m >= M) break;
@@ -470,16 +446,6 @@ __kernel void gemm_splitk_reduce(__global float* C, int co, int scb, int scm, __
   const int plane = M * N;
   int i = po + b * splits * plane + m * N + n;
   float v = has_bias ? bias[biaso + n] : 0.0f;
-  if (act >= SD_GELU_OP_ERF) {  // gated GELU: the even column's work-item finishes the (value, gate) pair
-    if (n & 1) return;
-    float g = has_bias ? bias[biaso + n + 1] : 0.0f;
-    for (int s = 0; s < splits; ++s, i += plane) {
-      v += P[i];
-      g += P[i + 1];
-    }
-    C[co + b * scb + m * scm + n / 2] = v * sd_gelu_mode(g, act);
-    return;
-  }
   for (int s = 0; s < splits; ++s, i += plane) v += P[i];
   C[co + b * scb + m * scm + n] = sd_act(v, act) + (rrows > 0 ? R[ro + (m / rrows) * rsm + n] : 0.0f);
 }
