@@ -58,7 +58,8 @@ __kernel void group_norm_f32(__global float* y, int yo, __global const float* x,
 // for every position a = lid / cpg (mod rpi = GN1_WG / cpg rows per sweep), so gamma/beta are read once and
 // the loops carry no index division; three sweeps over the group (sum, centred sum of squares, write), the
 // second and third mostly from cache. The two-stage path below needs three launches (partials, finalize,
-// apply) whose fixed costs dominated SD's UNet groups (~20 us per GroupNorm at 64x64x320 on the H100).
+// apply) that cost ~18-20 us per GroupNorm on the H200 whatever the size; this kernel's time grows with the
+// group (one work-group does it all), so the host takes it for small groups only (gpu/sd_ops.cc).
 //   group_norm_nhwc(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int G, float eps, int silu)
 //   global = (N*G*GN1_WG), local = (GN1_WG); GN1_WG is mirrored by kGroupNormNhwcWg (gpu/sd_ops.cc).
 // ---------------------------------------------------------------------------
