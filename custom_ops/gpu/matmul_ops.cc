@@ -258,6 +258,18 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
   return MakePlan(dev, conv, scored.front(), M, N, K, batch, out);
 }
 
+Status GatedTwin(const Device& dev, TilePlan* plan) {
+  if (plan->kernel == nullptr) return Status::Error("no kernel planned");
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel(plan->kernel->name() + "_gg", &plan->kernel));
+  if (plan->reduce != nullptr) SDGPU_RETURN_IF_ERROR(dev.GetKernel("gemm_splitk_reduce_gg", &plan->reduce));
+  return Status::Ok();
+}
+
+Status TileTuner::UseGatedTwins(const Device& dev) {
+  for (TilePlan& p : candidates_) SDGPU_RETURN_IF_ERROR(GatedTwin(dev, &p));
+  return Status::Ok();
+}
+
 Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key,
                        bool enabled) {
   candidates_.clear();
@@ -467,7 +479,12 @@ class TiledGemmOp final : public GpuOp {
     } else {
       b = BOperand{in[s_.b_input].buffer, in[s_.b_input].elem_offset(), false};
     }
-    const TensorRef* bias = s_.bias_input >= 0 ? &in[s_.bias_input] : nullptr;
+    TensorRef packed_bias;
+    if (packed_bias_) {
+      SDGPU_RETURN_IF_ERROR(packed_bias_->Ensure(dev));
+      packed_bias.buffer = packed_bias_->operand().buffer;
+    }
+    const TensorRef* bias = packed_bias_ ? &packed_bias : s_.bias_input >= 0 ? &in[s_.bias_input] : nullptr;
     if (tuner_.pending()) {
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
           dev,
@@ -482,7 +499,49 @@ class TiledGemmOp final : public GpuOp {
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override {
-    return s_.batch == 1 && AcceptResidual(dev, r);  // batched GEMMs have no per-batch residual
+    // batched GEMMs have no per-batch residual; a gated output is not the FC's shape
+    return s_.batch == 1 && s_.act < kGatedGeluMin && AcceptResidual(dev, r);
+  }
+
+  // The weights' (and bias's) columns are re-packed interleaved -- packed column 2j = value column j, 2j + 1 = gate
+  // column N/2 + j -- so that each work-item's float4 of columns holds whole (value, gate) pairs, and the epilogue
+  // writes the N/2-wide product (gemm_tiled.cl, "Gated-GELU epilogue"). Needs the FC's constant N x K weights.
+  bool FuseGatedGelu(const Device& dev, int mode) override {
+    if (!dev.residual_epilogue() || b_const_ == nullptr || s_.batch != 1 || residual_.rows > 0 || s_.act != 0 ||
+        s_.N % 4 != 0 || s_.scm != s_.N || (s_.bias_input >= 0 && bias_const_ == nullptr) || mode < kGatedGeluMin) {
+      return false;
+    }
+    const int N = s_.N, K = s_.K, half = N / 2;
+    GemmShape gated = s_;
+    gated.act = mode;
+    gated.scm = half;
+    TilePlan plan = plan_;
+    TileTuner tuner;
+    if (!GatedTwin(dev, &plan).ok() ||
+        !tuner.Init(dev, false, gated.M, gated.N, gated.K, 1, GemmTuneKey(gated, b_half_), autotune_).ok() ||
+        !tuner.UseGatedTwins(dev).ok()) {
+      return false;  // no twin kernels on this device: the op is unchanged
+    }
+    auto source_column = [half](int c) { return (c & 1) != 0 ? half + c / 2 : c / 2; };
+    packed_ = std::make_unique<PackedWeights>(
+        static_cast<size_t>(N) * K, b_half_, [b = b_const_, N, K, source_column](float* dst) {
+          std::vector<float> rows(static_cast<size_t>(N) * K);  // weight rows (output columns) in packed order
+          for (int c = 0; c < N; ++c) {
+            std::memcpy(rows.data() + static_cast<size_t>(c) * K, b + static_cast<size_t>(source_column(c)) * K,
+                        sizeof(float) * static_cast<size_t>(K));
+          }
+          TransposeInto(rows.data(), N, K, dst);
+        });
+    if (bias_const_ != nullptr) {
+      packed_bias_ = std::make_unique<PackedWeights>(static_cast<size_t>(N), false,
+                                                     [bias = bias_const_, N, source_column](float* dst) {
+                                                       for (int c = 0; c < N; ++c) dst[c] = bias[source_column(c)];
+                                                     });
+    }
+    plan_ = plan;
+    tuner_ = std::move(tuner);
+    s_ = gated;
+    return true;
   }
 
   bool SplitColumns(const Device& dev, int parts) override {
@@ -505,8 +564,14 @@ class TiledGemmOp final : public GpuOp {
   TileTuner tuner_;
   GemmShape s_;
   std::unique_ptr<PackedWeights> packed_;
+  std::unique_ptr<PackedWeights> packed_bias_;  // the bias re-packed for the gated-GELU epilogue
+  const float* b_const_ = nullptr;     // FULLY_CONNECTED's constant N x K weights (host, interpreter lifetime)
+  const float* bias_const_ = nullptr;  // and its constant bias, when it has one
   bool b_half_ = false;
   bool autotune_ = false;
+
+ private:
+  static constexpr int kGatedGeluMin = 12;  // SD_GELU_OP_ERF: act codes from here on are the gated-GELU epilogue
 };
 
 // CONV_2D (and SdConv2DWinograd's direct path) as the tiled implicit GEMM.
@@ -569,10 +634,16 @@ class TiledConvOp final : public GpuOp {
 
 // The tiled GEMM for `s`, with B packed from `b_const` (an N x K row-major host matrix when
 // `b_transposed`, else K x N) when non-null; nullptr when the device has no tiled kernels.
+// `bias_const`: the constant bias's host data (FULLY_CONNECTED; for GpuOp::FuseGatedGelu), else nullptr.
 Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, const float* b_const,
-                    bool b_transposed, bool weights_fp16, bool autotune, std::unique_ptr<GpuOp>* out) {
+                    bool b_transposed, bool weights_fp16, bool autotune, std::unique_ptr<GpuOp>* out,
+                    const float* bias_const = nullptr) {
   auto u = std::make_unique<TiledGemmOp>();
   u->s_ = s;
+  if (b_transposed) {  // the gated-GELU re-pack reads N x K weights
+    u->b_const_ = b_const;
+    u->bias_const_ = bias_const;
+  }
   SDGPU_RETURN_IF_ERROR(CheckForcedTiles());  // a typo must not quietly run the fallback kernel
   if (!PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok()) return Status::Ok();
   if (b_const != nullptr) {
@@ -691,9 +762,9 @@ Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_p
     s.bias_input = 2;
     inputs.push_back(2);
   }
-  SDGPU_RETURN_IF_ERROR(
-      TryTiledGemm(dev, s, inputs, ConstFloatData(node.inputs[1]), /*b_transposed=*/true, node.weights_fp16,
-                   node.gemm_autotune, out));
+  SDGPU_RETURN_IF_ERROR(TryTiledGemm(dev, s, inputs, ConstFloatData(node.inputs[1]), /*b_transposed=*/true,
+                                     node.weights_fp16, node.gemm_autotune, out,
+                                     s.bias_input >= 0 ? ConstFloatData(node.inputs[2]) : nullptr));
   if (*out) return Status::Ok();
   return MakeNaiveGemm(dev, s, inputs, out);
 }

@@ -57,6 +57,9 @@ struct TilePlan {
 // (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
 Status CheckForcedTiles();
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
+// The plan with its GEMM and reduce kernels swapped for their gated-GELU twins (NAME_gg, gemm_tiled.cl); an error
+// when the device lacks one.
+Status GatedTwin(const Device& dev, TilePlan* plan);
 
 // Measured tile choice (delegate option gemm_autotune, GPU backends): the cost model above ranks configs from
 // a coarse occupancy/padding model fitted on one GPU, and on the H200 its pick was up to 1.3x slower than the
@@ -79,6 +82,8 @@ class TileTuner {
   // Runs `launch` for each candidate (the same problem, same output every time) and stores the fastest
   // in *plan; the caller then launches *plan once more for its result. Runs at most once.
   Status Tune(const Device& dev, const std::function<Status(const TilePlan&)>& launch, TilePlan* plan);
+  // GatedTwin on every candidate (before Tune).
+  Status UseGatedTwins(const Device& dev);
 
  private:
   std::vector<TilePlan> candidates_;

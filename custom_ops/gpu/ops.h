@@ -84,6 +84,15 @@ class GpuOp {
     return false;
   }
   void set_residual_input(const TensorRef& r) { residual_input_ = r; }
+  // Gated-GELU epilogue (GpuPartition folds `SdGelu(gated, mode)` of this op's output into it): from now on write
+  // y[m, j] = v * gelu(g) of the output's (value, gate) column pairs -- an [M, N/2] output -- instead of [M, N].
+  // `mode`: the kernels' GELU code, 12 erf / 13 tanh / 14 quick. FULLY_CONNECTEDs with constant weights on devices
+  // with the epilogue kernels return true; false (the default) leaves the op unchanged.
+  virtual bool FuseGatedGelu(const Device& dev, int mode) {
+    (void)dev;
+    (void)mode;
+    return false;
+  }
 
  protected:
   // FuseResidual for ops whose kernels all take the epilogue's parameters: accepts when the device has them.

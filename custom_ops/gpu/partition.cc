@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <set>
+#include <variant>
 
 #include "abi/int_array.h"
 #include "delegate/partitioner.h"
@@ -11,6 +12,7 @@
 #include "delegate/tflite_graph.h"
 #include "gpu/builtin_params.h"
 #include "gpu/gpu_backend.h"
+#include "ops/gelu/attrs.h"
 #include "gpu/op_util.h"
 
 namespace sdgpu::gpu {
@@ -104,6 +106,13 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
       s.add_activation = prm != nullptr ? prm->activation : 0;
       s.add_in_dims = {DimsOf(view.desc.inputs[0]), DimsOf(view.desc.inputs[1])};
     }
+    if (view.desc.sd_op != nullptr) {
+      if (const auto* gelu = std::get_if<GeluAttrs>(&view.desc.sd_op->attrs); gelu != nullptr && gelu->gated) {
+        s.gated_gelu = gelu->approximate == GeluApproximation::kTanh    ? 13
+                       : gelu->approximate == GeluApproximation::kQuick ? 14
+                                                                        : 12;
+      }
+    }
     if (code == kFullyConnected && view.desc.inputs.size() > 1 && view.desc.inputs[1] != nullptr) {
       const Dims w = DimsOf(view.desc.inputs[1]), o = DimsOf(view.desc.outputs[0]);
       s.fc_columns = w.size() == 2 && !o.empty() && o.back() == w[0] ? w[0] : 0;
@@ -120,7 +129,10 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
   }
   // Neither pass changes what a step reads, so both use the same map.
   SplitGemmColumns(outs, readers);
-  if (backend_->options().fuse_epilogues) FuseResidualAdds(outs, readers);
+  if (backend_->options().fuse_epilogues) {
+    FuseGatedGelus(outs, readers);  // first: a gated FC takes no residual
+    FuseResidualAdds(outs, readers);
+  }
   return Status::Ok();
 }
 
@@ -185,6 +197,37 @@ void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unorde
       add.absorbed = true;
       break;
     }
+  }
+}
+
+void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
+  std::unordered_map<int, int> producer;
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) producer[steps_[i].output] = i;
+  // the step producing tensor t when t has exactly one reader on the device and is not a partition output
+  auto sole_producer = [&](int t) -> Step* {
+    auto rd = readers.find(t);
+    auto p = producer.find(t);
+    if (outs.count(t) || rd == readers.end() || rd->second.size() != 1 || p == producer.end()) return nullptr;
+    return &steps_[p->second];
+  };
+  for (Step& gelu : steps_) {
+    if (gelu.gated_gelu < 0 || gelu.inputs.empty()) continue;
+    Step* fc = sole_producer(gelu.inputs[0]);
+    Step* view = nullptr;  // a RESHAPE between them (cfg batch 2: [2*S, 2F] -> [2, S, 2F]): the same bytes
+    if (fc != nullptr && fc->view && !fc->inputs.empty()) {
+      view = fc;
+      fc = sole_producer(view->inputs[0]);
+    }
+    if (fc == nullptr || fc->code != kFullyConnected || fc->residual >= 0 ||
+        !fc->op->FuseGatedGelu(device(), gelu.gated_gelu)) {
+      continue;
+    }
+    fc->output = gelu.output;  // the FC now writes the GELU's [..., N/2] output; its own output is never read
+    fc->output_bytes = gelu.output_bytes;
+    fc->out_dims = gelu.out_dims;
+    fc->fc_columns = 0;
+    gelu.absorbed = true;
+    if (view != nullptr) view->absorbed = true;  // its input is never written now, its output never read
   }
 }
 
@@ -287,7 +330,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   size_t max_scratch = 0;
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
     Step& step = steps_[i];
-    if (step.absorbed) continue;  // its producer writes its output (FuseResidualAdds)
+    if (step.absorbed) continue;  // its producer writes its output (FuseResidualAdds, FuseGatedGelus)
     abi::TfLiteTensor* out = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, step.output, &out));
     if (out->bytes != step.output_bytes) {

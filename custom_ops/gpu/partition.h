@@ -31,8 +31,12 @@
 //   same shape, or one row per image / one row for all, like SD's time
 //   embedding) launches nothing: the op writes the ADD's output with R added
 //   in its epilogue (GpuOp::FuseResidual; OpenCL kernels only). SD's ResNet
-//   outputs, the time-embedding adds and the transformer residuals. Delegate
-//   option fuse_epilogues=0 turns it off (A/B benchmarks).
+//   outputs, the time-embedding adds and the transformer residuals.
+//   Gated GELUs: an SdGelu(gated) whose input is a FULLY_CONNECTED's output
+//   (its only reader, not a partition output; constant weights) launches
+//   nothing: the FC's epilogue writes v * gelu(g) (GpuOp::FuseGatedGelu;
+//   OpenCL kernels only). SD's GEGLU feed-forward inputs. Delegate option
+//   fuse_epilogues=0 turns both epilogue folds off (A/B benchmarks).
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed
@@ -91,7 +95,8 @@ class GpuPartition {
     std::vector<std::vector<int64_t>> add_in_dims;  // ADD: the dims of its two inputs
     std::vector<int64_t> out_dims;
     int residual = -1;          // tensor added in this op's epilogue (its output is then the ADD's)
-    bool absorbed = false;      // an ADD folded into its producer's epilogue: launches nothing
+    int gated_gelu = -1;        // SdGelu(gated): the kernels' GELU code (12 erf, 13 tanh, 14 quick), else -1
+    bool absorbed = false;      // an ADD or gated GELU (and a RESHAPE before it) folded into an epilogue: no launch
     bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
     size_t alias_offset = 0;    // bytes into the input, when aliased
     int scratch_request = -1;
@@ -114,6 +119,7 @@ class GpuPartition {
   // partition's output tensors, `readers` the steps that read each tensor on the device.
   void SplitGemmColumns(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
+  void FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   // The tensors a step's launches read: its op's device inputs and its residual.
   static std::vector<int> DeviceReads(const Step& step);
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.

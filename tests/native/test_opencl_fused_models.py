@@ -108,3 +108,17 @@ def test_residual_adds_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
 
     nodes = _opencl_profile_matching_cpu(path, rng, tmp_path)
     assert [op.index for op in adds if nodes[op.index]["kernels"]] == late
+
+
+def test_gated_gelus_launch_nothing(tiny_fused_export: Path, rng, tmp_path):
+    """Every SdGelu(gated) of the fused tiny UNet (GEGLU: its feed-forward input) reads an FC output and is folded
+    into that FC's epilogue: the GELU node launches nothing and the whole UNet still matches the CPU delegate."""
+    path = tiny_fused_export / "unet.tflite"
+    info = read_model_info(path)
+    producer = {t: op for op in info.ops for t in op.outputs}
+    gelus = [op for op in info.ops if op.op_name == "SdGelu"]
+    assert len(gelus) == 7 and all(producer[op.inputs[0]].op_name == "FULLY_CONNECTED" for op in gelus)
+
+    nodes = _opencl_profile_matching_cpu(path, rng, tmp_path)
+    assert [nodes[op.index]["kernels"] for op in gelus] == [[]] * len(gelus)
+    assert all(nodes[producer[op.inputs[0]].index]["kernels"] for op in gelus)  # the FC's GEMM writes the product

@@ -26,6 +26,7 @@
 //   conv_t64x64 / conv_t128x64 / conv_t128x128 / conv_t64x64n128 / conv_t128x64n128 / conv_t64x128n128
 //                                                 NHWC implicit-GEMM conv, needs Ci % 16 == 0
 //   gemm_splitk_reduce                            sums split-K partials, adds bias, activation
+//   each GEMM instance and the reduce also as NAME_gg (the gated-GELU epilogue below)
 // Split-K: get_group_id(2) = batch * splits + split; a split covers K range
 // [split * k_split, min(K, split * k_split + k_split)) (k_split % 16 == 0) and
 // writes raw partial sums (times alpha) to its own slab at `scs` elements.
@@ -34,6 +35,13 @@
 // with rrows > 0, C[m, n] = act(...) + R[ro + (m / rrows) * rsm + n] (the host folds a following ADD into the
 // op: rrows = 1, rsm = N for a same-shape R; rrows = rows per image for an [images, N] R; rsm = 0 for one [N]
 // row). Split-K GEMMs pass rrows = 0 and the reduce adds it. rrows = 0: no residual.
+//
+// Gated-GELU epilogue: every GEMM instance and gemm_splitk_reduce has a twin NAME_gg whose act = SD_GELU_OP_ERF /
+// _TANH / _QUICK (12 / 13 / 14, ops/gelu/opencl.cl) means the N columns are (value, gate) pairs -- column 2j the
+// value, 2j + 1 the gate of output column j -- and C[m, j] (row stride scm = N / 2) = v * gelu(g) of the pair after
+// alpha and bias: SdGelu(gated) folded into the FULLY_CONNECTED that feeds it (GpuOp::FuseGatedGelu). Needs
+// N % 2 == 0. Separate instances, because the branch in a shared epilogue slowed every GEMM by 1-2% on the H200
+// (BENCHMARKS session 8); with act < 12 a _gg twin computes what its plain instance does (split-K partials).
 //
 // B may be stored as half (b_half = 1, read with vload_half; no cl_khr_fp16
 // needed): the B buffer is then a half array and its offset/strides are in halves.
@@ -184,7 +192,8 @@
   }
 
 // C[m, n] = act(alpha * acc + bias[n]) for the in-range part of the micro-tile.
-#define GT_EPILOGUE(BM, BN, NT, C, cbase, ldc, NCOLS)                                     \
+// GATED (literal 0/1): the _gg instances' gated-GELU branch (act >= 12), compiled out of the others.
+#define GT_EPILOGUE(BM, BN, NT, C, cbase, ldc, NCOLS, GATED)                              \
   _Pragma("unroll")                                                                       \
   for (int j = 0; j < (BN) / 64; ++j) {                                                   \
     const int n = n0 + j * 64 + tx * 4;                                                   \
@@ -201,6 +210,12 @@
       const int m = m0 + (i >> 2) * ((NT) / 4) + ty * 4 + (i & 3);                        \
       if (m >= M) continue;                                                               \
       const float4 v = alpha * acc[i][j] + bj;                                            \
+      if ((GATED) && act >= SD_GELU_OP_ERF) { /* pairs (n, n+1), (n+2, n+3) -> columns n/2, n/2+1 */ \
+        __global float* d2 = (C) + (cbase) + m * (ldc) + n / 2;                           \
+        d2[0] = v.x * sd_gelu_mode(v.y, act);                                             \
+        if (n + 3 < (NCOLS)) d2[1] = v.z * sd_gelu_mode(v.w, act);                        \
+        continue;                                                                         \
+      }                                                                                   \
       __global float* dst = (C) + (cbase) + m * (ldc) + n;                                \
       float4 w = (float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act)); \
       __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + n : 0);      \
@@ -268,7 +283,7 @@
     }                                                                                     \
   }
 
-#define SD_GEMM_TILED(NAME, BM, BN, NT)                                                           \
+#define SD_GEMM_TILED_G(NAME, BM, BN, NT, GATED)                                                  \
   __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, \
       int sam, int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,   \
@@ -280,8 +295,11 @@
     /* A loader along m when m is the contiguous axis; float4 along k for aligned rows */        \
     const int a_mode = sak != 1 && sam == 1 ? GT_MNC : sak == 1 && ((ao | sab | sam) & 3) == 0 ? GT_KC_VEC : GT_KC; \
     GT_MAIN_LOOP(BM, BN, NT, a_mode, STRIDED, )                                                   \
-    GT_EPILOGUE(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N)                                  \
+    GT_EPILOGUE(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N, GATED)                           \
   }
+#define SD_GEMM_TILED(NAME, BM, BN, NT)      \
+  SD_GEMM_TILED_G(NAME, BM, BN, NT, 0)       \
+  SD_GEMM_TILED_G(NAME##_gg, BM, BN, NT, 1)
 
 SD_GEMM_TILED(gemm_t64x64, 64, 64, 256)
 SD_GEMM_TILED(gemm_t128x64, 128, 64, 256)
@@ -308,13 +326,13 @@ SD_GEMM_TILED(gemm_t64x128n128, 64, 128, 128)
 #define GS_BK 64
 #define GS_KPL (GS_BK / 4)             // k per lane and step
 #define GS_AST (GS_BK / 4 + 1)         // A row stride in float4s (padded)
-__kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
-    __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam,
-    int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half, __global const float* bias,
-    int biaso, int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split,
-    __global const float* R, int ro, int rrows, int rsm) {
-  __local float4 As4[16 * GS_AST];  // [row][k / 4]
-  __local float red[4 * 16 * 64];   // [lane][row][column]
+// The body, shared by gemm_t16x64 and its gated twin (`gated`: a literal, so each kernel keeps one epilogue);
+// As4 [16 * GS_AST] and red [4 * 16 * 64] are the kernel's local arrays.
+inline void gs_skinny(__local float4* As4, __local float* red, const int gated, __global float* C, int co, int scb,
+                      int scs, int scm, __global const float* A, int ao, int sab, int sam, int sak,
+                      __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,
+                      __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act,
+                      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {
   __local float* As = (__local float*)As4;
   const int lid = get_local_id(1) * 16 + get_local_id(0);
   const int c = lid & 63, lane = lid >> 6;
@@ -351,6 +369,19 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
   barrier(CLK_LOCAL_MEM_FENCE);
   if (n >= N) return;
   const float bn = has_bias ? bias[biaso + n] : 0.0f;
+  if (gated && act >= SD_GELU_OP_ERF) {  // the even column's work-item finishes the (value, gate) pair
+    if (c & 1) return;
+    const float bg = has_bias ? bias[biaso + n + 1] : 0.0f;
+    for (int q = 0; q < 4; ++q) {
+      const int r = lane * 4 + q, m = m0 + r;
+      if (m >= M) break;
+      const float v = red[r * 64 + c] + red[(16 + r) * 64 + c] + red[(32 + r) * 64 + c] + red[(48 + r) * 64 + c];
+      const float g =
+          red[r * 64 + c + 1] + red[(16 + r) * 64 + c + 1] + red[(32 + r) * 64 + c + 1] + red[(48 + r) * 64 + c + 1];
+      C[co + bz * scb + sz * scs + m * scm + n / 2] = (alpha * v + bn) * sd_gelu_mode(alpha * g + bg, act);
+    }
+    return;
+  }
   for (int q = 0; q < 4; ++q) {  // lane l finishes rows 4l .. 4l+3 of its column
     const int r = lane * 4 + q, m = m0 + r;
     if (m >= M) break;
@@ -359,6 +390,20 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
         sd_act(alpha * v + bn, act) + (rrows > 0 ? R[ro + (m / rrows) * rsm + n] : 0.0f);
   }
 }
+
+#define SD_GEMM_SKINNY(NAME, GATED)                                                                           \
+  __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void NAME(                                        \
+      __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam, \
+      int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,                         \
+      __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act,         \
+      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {                         \
+    __local float4 As4[16 * GS_AST]; /* [row][k / 4] */                                                       \
+    __local float red[4 * 16 * 64];  /* [lane][row][column] */                                                \
+    gs_skinny(As4, red, GATED, C, co, scb, scs, scm, A, ao, sab, sam, sak, B, bo, sbb, sbk, sbn, b_half, bias, \
+              biaso, has_bias, M, N, K, alpha, act, splits, k_split, R, ro, rrows, rsm);                      \
+  }
+SD_GEMM_SKINNY(gemm_t16x64, 0)
+SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 
 // ---- implicit-GEMM convolution -----------------------------------------------------
 // conv_tBMxBN(Y, yo, int scs, X, xo, W, wo, int sbk, int sbn, int b_half, bias, biaso, int has_bias,
@@ -424,7 +469,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm_t16x64(
     int ky = kbeg / (KW * Ci), kx = (kbeg / Ci) % KW, ci0 = kbeg % Ci;                            \
     const int a_mode = (xo & 3) == 0 ? GT_KC_VEC : GT_KC; /* pixel rows are 16-float multiples */ \
     GT_MAIN_LOOP(BM, BN, NT, a_mode, CONV, GT_CONV_ADVANCE)                                       \
-    GT_EPILOGUE(BM, BN, NT, Y, yo + sz * scs, Co, Co)                                             \
+    GT_EPILOGUE(BM, BN, NT, Y, yo + sz * scs, Co, Co, 0)                                          \
   }
 
 SD_CONV_TILED(conv_t64x64, 64, 64, 256)
@@ -438,14 +483,32 @@ SD_CONV_TILED(conv_t64x128n128, 64, 128, 128)
 //                    R, ro, int rrows, int rsm)
 // C[b, m, n] = act(sum_s P[((b*splits + s)*M + m)*N + n] + bias[n]) (+ the residual); global = (N, M, batch),
 // local (16, 16, 1).
-__kernel void gemm_splitk_reduce(__global float* C, int co, int scb, int scm, __global const float* P, int po,
-                                 int splits, __global const float* bias, int biaso, int has_bias, int M, int N,
-                                 int act, __global const float* R, int ro, int rrows, int rsm) {
+inline void splitk_reduce(const int gated, __global float* C, int co, int scb, int scm, __global const float* P,
+                          int po, int splits, __global const float* bias, int biaso, int has_bias, int M, int N,
+                          int act, __global const float* R, int ro, int rrows, int rsm) {
   const int n = get_global_id(0), m = get_global_id(1), b = get_global_id(2);
   if (n >= N || m >= M) return;
   const int plane = M * N;
   int i = po + b * splits * plane + m * N + n;
   float v = has_bias ? bias[biaso + n] : 0.0f;
+  if (gated && act >= SD_GELU_OP_ERF) {  // the even column's work-item finishes the (value, gate) pair
+    if (n & 1) return;
+    float g = has_bias ? bias[biaso + n + 1] : 0.0f;
+    for (int s = 0; s < splits; ++s, i += plane) {
+      v += P[i];
+      g += P[i + 1];
+    }
+    C[co + b * scb + m * scm + n / 2] = v * sd_gelu_mode(g, act);
+    return;
+  }
   for (int s = 0; s < splits; ++s, i += plane) v += P[i];
   C[co + b * scb + m * scm + n] = sd_act(v, act) + (rrows > 0 ? R[ro + (m / rrows) * rsm + n] : 0.0f);
 }
+#define SD_SPLITK_REDUCE(NAME, GATED)                                                                         \
+  __kernel void NAME(__global float* C, int co, int scb, int scm, __global const float* P, int po, int splits,    \
+                     __global const float* bias, int biaso, int has_bias, int M, int N, int act,                 \
+                     __global const float* R, int ro, int rrows, int rsm) {                                       \
+    splitk_reduce(GATED, C, co, scb, scm, P, po, splits, bias, biaso, has_bias, M, N, act, R, ro, rrows, rsm);   \
+  }
+SD_SPLITK_REDUCE(gemm_splitk_reduce, 0)
+SD_SPLITK_REDUCE(gemm_splitk_reduce_gg, 1)
