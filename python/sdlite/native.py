@@ -62,8 +62,9 @@ class DelegateOptions:
     each distinct shape at the first invoke and keep the fastest (a slower first run for faster steady-state
     steps; see ``TileTuner`` in ``custom_ops/gpu/matmul_ops.h``).
     ``fuse_epilogues`` (GPU backends; unset = the delegate's default, on): fold a residual ADD into the epilogue
-    of the FULLY_CONNECTED / CONV_2D / SdConv2DWinograd that produces one operand (OpenCL; one launch and one
-    read-write pass of the activation less per ADD; see ``GpuPartition`` in ``custom_ops/gpu/partition.h``).
+    of the FULLY_CONNECTED / CONV_2D / SdConv2DWinograd that produces one operand, and a gated SdGelu into the
+    FULLY_CONNECTED that feeds it (OpenCL; one launch and one pass over the activation less per folded node; see
+    ``GpuPartition`` in ``custom_ops/gpu/partition.h``).
     """
 
     backend: str = "cpu"
