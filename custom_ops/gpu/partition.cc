@@ -12,8 +12,8 @@
 #include "delegate/tflite_graph.h"
 #include "gpu/builtin_params.h"
 #include "gpu/gpu_backend.h"
-#include "ops/gelu/attrs.h"
 #include "gpu/op_util.h"
+#include "ops/gelu/attrs.h"
 
 namespace sdgpu::gpu {
 
