@@ -500,7 +500,7 @@ class TiledGemmOp final : public GpuOp {
 
   bool FuseResidual(const Device& dev, const Residual& r) override {
     // batched GEMMs have no per-batch residual; a gated output is not the FC's shape
-    return s_.batch == 1 && s_.act < kGatedGeluMin && AcceptResidual(dev, r);
+    return s_.batch == 1 && s_.act < kGeluKernelErf && AcceptResidual(dev, r);
   }
 
   // The weights' (and bias's) columns are re-packed interleaved -- packed column 2j = value column j, 2j + 1 = gate
@@ -508,7 +508,7 @@ class TiledGemmOp final : public GpuOp {
   // writes the N/2-wide product (gemm_tiled.cl, "Gated-GELU epilogue"). Needs the FC's constant N x K weights.
   bool FuseGatedGelu(const Device& dev, int mode) override {
     if (!dev.residual_epilogue() || b_const_ == nullptr || s_.batch != 1 || residual_.rows > 0 || s_.act != 0 ||
-        s_.N % 4 != 0 || s_.scm != s_.N || (s_.bias_input >= 0 && bias_const_ == nullptr) || mode < kGatedGeluMin) {
+        s_.N % 4 != 0 || s_.scm != s_.N || (s_.bias_input >= 0 && bias_const_ == nullptr) || mode < kGeluKernelErf) {
       return false;
     }
     const int N = s_.N, K = s_.K, half = N / 2;
@@ -569,9 +569,6 @@ class TiledGemmOp final : public GpuOp {
   const float* bias_const_ = nullptr;  // and its constant bias, when it has one
   bool b_half_ = false;
   bool autotune_ = false;
-
- private:
-  static constexpr int kGatedGeluMin = 12;  // SD_GELU_OP_ERF: act codes from here on are the gated-GELU epilogue
 };
 
 // CONV_2D (and SdConv2DWinograd's direct path) as the tiled implicit GEMM.

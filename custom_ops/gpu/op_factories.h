@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "gpu/ops.h"
+#include "ops/gelu/attrs.h"
 
 namespace sdgpu::gpu {
 
@@ -35,6 +36,10 @@ Status MakeBatchMatMul(const Device& dev, const NodeDesc& node, std::unique_ptr<
 Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 
 // sd_ops.cc
+// The GPU kernels' code for an SdGelu's GELU form (the unary_f32 op, gelu_gated_f32's mode and the act of the GEMMs'
+// gated-GELU epilogue): kGeluKernelErf (12) erf, 13 tanh, 14 quick (SD_GELU_OP_* in ops/gelu/opencl.cl).
+constexpr int kGeluKernelErf = 12;
+int GeluKernelCode(const GeluAttrs& attrs);
 Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 Status MakeSdOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 

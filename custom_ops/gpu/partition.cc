@@ -12,8 +12,8 @@
 #include "delegate/tflite_graph.h"
 #include "gpu/builtin_params.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/op_factories.h"
 #include "gpu/op_util.h"
-#include "ops/gelu/attrs.h"
 
 namespace sdgpu::gpu {
 
@@ -108,9 +108,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     }
     if (view.desc.sd_op != nullptr) {
       if (const auto* gelu = std::get_if<GeluAttrs>(&view.desc.sd_op->attrs); gelu != nullptr && gelu->gated) {
-        s.gated_gelu = gelu->approximate == GeluApproximation::kTanh    ? 13
-                       : gelu->approximate == GeluApproximation::kQuick ? 14
-                                                                        : 12;
+        s.gated_gelu = GeluKernelCode(*gelu);
       }
     }
     if (code == kFullyConnected && view.desc.inputs.size() > 1 && view.desc.inputs[1] != nullptr) {
@@ -127,7 +125,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
       if (steps_[i].inputs[k] >= 0) readers[steps_[i].inputs[k]].push_back(i);
     }
   }
-  // Neither pass changes what a step reads, so both use the same map.
+  // No pass changes what a step reads (a folded step's readers read its producer's output now), so all use this map.
   SplitGemmColumns(outs, readers);
   if (backend_->options().fuse_epilogues) {
     FuseGatedGelus(outs, readers);  // first: a gated FC takes no residual
@@ -164,22 +162,30 @@ Residual ResidualOf(const Dims& r, const Dims& out) {
 
 }  // namespace
 
-void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
+std::unordered_map<int, int> GpuPartition::ProducerIndex() const {
   std::unordered_map<int, int> producer;
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) producer[steps_[i].output] = i;
-  auto read_once = [&](int t) {
-    auto it = readers.find(t);
-    return it != readers.end() && it->second.size() == 1;
-  };
+  return producer;
+}
+
+int GpuPartition::SoleProducer(int t, const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers,
+                               const std::unordered_map<int, int>& producer) {
+  auto rd = readers.find(t);
+  auto p = producer.find(t);
+  if (t < 0 || outs.count(t) || rd == readers.end() || rd->second.size() != 1 || p == producer.end()) return -1;
+  return p->second;
+}
+
+void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
+  const std::unordered_map<int, int> producer = ProducerIndex();
   for (int j = 0; j < static_cast<int>(steps_.size()); ++j) {
     Step& add = steps_[j];
     if (add.code != kAdd || add.add_activation != 0 || add.add_in_dims.size() != 2) continue;
     for (int k = 0; k < 2; ++k) {
       const int t = add.inputs[k], r = add.inputs[1 - k];
-      if (t < 0 || r < 0 || t == r || outs.count(t) || !read_once(t)) continue;
-      auto p = producer.find(t);
-      if (p == producer.end() || p->second >= j) continue;
-      Step& op = steps_[p->second];
+      const int p = SoleProducer(t, outs, readers, producer);
+      if (r < 0 || t == r || p < 0 || p >= j) continue;
+      Step& op = steps_[p];
       if (op.code != kFullyConnected && op.code != kConv2D && op.code != kCustom) continue;
       // the op's output, as the ADD reads it, must BE the ADD's output: same elements, same rows of N
       // (an FC's [M, N] against a [1, M, N] ADD is fine; a broadcast of it is not)
@@ -189,7 +195,7 @@ void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unorde
         continue;
       }
       auto rp = producer.find(r);
-      if (rp != producer.end() && rp->second >= p->second) continue;  // R must exist when the op runs
+      if (rp != producer.end() && rp->second >= p) continue;  // R must exist when the op runs
       const Residual spec = ResidualOf(add.add_in_dims[1 - k], add.out_dims);
       if (spec.rows <= 0 || !op.op->FuseResidual(device(), spec)) continue;
       op.residual = r;
@@ -201,14 +207,10 @@ void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unorde
 }
 
 void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
-  std::unordered_map<int, int> producer;
-  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) producer[steps_[i].output] = i;
-  // the step producing tensor t when t has exactly one reader on the device and is not a partition output
+  const std::unordered_map<int, int> producer = ProducerIndex();
   auto sole_producer = [&](int t) -> Step* {
-    auto rd = readers.find(t);
-    auto p = producer.find(t);
-    if (outs.count(t) || rd == readers.end() || rd->second.size() != 1 || p == producer.end()) return nullptr;
-    return &steps_[p->second];
+    const int p = SoleProducer(t, outs, readers, producer);
+    return p < 0 ? nullptr : &steps_[p];
   };
   for (Step& gelu : steps_) {
     if (gelu.gated_gelu < 0 || gelu.inputs.empty()) continue;

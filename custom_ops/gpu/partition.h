@@ -32,11 +32,12 @@
 //   embedding) launches nothing: the op writes the ADD's output with R added
 //   in its epilogue (GpuOp::FuseResidual; OpenCL kernels only). SD's ResNet
 //   outputs, the time-embedding adds and the transformer residuals.
-//   Gated GELUs: an SdGelu(gated) whose input is a FULLY_CONNECTED's output
-//   (its only reader, not a partition output; constant weights) launches
-//   nothing: the FC's epilogue writes v * gelu(g) (GpuOp::FuseGatedGelu;
-//   OpenCL kernels only). SD's GEGLU feed-forward inputs. Delegate option
-//   fuse_epilogues=0 turns both epilogue folds off (A/B benchmarks).
+//   Gated GELUs: an SdGelu(gated) whose input is a FULLY_CONNECTED's output,
+//   directly or through a RESHAPE (each its only reader, not a partition
+//   output; constant weights) launches nothing: the FC's epilogue writes
+//   v * gelu(g) (GpuOp::FuseGatedGelu; OpenCL kernels only). SD's GEGLU
+//   feed-forward inputs. Delegate option fuse_epilogues=0 turns both
+//   epilogue folds off (A/B benchmarks).
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed
@@ -115,11 +116,17 @@ class GpuPartition {
   int Root(int tensor) const;
   // Byte offset of `tensor` inside Root(tensor)'s memory.
   size_t RootOffset(int tensor) const;
-  // Column splits and residual ADDs (header comment), from the graph structure at init: `outs` are the
+  // Column splits, residual ADDs and gated GELUs (header comment), from the graph structure at init: `outs` are the
   // partition's output tensors, `readers` the steps that read each tensor on the device.
   void SplitGemmColumns(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
+  // Output tensor -> index of the step producing it (the fold passes rebuild it: a fold moves an output).
+  std::unordered_map<int, int> ProducerIndex() const;
+  // The index of the step producing tensor t when t is not a partition output and exactly one step reads it on the
+  // device, else -1 (`producer`: ProducerIndex()).
+  static int SoleProducer(int t, const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers,
+                          const std::unordered_map<int, int>& producer);
   // The tensors a step's launches read: its op's device inputs and its residual.
   static std::vector<int> DeviceReads(const Step& step);
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.

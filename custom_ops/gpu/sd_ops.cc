@@ -306,20 +306,19 @@ Status MakeSdGeluGated(const Device& dev, int mode, const Dims& x, std::unique_p
 Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dims& x, std::unique_ptr<GpuOp>* out) {
   auto u = std::make_unique<SdGroupNormOp>();
   u->g_ = GroupNormGeometryFor(attrs, x);
+  const GroupNormGeometry& g = u->g_;
   u->eps_ = attrs.eps;
   u->silu_ = attrs.activation == GroupNormActivation::kSilu ? 1 : 0;
   u->device_inputs_ = {0, 1, 2};
-  u->count_ = u->g_.a * (u->g_.c / u->g_.groups) * u->g_.b;
+  u->count_ = g.a * (g.c / g.groups) * g.b;
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
   // The LayerNorm view ([R, 1, C], one group): one work-group per row, the row in registers (row kernel when
   // the backend has it and C fits; float4-aligned tensors are checked per launch).
-  const GroupNormGeometry& lg = u->g_;
-  if (lg.groups == 1 && lg.a == 1 && lg.b == 1 && lg.c % 4 == 0 && lg.c <= kLayerNormRowsMaxC &&
+  if (g.groups == 1 && g.a == 1 && g.b == 1 && g.c % 4 == 0 && g.c <= kLayerNormRowsMaxC &&
       dev.max_work_group_size() >= kLayerNormRowsWg && !dev.GetKernel("layer_norm_rows", &u->rows_kernel_).ok()) {
     u->rows_kernel_ = nullptr;
   }
-  const GroupNormGeometry& ng = u->g_;
-  if (u->rows_kernel_ == nullptr && ng.b == 1 && ng.c / ng.groups <= static_cast<int64_t>(kGroupNormNhwcWg) &&
+  if (u->rows_kernel_ == nullptr && g.b == 1 && g.c / g.groups <= static_cast<int64_t>(kGroupNormNhwcWg) &&
       u->count_ <= kGroupNormNhwcMax && dev.max_work_group_size() >= kGroupNormNhwcWg &&
       dev.GetKernel("group_norm_nhwc", &u->nhwc_).ok()) {
     *out = std::move(u);
@@ -331,7 +330,6 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
       dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&
       dev.GetKernel("group_norm_apply", &u->apply_).ok()) {
     u->nchunks_ = static_cast<int>((u->count_ + kGroupNormChunk - 1) / kGroupNormChunk);
-    const GroupNormGeometry& g = u->g_;
     if (g.b == 1 && g.c % 4 == 0 && g.c <= 4 * static_cast<int64_t>(kGroupNormWg2) &&
         g.groups <= static_cast<int64_t>(kGroupNormWg2) &&
         dev.GetKernel("group_norm_partial_rows", &u->partial_rows_).ok()) {
@@ -462,16 +460,19 @@ Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<G
   return Status::Ok();
 }
 
+int GeluKernelCode(const GeluAttrs& attrs) {
+  return attrs.approximate == GeluApproximation::kTanh    ? kGeluKernelErf + 1
+         : attrs.approximate == GeluApproximation::kQuick ? kGeluKernelErf + 2
+                                                          : kGeluKernelErf;
+}
+
 Status MakeSdOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
   const ParsedOp& op = *node.sd_op;
   const Dims x = DimsOf(node.inputs[0]);
   switch (op.def->kind) {
     case OpKind::kGelu: {
       const auto& a = std::get<GeluAttrs>(op.attrs);
-      // unary_f32 op codes: 12 = erf GELU, 13 = tanh GELU, 14 = quick GELU (elementwise kernels).
-      const int code = a.approximate == GeluApproximation::kTanh    ? 13
-                       : a.approximate == GeluApproximation::kQuick ? 14
-                                                                    : 12;
+      const int code = GeluKernelCode(a);
       if (a.gated) return MakeSdGeluGated(dev, code, x, out);
       return MakeUnary(dev, code, NumElements(x), out);
     }

@@ -326,6 +326,11 @@ SD_GEMM_TILED(gemm_t64x128n128, 64, 128, 128)
 #define GS_BK 64
 #define GS_KPL (GS_BK / 4)             // k per lane and step
 #define GS_AST (GS_BK / 4 + 1)         // A row stride in float4s (padded)
+// Row r, column c of the tile: the sum of the 4 k-lanes' partials in red [lane][row][column].
+inline float gs_lane_sum(__local const float* red, int r, int c) {
+  return red[r * 64 + c] + red[(16 + r) * 64 + c] + red[(32 + r) * 64 + c] + red[(48 + r) * 64 + c];
+}
+
 // The body, shared by gemm_t16x64 and its gated twin (`gated`: a literal, so each kernel keeps one epilogue);
 // As4 [16 * GS_AST] and red [4 * 16 * 64] are the kernel's local arrays.
 inline void gs_skinny(__local float4* As4, __local float* red, const int gated, __global float* C, int co, int scb,
@@ -375,19 +380,16 @@ inline void gs_skinny(__local float4* As4, __local float* red, const int gated, 
     for (int q = 0; q < 4; ++q) {
       const int r = lane * 4 + q, m = m0 + r;
       if (m >= M) break;
-      const float v = red[r * 64 + c] + red[(16 + r) * 64 + c] + red[(32 + r) * 64 + c] + red[(48 + r) * 64 + c];
-      const float g =
-          red[r * 64 + c + 1] + red[(16 + r) * 64 + c + 1] + red[(32 + r) * 64 + c + 1] + red[(48 + r) * 64 + c + 1];
-      C[co + bz * scb + sz * scs + m * scm + n / 2] = (alpha * v + bn) * sd_gelu_mode(alpha * g + bg, act);
+      C[co + bz * scb + sz * scs + m * scm + n / 2] =
+          (alpha * gs_lane_sum(red, r, c) + bn) * sd_gelu_mode(alpha * gs_lane_sum(red, r, c + 1) + bg, act);
     }
     return;
   }
   for (int q = 0; q < 4; ++q) {  // lane l finishes rows 4l .. 4l+3 of its column
     const int r = lane * 4 + q, m = m0 + r;
     if (m >= M) break;
-    const float v = red[r * 64 + c] + red[(16 + r) * 64 + c] + red[(32 + r) * 64 + c] + red[(48 + r) * 64 + c];
     C[co + bz * scb + sz * scs + m * scm + n] =
-        sd_act(alpha * v + bn, act) + (rrows > 0 ? R[ro + (m / rrows) * rsm + n] : 0.0f);
+        sd_act(alpha * gs_lane_sum(red, r, c) + bn, act) + (rrows > 0 ? R[ro + (m / rrows) * rsm + n] : 0.0f);
   }
 }
 
