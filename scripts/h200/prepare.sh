@@ -62,7 +62,9 @@ say "delegate: $LIB -> $DEST/lib ($(du -h "$DEST/lib/libsdgpu_delegate.so" | cut
 # 3. wheels the device lacks (Python 3.12, x86-64) and the OpenCL ICD loader / GL loader debs
 if [ "$DOWNLOAD" = 1 ]; then
   mkdir -p "$WHEELS" "$DEBS"
-  for spec in ai-edge-litert==2.3.0 diffusers==0.42.1 backports.strenum importlib_metadata; do
+  # pyopencl and its needs: scripts/h200/skinny_lab.py only
+  for spec in ai-edge-litert==2.3.0 diffusers==0.42.1 backports.strenum importlib_metadata pyopencl==2025.2.6 \
+      pytools==2026.1.1 platformdirs siphash24; do
     stem=$(echo "${spec%%==*}" | tr '.-' '__')
     if ls "$WHEELS" | grep -qi "^${stem}-"; then continue; fi
     say "pip download $spec"

@@ -1,0 +1,77 @@
+"""Shared plumbing of the pyopencl kernel labs (skinny_lab.py, attn_lab.py): one context and profiling queue, the
+delegate's own kernel source (the .cl files CMake embeds, in its order), a build cache, and event timing.
+
+The labs compile kernels without rebuilding the delegate, so one device call can compare many variants on the
+same data. pyopencl is imported lazily (the device machine gets it as carried wheels, see prepare.sh).
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_OPTIONS = "-cl-std=CL1.2"  # the delegate's (backends/opencl/opencl_device.cc)
+
+
+def lib_source() -> str:
+    """The OpenCL files the delegate embeds, concatenated in CMake's order."""
+    text = (ROOT / "custom_ops" / "CMakeLists.txt").read_text()
+    files = re.findall(r"^\s*((?:backends|ops)/\S+\.cl)", text, re.M)
+    return "\n".join((ROOT / "custom_ops" / f).read_text() for f in files)
+
+
+class Lab:
+    """A device, its profiling queue and cached programs; `timed` is the median device time of a launch."""
+
+    def __init__(self) -> None:
+        import pyopencl as cl
+
+        warnings.filterwarnings("ignore", module="pyopencl")  # compiler-output and kernel-retrieval notices
+        self.cl = cl
+        self.ctx = cl.create_some_context(interactive=False)
+        self.dev = self.ctx.devices[0]
+        self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self._programs: dict[tuple[str, str], Any] = {}
+
+    def describe(self) -> str:
+        return f"{self.dev.name} ({self.dev.platform.name}), {self.dev.max_compute_units} CUs"
+
+    def program(self, source: str, options: str = "") -> Any:
+        key = (source, options)
+        if key not in self._programs:
+            self._programs[key] = self.cl.Program(self.ctx, source).build(options=f"{BUILD_OPTIONS} {options}")
+        return self._programs[key]
+
+    def buffer(self, host: np.ndarray | None = None, nbytes: int = 0) -> Any:
+        mf = self.cl.mem_flags
+        if host is not None:
+            return self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=host)
+        return self.cl.Buffer(self.ctx, mf.READ_WRITE, size=nbytes)
+
+    def read(self, buf: Any, shape: tuple, dtype=np.float32) -> np.ndarray:
+        out = np.empty(shape, dtype)
+        self.cl.enqueue_copy(self.queue, out, buf)
+        return out
+
+    def launch(self, kernel: Any, global_size: tuple, local_size: tuple) -> Any:
+        return self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+
+    def timed(self, launch: Callable[[], list], runs: int, warmup: int = 3) -> float:
+        """Median over `runs` of the summed device time (ms) of the events one call of `launch` returns."""
+        for _ in range(warmup):
+            launch()
+        self.queue.finish()
+        times = []
+        for _ in range(runs):
+            events = launch()
+            self.queue.finish()
+            times.append(sum(e.profile.end - e.profile.start for e in events) * 1e-6)
+        return float(np.median(times))
+
+
+def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(out - ref).max() / np.abs(ref).max())

@@ -1,0 +1,246 @@
+"""Skinny Winograd GEMM candidates (skinny_lab.cl) next to the library's gemm_t16x64, one process (pyopencl).
+
+The Winograd GEMM of SD's 16x16 (F4) and 8x8 (F2) maps is a*a GEMMs of [T x Ci] x [Ci x Co] with T = 16 tiles per
+image (32 at cfg batch 2), meant to be bound by streaming U (a*a/9 x the filter bytes). On the same random data
+and queue (OpenCL event profile, median of --runs after 3 warm-ups) this times:
+  * `lib gemm_t16x64`: the library kernel (the delegate's own source, tile-major U, no split);
+  * `read (U bytes)`: a grid-strided float4 read of U (the bandwidth ceiling);
+  * `sv ...`: gemm_sv configurations (skinny_lab.cl documents the -D options), split-K partials summed by
+    splitk_sum4 (its time included).
+Experiments (one per flag, else the full configuration sweep):
+  --layout   U tile-major (BL0) vs k-blocks interleaved across work-groups (BL1), plus reads with those patterns;
+  --rsplit   rows shared by RSPLIT work-items, and the kernel without its B loads (NOLOAD) / FMAs (NOMATH);
+  --waves    the 16x16 F4 1280 -> 1280 GEMM at 6 .. 72 batch GEMMs (36 is the real one): does the time grow in
+             steps of whole waves of work-groups (lib, and gemm_sv with / without loads or FMAs)?
+Every result is checked against numpy (float64) before it is timed (NOLOAD / NOMATH are not: they compute
+nothing meaningful). Prints one line per (shape, config), a best-vs-lib summary, and writes --out (JSON).
+
+    python3 scripts/h200/skinny_lab.py --out $OUT/skinny.json       # H200 (after `source .h200/setup.sh`)
+    python3 scripts/h200/skinny_lab.py --quick --rsplit             # small shapes (PoCL here)
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cl_lab import Lab, lib_source, rel_err  # noqa: E402
+
+# (name, batch = a*a, M = tiles, N = Co, K = Ci)
+SHAPES = [
+    ("b1 16x16 F4 1280>1280", 36, 16, 1280, 1280),
+    ("b1 16x16 F4 2560>1280", 36, 16, 1280, 2560),
+    ("b1 16x16 F4 640>1280", 36, 16, 1280, 640),
+    ("b1 8x8 F2 1280>1280", 16, 16, 1280, 1280),
+    ("b1 8x8 F2 2560>1280", 16, 16, 1280, 2560),
+    ("b2 16x16 F4 1280>1280", 36, 32, 1280, 1280),
+    ("b2 8x8 F2 1280>1280", 16, 32, 1280, 1280),
+]
+WAVE_SHAPES = [(f"waves batch {b}", b, 16, 1280, 1280) for b in (6, 12, 18, 24, 30, 36, 42, 48, 60, 72)]
+QUICK_SHAPES = [("quick F4", 36, 16, 128, 96), ("quick F2 m13", 16, 13, 192, 64), ("quick m32", 4, 32, 64, 128)]
+LAB_CL = Path(__file__).resolve().parent / "skinny_lab.cl"
+
+
+def sweep_configs(quick: bool) -> list[dict]:
+    """The full sweep: column width, columns per work-item, k-lanes, k per step, A in local memory, prefetch."""
+    if quick:
+        return [dict(CW=64, CPT=4, KL=8, KPT=4, AL=0, PF=1, S=1), dict(CW=32, CPT=8, KL=4, KPT=8, AL=1, PF=0, S=2),
+                dict(CW=64, CPT=4, KL=16, KPT=4, AL=0, PF=0, S=1)]
+    out = []
+    for cw, cpt, kl, kpt, al in itertools.product((64, 32), (4, 8), (4, 8, 16), (4, 8), (0, 1)):
+        if 64 <= cw // cpt * kl <= 256:
+            out.append(dict(CW=cw, CPT=cpt, KL=kl, KPT=kpt, AL=al, PF=1, S=1))
+    for base in (dict(CW=64, CPT=4, KL=8, KPT=4, AL=0), dict(CW=32, CPT=4, KL=8, KPT=4, AL=0),
+                 dict(CW=64, CPT=4, KL=16, KPT=4, AL=0)):  # no prefetch, and split-K, around the expected optimum
+        out += [dict(base, PF=0, S=1), dict(base, PF=1, S=2)]
+    return out
+
+
+def layout_configs(quick: bool) -> list[dict]:
+    bases = [dict(CW=64, CPT=4, KL=4, KPT=4, AL=1, PF=1), dict(CW=64, CPT=4, KL=8, KPT=4, AL=1, PF=1),
+             dict(CW=64, CPT=4, KL=16, KPT=4, AL=1, PF=1), dict(CW=64, CPT=4, KL=8, KPT=4, AL=0, PF=0),
+             dict(CW=64, CPT=4, KL=16, KPT=4, AL=0, PF=0), dict(CW=64, CPT=4, KL=16, KPT=8, AL=1, PF=1)]
+    return [dict(b, BL=bl, S=1) for b in bases[: 2 if quick else None] for bl in (0, 1)]
+
+
+def rsplit_configs(quick: bool) -> list[dict]:
+    base = dict(CW=64, CPT=4, KL=8, KPT=4, AL=1, PF=1, S=1)
+    out = [dict(base, NOLOAD=1), dict(base, NOMATH=1), dict(base)]
+    for rs, kl, kpt, al, pf in itertools.product((2, 4), (2, 4, 8), (4, 8), (0, 1), (0, 1)):
+        if 16 * rs * kl <= 256 and not (kpt == 8 and pf == 1 and rs == 2):
+            out.append(dict(CW=64, CPT=4, KL=kl, KPT=kpt, AL=al, PF=pf, S=1, RSPLIT=rs))
+    return out[:6] if quick else out
+
+
+class Shape:
+    """Random A, B (tile-major like the library's U, and k-block interleaved on demand), the float64 reference."""
+
+    def __init__(self, lab: Lab, rng: np.random.Generator, name: str, batch: int, m: int, n: int, k: int) -> None:
+        self.lab, self.name, self.batch, self.m, self.n, self.k = lab, name, batch, m, n, k
+        a = rng.standard_normal((batch, m, k)).astype(np.float32)
+        b = (rng.standard_normal((batch, k, n)) * 0.05).astype(np.float32)
+        self.ref = np.einsum("bmk,bkn->bmn", a.astype(np.float64), b.astype(np.float64))
+        self.col_tiles = (n + 63) // 64
+        self.nslab = batch * self.col_tiles
+        bpad = np.zeros((batch, k, self.col_tiles * 64), np.float32)
+        bpad[:, :, :n] = b
+        self.bt = np.ascontiguousarray(bpad.reshape(batch, k, self.col_tiles, 64).transpose(0, 2, 1, 3))
+        self.sbb = self.col_tiles * k * 64
+        self.a_d, self.b_d = lab.buffer(a), lab.buffer(self.bt)
+        self.c_d = lab.buffer(nbytes=batch * m * n * 4)
+        self.p_d = lab.buffer(nbytes=4 * batch * m * n * 4)  # split-K partials, up to 4 splits
+        self.out_d = lab.buffer(nbytes=max(lab.dev.max_compute_units * 2048, self.nslab * 256) * 4)
+        self._inter: dict[int, object] = {}
+
+    def interleaved(self, kbr: int):
+        """B as [ceil(K/kbr)][batch*col_tiles][kbr][64] (zero rows past K)."""
+        if kbr not in self._inter:
+            kp = -(-self.k // kbr) * kbr
+            x = np.zeros((self.batch, self.col_tiles, kp, 64), np.float32)
+            x[:, :, : self.k] = self.bt
+            self._inter[kbr] = self.lab.buffer(
+                np.ascontiguousarray(x.reshape(self.nslab, kp // kbr, kbr, 64).transpose(1, 0, 2, 3)))
+        return self._inter[kbr]
+
+    def check(self, label: str) -> float:
+        err = rel_err(self.lab.read(self.c_d, (self.batch, self.m, self.n)), self.ref)
+        if not err < 1e-5:
+            raise SystemExit(f"{self.name} {label}: wrong result, max rel err {err:.2e}")
+        return err
+
+    def release(self) -> None:
+        for buf in (self.a_d, self.b_d, self.c_d, self.p_d, self.out_d, *self._inter.values()):
+            buf.release()
+
+
+def launch_lib(lab: Lab, kern, s: Shape) -> list:
+    i32 = np.int32
+    kern.set_args(s.c_d, i32(0), i32(s.m * s.n), i32(0), i32(s.n), s.a_d, i32(0), i32(s.m * s.k), i32(s.k), i32(1),
+                  s.b_d, i32(0), i32(s.sbb), i32(s.n), i32(1), i32(2), s.c_d, i32(0), i32(0), i32(s.m), i32(s.n),
+                  i32(s.k), np.float32(1), i32(0), i32(1), i32(s.k), s.c_d, i32(0), i32(0), i32(0))
+    return [lab.launch(kern, (s.col_tiles * 16, (s.m + 15) // 16 * 16, s.batch), (16, 16, 1))]
+
+
+def launch_sv(lab: Lab, prog, cfg: dict, s: Shape) -> list:
+    i32 = np.int32
+    splits, nthreads = cfg["S"], cfg["CW"] // cfg["CPT"] * cfg["KL"] * cfg.get("RSPLIT", 1)
+    ksplit = s.k if splits == 1 else -(-s.k // splits // cfg["KPT"]) * cfg["KPT"]
+    grid = (-(-s.n // cfg["CW"]) * nthreads, -(-s.m // cfg["RM"]), s.batch * splits)
+    bsrc, bstride = (s.interleaved(cfg["KL"] * cfg["KPT"]), s.nslab) if cfg.get("BL") else (s.b_d, s.sbb)
+    kern = lab.cl.Kernel(prog, "gemm_sv")
+    tail = (s.a_d, i32(s.m * s.k), i32(s.k), bsrc, i32(bstride), i32(s.m), i32(s.n), i32(s.k), i32(splits), i32(ksplit))
+    if splits == 1:
+        kern.set_args(s.c_d, i32(s.m * s.n), i32(0), i32(s.n), *tail)
+        return [lab.launch(kern, grid, (nthreads, 1, 1))]
+    # partials [split][batch][m][n] (z = bz*splits + sz: scb = m*n, scs = batch*m*n), then summed
+    total = s.batch * s.m * s.n
+    kern.set_args(s.p_d, i32(s.m * s.n), i32(total), i32(s.n), *tail)
+    red = lab.cl.Kernel(prog, "splitk_sum4")
+    red.set_args(s.c_d, s.p_d, i32(total), i32(splits), i32(total // 4))
+    return [lab.launch(kern, grid, (nthreads, 1, 1)), lab.launch(red, (-(-total // 4 // 256) * 256,), (256,))]
+
+
+def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_end: float, rows: list) -> None:
+    i32 = np.int32
+    ubytes = s.bt.nbytes
+    lab_src = LAB_CL.read_text()
+
+    def report(label: str, ms: float, err: float) -> None:
+        rows.append(dict(shape=s.name, config=label, ms=ms, tbps=ubytes / ms * 1e-9, err=err))
+        print(f"{s.name:24s} {label:46s} {ms:8.4f} ms {ubytes / ms * 1e-9:6.2f} TB/s  err {err:.1e}", flush=True)
+
+    lib_kern = lab.cl.Kernel(lab.program(lib_source()), "gemm_t16x64")
+    launch_lib(lab, lib_kern, s)
+    lab.queue.finish()
+    report("lib gemm_t16x64", lab.timed(lambda: launch_lib(lab, lib_kern, s), args.runs), s.check("lib"))
+
+    refs = lab.program(lab_src)
+    nthr = lab.dev.max_compute_units * 2048
+    read = lab.cl.Kernel(refs, "read_sum4")
+    read.set_args(s.out_d, s.b_d, i32(ubytes // 16))
+    report("read (U bytes)", lab.timed(lambda: [lab.launch(read, (nthr,), (256,))], args.runs), 0.0)
+    if args.layout:  # the access patterns alone, no math
+        per = s.k * 64 // 4
+        for label, name, extra in (("read per-wg slabs", "read_slabs", ()),
+                                   ("read interleaved 16 KB", "read_inter", (i32(1024),)),
+                                   ("read interleaved 4 KB", "read_inter", (i32(256),))):
+            if extra and per % int(extra[0]):
+                continue
+            kern = lab.cl.Kernel(refs, name)
+            kern.set_args(s.out_d, s.b_d, i32(per), *extra)
+            report(label, lab.timed(lambda kern=kern: [lab.launch(kern, (s.nslab * 256,), (256,))], args.runs), 0.0)
+
+    for cfg in cfgs:
+        if time.time() > t_end:
+            break
+        label = "sv " + " ".join(f"{key}{val}" for key, val in cfg.items())
+        try:
+            prog = lab.program(lab_src, " ".join(f"-D{key}={val}" for key, val in cfg.items() if key != "S"))
+        except lab.cl.RuntimeError as e:  # e.g. local memory over the limit
+            print(f"{s.name:24s} {label:46s} build failed: {str(e).splitlines()[0]}", flush=True)
+            continue
+        lab.cl.enqueue_fill_buffer(lab.queue, s.c_d, np.float32(np.nan), 0, s.batch * s.m * s.n * 4)
+        launch_sv(lab, prog, cfg, s)
+        lab.queue.finish()
+        partial = cfg.get("NOLOAD") or cfg.get("NOMATH")
+        report(label, lab.timed(lambda: launch_sv(lab, prog, cfg, s), args.runs),
+               float("nan") if partial else s.check(label))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--shapes", default="", help="comma-separated substrings of shape names")
+    ap.add_argument("--deadline-s", type=float, default=240.0)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--layout", action="store_true", help="the B-layout experiment instead of the full sweep")
+    mode.add_argument("--rsplit", action="store_true", help="the row-split / no-load / no-math experiment")
+    mode.add_argument("--waves", action="store_true", help="one shape at growing batch counts")
+    args = ap.parse_args()
+    t_end = time.time() + args.deadline_s
+    lab = Lab()
+    print(f"device: {lab.describe()}", flush=True)
+    shapes = QUICK_SHAPES if args.quick else WAVE_SHAPES if args.waves else SHAPES
+    if args.shapes:
+        shapes = [sh for sh in shapes if any(key in sh[0] for key in args.shapes.split(","))]
+    configs = (layout_configs if args.layout else rsplit_configs if args.rsplit else sweep_configs)(args.quick)
+    if args.waves:
+        configs = rsplit_configs(True)[:3]  # the same gemm_sv without loads, without FMAs, and whole
+    rng = np.random.default_rng(0)
+    rows: list[dict] = []
+    for shape in shapes:
+        if time.time() > t_end:
+            print("deadline reached", flush=True)
+            break
+        s = Shape(lab, rng, *shape)
+        cfgs = [dict(c, RM=16) for c in configs]
+        if s.m > 16 and not args.layout:  # one 32-row tile instead of two 16-row tiles (B streamed twice)
+            cfgs += [dict(c, RM=32) for c in configs if not args.rsplit or c.get("RSPLIT", 1) > 1]
+        run_shape(lab, s, cfgs, args, t_end, rows)
+        s.release()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(dict(device=lab.dev.name, rows=rows), indent=1))
+    lib_ms = {r["shape"]: r["ms"] for r in rows if r["config"].startswith("lib")}
+    best: dict[str, dict] = {}
+    for r in rows:
+        if not r["config"].startswith("sv") or "NO" in r["config"]:
+            continue
+        if r["shape"] not in best or r["ms"] < best[r["shape"]]["ms"]:
+            best[r["shape"]] = r
+    for name, r in best.items():
+        print(f"best {name:24s} {r['config']:46s} {r['ms']:.4f} ms vs lib {lib_ms[name]:.4f} "
+              f"({lib_ms[name] / r['ms']:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
