@@ -1,0 +1,49 @@
+"""The pyopencl kernel labs of scripts/h200 (skinny_lab.py, attn_lab.py) on this machine's OpenCL (PoCL in CI).
+
+They compile the delegate's own kernel source outside the delegate, so a change to the kernel files or to
+CMake's list of them can break them silently; and their candidate kernels must compute what they time. Each lab
+checks every timed kernel against a float64 numpy reference and exits non-zero on a wrong result, so these runs
+fail on a broken kernel, not only on a crash.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LABS = Path(__file__).resolve().parents[2] / "scripts" / "h200"
+
+
+def _run(tmp_path: Path, script: str, *args: str) -> dict:
+    out = tmp_path / "lab.json"
+    proc = subprocess.run([sys.executable, str(LABS / script), "--quick", "--runs", "1", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("mode", [[], ["--layout"], ["--rsplit"]])
+def test_skinny_lab_checks_every_kernel(tmp_path: Path, mode: list[str]) -> None:
+    rows = _run(tmp_path, "skinny_lab.py", *mode)["rows"]
+    shapes = {r["shape"] for r in rows}
+    assert shapes == {"quick F4", "quick F2 m13", "quick m32"}
+    for shape in shapes:
+        mine = [r for r in rows if r["shape"] == shape]
+        assert [r["config"] for r in mine][:2] == ["lib gemm_t16x64", "read (U bytes)"]
+        checked = [r for r in mine if r["config"].startswith(("lib", "sv")) and "NO" not in r["config"]]
+        assert len(checked) >= 3 and all(r["err"] < 1e-5 and r["ms"] > 0 for r in checked)
+    if mode == ["--rsplit"]:
+        assert any("RSPLIT2" in r["config"] for r in rows) and any("NOLOAD1" in r["config"] for r in rows)
+    if mode == ["--layout"]:
+        assert any("BL1" in r["config"] for r in rows) and any(r["config"] == "read per-wg slabs" for r in rows)
+
+
+def test_attn_lab_checks_every_variant(tmp_path: Path) -> None:
+    rows = _run(tmp_path, "attn_lab.py")["rows"]
+    configs = {(r["shape"], r["config"]) for r in rows}
+    assert ("quick d40", "lib attn_flash_r40") in configs and ("quick d80", "lib attn_flash_r80") in configs
+    assert len(rows) == 9  # 2 library builds x 2 shapes + 3 + 2 extra instantiations, every one within 1e-4
+    assert all(r["err"] < 1e-4 for r in rows)
