@@ -12,6 +12,11 @@
 // in ACH-wide chunks instead). Per A float4: 4 * CPT FMAs (the library kernel: 4 per local read). PF = 1: the
 // next step's B rows are loaded before this step's FMAs. The KL lanes are summed by a tree in local memory.
 // Needs K % 4 == 0, N % 4 == 0, k_split % KPT == 0.
+// Experiment switches: RSPLIT > 1 shares a column's RM rows among RSPLIT work-items (RM / RSPLIT accumulator rows
+// each; the same B addresses, merged by the coalescer); BL = 1 reads B re-laid out as [K / KBR][batch*ceil(N/64)]
+// [KBR][64] (KBR = KL * KPT: one step of all work-groups reads adjacent blocks; sbb = the slab count then);
+// NOLOAD = 1 replaces the B loads by arithmetic and NOMATH = 1 drops the FMAs (results meaningless: they time
+// each half of the kernel alone).
 #ifndef CW
 #define CW 64
 #endif
