@@ -20,6 +20,15 @@ bool ParseIntIn(std::string_view text, long min, long max, int* out) {
   return true;
 }
 
+// A 0/1 flag option (weights_fp16, gemm_autotune, fuse_epilogues).
+Status ParseFlag(std::string_view key, std::string_view value, bool* out) {
+  if (value != "0" && value != "1") {
+    return Status::Error("option " + std::string(key) + "='" + std::string(value) + "' must be 0 or 1");
+  }
+  *out = value == "1";
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,
@@ -56,20 +65,11 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else if (key == "opencl_cache_dir") {
       out->opencl_cache_dir = std::string(value);
     } else if (key == "weights_fp16") {
-      if (value != "0" && value != "1") {
-        return Status::Error("option weights_fp16='" + std::string(value) + "' must be 0 or 1");
-      }
-      out->weights_fp16 = value == "1";
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->weights_fp16));
     } else if (key == "gemm_autotune") {
-      if (value != "0" && value != "1") {
-        return Status::Error("option gemm_autotune='" + std::string(value) + "' must be 0 or 1");
-      }
-      out->gemm_autotune = value == "1";
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gemm_autotune));
     } else if (key == "fuse_epilogues") {
-      if (value != "0" && value != "1") {
-        return Status::Error("option fuse_epilogues='" + std::string(value) + "' must be 0 or 1");
-      }
-      out->fuse_epilogues = value == "1";
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->fuse_epilogues));
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
