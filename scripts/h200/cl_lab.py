@@ -30,7 +30,7 @@ class Lab:
     def __init__(self) -> None:
         import pyopencl as cl
 
-        warnings.filterwarnings("ignore", module="pyopencl")  # compiler-output and kernel-retrieval notices
+        warnings.filterwarnings("ignore", category=cl.CompilerWarning)  # notes in the kernels' build logs
         self.cl = cl
         self.ctx = cl.create_some_context(interactive=False)
         self.dev = self.ctx.devices[0]

@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -119,15 +120,19 @@ class Shape:
             buf.release()
 
 
-def launch_lib(lab: Lab, kern, s: Shape) -> list:
+def lib_launcher(lab: Lab, s: Shape) -> Callable[[], list]:
+    """The library's gemm_t16x64 on `s` (tile-major U, no split), arguments bound once."""
     i32 = np.int32
+    kern = lab.cl.Kernel(lab.program(lib_source()), "gemm_t16x64")
     kern.set_args(s.c_d, i32(0), i32(s.m * s.n), i32(0), i32(s.n), s.a_d, i32(0), i32(s.m * s.k), i32(s.k), i32(1),
                   s.b_d, i32(0), i32(s.sbb), i32(s.n), i32(1), i32(2), s.c_d, i32(0), i32(0), i32(s.m), i32(s.n),
                   i32(s.k), np.float32(1), i32(0), i32(1), i32(s.k), s.c_d, i32(0), i32(0), i32(0))
-    return [lab.launch(kern, (s.col_tiles * 16, (s.m + 15) // 16 * 16, s.batch), (16, 16, 1))]
+    grid = (s.col_tiles * 16, (s.m + 15) // 16 * 16, s.batch)
+    return lambda: [lab.launch(kern, grid, (16, 16, 1))]
 
 
-def launch_sv(lab: Lab, prog, cfg: dict, s: Shape) -> list:
+def sv_launcher(lab: Lab, prog, cfg: dict, s: Shape) -> Callable[[], list]:
+    """gemm_sv of configuration `cfg` on `s` (plus the split-K sum when it splits), arguments bound once."""
     i32 = np.int32
     splits, nthreads = cfg["S"], cfg["CW"] // cfg["CPT"] * cfg["KL"] * cfg.get("RSPLIT", 1)
     ksplit = s.k if splits == 1 else -(-s.k // splits // cfg["KPT"]) * cfg["KPT"]
@@ -137,13 +142,14 @@ def launch_sv(lab: Lab, prog, cfg: dict, s: Shape) -> list:
     tail = (s.a_d, i32(s.m * s.k), i32(s.k), bsrc, i32(bstride), i32(s.m), i32(s.n), i32(s.k), i32(splits), i32(ksplit))
     if splits == 1:
         kern.set_args(s.c_d, i32(s.m * s.n), i32(0), i32(s.n), *tail)
-        return [lab.launch(kern, grid, (nthreads, 1, 1))]
+        return lambda: [lab.launch(kern, grid, (nthreads, 1, 1))]
     # partials [split][batch][m][n] (z = bz*splits + sz: scb = m*n, scs = batch*m*n), then summed
     total = s.batch * s.m * s.n
     kern.set_args(s.p_d, i32(s.m * s.n), i32(total), i32(s.n), *tail)
     red = lab.cl.Kernel(prog, "splitk_sum4")
     red.set_args(s.c_d, s.p_d, i32(total), i32(splits), i32(total // 4))
-    return [lab.launch(kern, grid, (nthreads, 1, 1)), lab.launch(red, (-(-total // 4 // 256) * 256,), (256,))]
+    red_grid = (-(-total // 4 // 256) * 256,)
+    return lambda: [lab.launch(kern, grid, (nthreads, 1, 1)), lab.launch(red, red_grid, (256,))]
 
 
 def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_end: float, rows: list) -> None:
@@ -155,10 +161,10 @@ def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_
         rows.append(dict(shape=s.name, config=label, ms=ms, tbps=ubytes / ms * 1e-9, err=err))
         print(f"{s.name:24s} {label:46s} {ms:8.4f} ms {ubytes / ms * 1e-9:6.2f} TB/s  err {err:.1e}", flush=True)
 
-    lib_kern = lab.cl.Kernel(lab.program(lib_source()), "gemm_t16x64")
-    launch_lib(lab, lib_kern, s)
+    launch_lib = lib_launcher(lab, s)
+    launch_lib()
     lab.queue.finish()
-    report("lib gemm_t16x64", lab.timed(lambda: launch_lib(lab, lib_kern, s), args.runs), s.check("lib"))
+    report("lib gemm_t16x64", lab.timed(launch_lib, args.runs), s.check("lib"))
 
     refs = lab.program(lab_src)
     nthr = lab.dev.max_compute_units * 2048
@@ -186,11 +192,11 @@ def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_
             print(f"{s.name:24s} {label:46s} build failed: {str(e).splitlines()[0]}", flush=True)
             continue
         lab.cl.enqueue_fill_buffer(lab.queue, s.c_d, np.float32(np.nan), 0, s.batch * s.m * s.n * 4)
-        launch_sv(lab, prog, cfg, s)
+        launch = sv_launcher(lab, prog, cfg, s)
+        launch()
         lab.queue.finish()
         partial = cfg.get("NOLOAD") or cfg.get("NOMATH")
-        report(label, lab.timed(lambda: launch_sv(lab, prog, cfg, s), args.runs),
-               float("nan") if partial else s.check(label))
+        report(label, lab.timed(launch, args.runs), float("nan") if partial else s.check(label))
 
 
 def main() -> int:
