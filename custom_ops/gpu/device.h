@@ -118,6 +118,8 @@ class Device {
   // Human-readable device name (profile JSON, logs).
   virtual const std::string& name() const = 0;
   virtual size_t max_work_group_size() const = 0;
+  // Compute units (OpenCL CL_DEVICE_MAX_COMPUTE_UNITS, SMs on NVIDIA); 0 when the backend does not know.
+  virtual int compute_units() const { return 0; }
   // True when launches record Timers (delegate option profile_path set).
   virtual bool profiling() const = 0;
   // How the Timers measure; the profile JSON records it as "method". OpenCL: "events" (event

@@ -40,7 +40,8 @@
 namespace sdgpu::gpu {
 namespace {
 
-constexpr int kTiledBk = 16;  // GT_BK of the tiled kernels: K step, split granularity, conv Ci multiple
+constexpr int kTiledBk = 16;
+constexpr const char* kSkinny4Kernel = "gemm_s16x128";  // GT_BK of the tiled kernels: K step, split granularity, conv Ci multiple
 
 // Tile configs of the tiled kernels, largest first. `speed`: relative throughput per work-group tile,
 // fitted on the H200 (scripts/opencl_gemm_bench.py, every config forced at the SD1.5 shapes). 128x128
@@ -252,6 +253,27 @@ Status CheckForcedTiles() {
   return Status::Error("SDGPU_GEMM_TILES names no tile config (" + ConfigNames() + ")");
 }
 
+bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan) {
+  int bm = 0, bn = 0, threads = 256, splits = 1;
+  bool forced = false;
+  const Kernel* kernel = nullptr;
+  if (plan->kernel == nullptr || plan->kernel->name() != "gemm_t16x64" ||
+      !ForcedTiles(&bm, &bn, &threads, &splits, &forced).ok() || forced || dev.compute_units() <= 0 ||
+      !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
+    return false;
+  }
+  if (static_cast<int64_t>(batch) * CeilDiv(M, 16) * CeilDiv(N, 128) < 2 * int64_t{dev.compute_units()}) return false;
+  TilePlan p;
+  p.bm = 16;
+  p.bn = 128;
+  p.threads = 128;
+  p.splits = 1;
+  p.k_split = std::max(K, 1);
+  p.kernel = kernel;
+  *plan = p;
+  return true;
+}
+
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out) {
   std::vector<ScoredPlan> scored;
   SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
@@ -357,8 +379,9 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual, const TensorRef& residual_input) {
   if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
-  if (b.tile_major && p.kernel->name() != "gemm_t16x64") {
-    return Status::Error("a tile-major B operand needs the gemm_t16x64 kernel, the plan has " + p.kernel->name());
+  if (b.tile_major && p.kernel->name() != "gemm_t16x64" && p.kernel->name() != kSkinny4Kernel) {
+    return Status::Error("a tile-major B operand needs the gemm_t16x64 or gemm_s16x128 kernel, the plan has " +
+                         p.kernel->name());
   }
   const bool split = p.splits > 1;
   const TensorRef& dst = split ? scratch : c;

@@ -21,7 +21,8 @@
 // row tile is mostly padding while the a*a GEMMs read a*a/9 x the filter bytes; from 16 tiles the
 // skinny 16-row kernel gemm_t16x64 streams the transformed weights once per 16 tiles (with that plan
 // U is uploaded tile-major, [a*a][ceil(Co/64)][Ci][64], a contiguous slab per work-group: 6-7% faster
-// on the H200, BENCHMARKS session 6; the plan is then not re-tuned, U's layout being fixed). A backend
+// on the H200, BENCHMARKS session 6; the plan is then not re-tuned, U's layout being fixed), or, where it fills
+// the device, the float4-column gemm_s16x128 on the same layout (UseSkinny4, matmul_ops.h). A backend
 // without that kernel (GL today) needs kMinTilesNoSkinny (64) tiles, a full 64-row tile (H200, 1280
 // channels, 64-row tiles only: 8x8 map F2 0.17 ms vs direct 0.10 ms, 16x16 F4 0.32 vs 0.30; 16x16
 // F2, 64 tiles: 0.18). The planner's GPU profiles mirror this (winograd/cost.py min_tiles).
@@ -196,6 +197,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.scb = g.tiles * g.co;
     s.scm = g.co;
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok();
+    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_);
   }
   if (!ok) {  // direct convolution, same result up to rounding
     ConvShape s;
@@ -220,7 +222,9 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   // The skinny kernel streams U faster from per-work-group slabs (header comment); U's layout is fixed at upload,
   // so that plan is then kept (no tuning: the tuner could pick a kernel that reads U row-major).
   const int col_tiles = (g.co + 63) / 64;
-  const bool tile_major = u->plan_.kernel->name() == "gemm_t16x64" && a2 * g.ci * col_tiles * 64 <= INT_MAX;
+  const std::string& gemm_name = u->plan_.kernel->name();
+  const bool tile_major =
+      (gemm_name == "gemm_t16x64" || gemm_name == "gemm_s16x128") && a2 * g.ci * col_tiles * 64 <= INT_MAX;
   if (tile_major) u->gemm_.sbb = g.ci * col_tiles * 64;
   u->u_ = std::make_unique<PackedWeights>(
       static_cast<size_t>(a2) * g.ci * (tile_major ? col_tiles * 64 : g.co), half_u,

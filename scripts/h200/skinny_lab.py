@@ -12,6 +12,9 @@ Experiments (one per flag, else the full configuration sweep):
   --rsplit   rows shared by RSPLIT work-items, and the kernel without its B loads (NOLOAD) / FMAs (NOMATH);
   --waves    the 16x16 F4 1280 -> 1280 GEMM at 6 .. 72 batch GEMMs (36 is the real one): does the time grow in
              steps of whole waves of work-groups (lib, and gemm_sv with / without loads or FMAs)?
+  --v4       the library's float4-column skinny kernel (gemm_s16x<CW>, gemm_tiled.cl) at other CW / KL / KC / PF
+             instantiations, with a column's rows shared by RS work-items (SD_GEMM_SKINNY4 lines appended to the library source) and split-K 2 (the library's
+             gemm_splitk_reduce, its time included), next to gemm_t16x64.
 Every result is checked against numpy (float64) before it is timed (NOLOAD / NOMATH are not: they compute
 nothing meaningful). Prints one line per (shape, config), a best-vs-lib summary, and writes --out (JSON).
 
@@ -61,6 +64,48 @@ def sweep_configs(quick: bool) -> list[dict]:
                  dict(CW=64, CPT=4, KL=16, KPT=4, AL=0)):  # no prefetch, and split-K, around the expected optimum
         out += [dict(base, PF=0, S=1), dict(base, PF=1, S=2)]
     return out
+
+
+def v4_configs(quick: bool) -> list[dict]:
+    """gemm_s16x<CW> instantiations: columns per work-group, k-lanes, k per staged A chunk, B rows in flight,
+    work-items sharing a column's 16 rows (RS)."""
+    if quick:
+        return [dict(CW=128, KL=4, KC=128, PF=4, RS=1, S=1), dict(CW=64, KL=4, KC=128, PF=2, RS=2, S=2)]
+    out = [dict(CW=128, KL=4, KC=128, PF=4, RS=1, S=s) for s in (1, 2)]
+    for cw, kl, pf, s in itertools.product((64, 128), (2, 4, 8), (4, 8), (1, 2)):
+        if 64 <= cw // 4 * kl * 2 <= 256 and cw * kl <= 768:
+            out.append(dict(CW=cw, KL=kl, KC=128, PF=pf, RS=2, S=s))
+    return out
+
+
+def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape) -> Callable[[], list]:
+    """The library's gemm_s16x<CW> instantiation `cfg` on `s` (tile-major U), plus gemm_splitk_reduce when it
+    splits; arguments bound once."""
+    i32 = np.int32
+    splits, nthreads = cfg["S"], cfg["CW"] // 4 * cfg["KL"] * cfg["RS"]
+    ksplit = s.k if splits == 1 else -(-s.k // splits // 16) * 16
+    grid = (-(-s.n // cfg["CW"]) * 16, -(-s.m // 16) * (nthreads // 16), s.batch * splits)
+    kern = lab.cl.Kernel(prog, v4_name(cfg))
+    dst, scb, scs = (s.c_d, s.m * s.n, 0) if splits == 1 else (s.p_d, splits * s.m * s.n, s.m * s.n)
+    kern.set_args(dst, i32(0), i32(scb), i32(scs), i32(s.n), s.a_d, i32(0), i32(s.m * s.k), i32(s.k), i32(1),
+                  s.b_d, i32(0), i32(s.sbb), i32(s.n), i32(1), i32(2), s.c_d, i32(0), i32(0), i32(s.m), i32(s.n),
+                  i32(s.k), np.float32(1), i32(0), i32(splits), i32(ksplit), s.c_d, i32(0), i32(0), i32(0))
+    if splits == 1:
+        return lambda: [lab.launch(kern, grid, (16, nthreads // 16, 1))]
+    red = lab.cl.Kernel(prog, "gemm_splitk_reduce")
+    red.set_args(s.c_d, i32(0), i32(s.m * s.n), i32(s.n), s.p_d, i32(0), i32(splits), s.c_d, i32(0), i32(0),
+                 i32(s.m), i32(s.n), i32(0), s.c_d, i32(0), i32(0), i32(0))
+    red_grid = (-(-s.n // 16) * 16, -(-s.m // 16) * 16, s.batch)
+    return lambda: [lab.launch(kern, grid, (16, nthreads // 16, 1)), lab.launch(red, red_grid, (16, 16, 1))]
+
+
+def v4_name(cfg: dict) -> str:
+    return "gv_{CW}_{KL}_{KC}_{PF}_{RS}".format(**cfg)
+
+
+def v4_source(cfgs: list[dict]) -> str:
+    lines = {f"SD_GEMM_SKINNY4({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PF']}, {c['RS']})" for c in cfgs}
+    return lib_source() + "\n" + "\n".join(sorted(lines)) + "\n"
 
 
 def layout_configs(quick: bool) -> list[dict]:
@@ -182,6 +227,18 @@ def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_
             kern.set_args(s.out_d, s.b_d, i32(per), *extra)
             report(label, lab.timed(lambda kern=kern: [lab.launch(kern, (s.nslab * 256,), (256,))], args.runs), 0.0)
 
+    if args.v4:
+        prog = lab.program(v4_source(cfgs))
+        for cfg in cfgs:
+            if time.time() > t_end:
+                break
+            label = "v4 " + " ".join(f"{key}{val}" for key, val in cfg.items() if key != "RM")
+            lab.cl.enqueue_fill_buffer(lab.queue, s.c_d, np.float32(np.nan), 0, s.batch * s.m * s.n * 4)
+            launch = v4_launcher(lab, prog, cfg, s)
+            launch()
+            lab.queue.finish()
+            report(label, lab.timed(launch, args.runs), s.check(label))
+        return
     for cfg in cfgs:
         if time.time() > t_end:
             break
@@ -210,6 +267,7 @@ def main() -> int:
     mode.add_argument("--layout", action="store_true", help="the B-layout experiment instead of the full sweep")
     mode.add_argument("--rsplit", action="store_true", help="the row-split / no-load / no-math experiment")
     mode.add_argument("--waves", action="store_true", help="one shape at growing batch counts")
+    mode.add_argument("--v4", action="store_true", help="the library's gemm_s16x<CW> at other instantiations")
     args = ap.parse_args()
     t_end = time.time() + args.deadline_s
     lab = Lab()
@@ -217,7 +275,8 @@ def main() -> int:
     shapes = QUICK_SHAPES if args.quick else WAVE_SHAPES if args.waves else SHAPES
     if args.shapes:
         shapes = [sh for sh in shapes if any(key in sh[0] for key in args.shapes.split(","))]
-    configs = (layout_configs if args.layout else rsplit_configs if args.rsplit else sweep_configs)(args.quick)
+    configs = (layout_configs if args.layout else rsplit_configs if args.rsplit else v4_configs if args.v4
+               else sweep_configs)(args.quick)
     if args.waves:
         configs = rsplit_configs(True)[:3]  # the same gemm_sv without loads, without FMAs, and whole
     rng = np.random.default_rng(0)
@@ -228,7 +287,7 @@ def main() -> int:
             break
         s = Shape(lab, rng, *shape)
         cfgs = [dict(c, RM=16) for c in configs]
-        if s.m > 16 and not args.layout:  # one 32-row tile instead of two 16-row tiles (B streamed twice)
+        if s.m > 16 and not args.layout and not args.v4:  # one 32-row tile instead of two 16-row tiles (B streamed twice)
             cfgs += [dict(c, RM=32) for c in configs if not args.rsplit or c.get("RSPLIT", 1) > 1]
         run_shape(lab, s, cfgs, args, t_end, rows)
         s.release()

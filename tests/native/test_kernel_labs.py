@@ -25,7 +25,7 @@ def _run(tmp_path: Path, script: str, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("mode", [[], ["--layout"], ["--rsplit"]])
+@pytest.mark.parametrize("mode", [[], ["--layout"], ["--rsplit"], ["--v4"]])
 def test_skinny_lab_checks_every_kernel(tmp_path: Path, mode: list[str]) -> None:
     rows = _run(tmp_path, "skinny_lab.py", *mode)["rows"]
     shapes = {r["shape"] for r in rows}
@@ -33,10 +33,12 @@ def test_skinny_lab_checks_every_kernel(tmp_path: Path, mode: list[str]) -> None
     for shape in shapes:
         mine = [r for r in rows if r["shape"] == shape]
         assert [r["config"] for r in mine][:2] == ["lib gemm_t16x64", "read (U bytes)"]
-        checked = [r for r in mine if r["config"].startswith(("lib", "sv")) and "NO" not in r["config"]]
+        checked = [r for r in mine if r["config"].startswith(("lib", "sv", "v4")) and "NO" not in r["config"]]
         assert len(checked) >= 3 and all(r["err"] < 1e-5 and r["ms"] > 0 for r in checked)
     if mode == ["--rsplit"]:
         assert any("RSPLIT2" in r["config"] for r in rows) and any("NOLOAD1" in r["config"] for r in rows)
+    if mode == ["--v4"]:  # the library's gemm_s16x128 at other instantiations, one with split-K
+        assert any(r["config"].startswith("v4") and r["config"].endswith("S2") for r in rows)
     if mode == ["--layout"]:
         assert any("BL1" in r["config"] for r in rows) and any(r["config"] == "read per-wg slabs" for r in rows)
 
@@ -47,3 +49,16 @@ def test_attn_lab_checks_every_variant(tmp_path: Path) -> None:
     assert ("quick d40", "lib attn_flash_r40") in configs and ("quick d80", "lib attn_flash_r80") in configs
     assert len(rows) == 9  # 2 library builds x 2 shapes + 3 + 2 extra instantiations, every one within 1e-4
     assert all(r["err"] < 1e-4 for r in rows)
+
+
+def test_lds_lab_times_every_load_kind(tmp_path: Path) -> None:
+    """The local-memory / FMA microbenchmark (no numerical result to check): every load kind at both quick FMA
+    counts builds, runs and reports a positive time and rate."""
+    out = tmp_path / "lds.json"
+    proc = subprocess.run([sys.executable, str(LABS / "lds_lab.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["kind"], r["fma_per_load"]) for r in rows} == {
+        (k, f) for k in ("lds4_bcast", "lds4_distinct", "l1_4_bcast", "lds1_bcast", "none") for f in (4, 8)}
+    assert all(r["ms"] > 0 and r["tfma_s"] > 0 for r in rows)

@@ -7,6 +7,8 @@ operands, convs, Winograd transforms) are in test_gpu_gemm.py.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -116,24 +118,42 @@ def test_winograd_small_map_runs_direct():
 @pytest.mark.parametrize("config", ["", "16x64/2"])
 @pytest.mark.parametrize("weights_fp16", [False, True])
 @pytest.mark.parametrize("tile,hw,tiles", [(4, 16, 16), (2, 8, 16), (2, 12, 36)])
-def test_winograd_few_tiles_use_the_skinny_gemm(monkeypatch, tile, hw, tiles, weights_fp16, config):
-    """16 <= T < 64 (SD's 16x16 map at F4, 8x8 at F2): the Winograd path with the 16-row GEMM (V/M scratch), by the
-    cost model's plan (no split) and forced to split K in two (partial sums in scratch)."""
+def test_winograd_few_tiles_use_the_skinny_gemm(monkeypatch, tmp_path, tile, hw, tiles, weights_fp16, config):
+    """16 <= T < 64 (SD's 16x16 map at F4, 8x8 at F2): the Winograd path with a 16-row GEMM (V/M scratch). The cost
+    model's gemm_t16x64 plan becomes gemm_s16x128 when that kernel has >= 2 work-groups per compute unit (always on
+    PoCL's 2 CUs: a*a batches); forced to 16x64 with K split in two, it stays gemm_t16x64 (partials in scratch)."""
     if config:
         monkeypatch.setenv("SDGPU_GEMM_TILES", config)
     x, w, b = random_problem((1, hw, hw, 48, 40), seed=tile + hw)
     assert _wino_tiles(1, hw, hw, tile) == tiles
     attrs = Conv2DWinogradAttrs(tile=tile, padding="SAME", activation="none")
+    profile = tmp_path / "profile.json"
     result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x}, backend="opencl",
-                 weights_fp16=weights_fp16)
+                 weights_fp16=weights_fp16, profile_path=str(profile))
     splits = 2 if config.endswith("/2") else 1
     partials = (tile + 2) ** 2 * tiles * 40 * 4 * splits if splits > 1 else 0
     assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (48 + 40) * 4 + partials
+    kernels = [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]]
+    assert kernels[1] == ("gemm_t16x64" if config else "gemm_s16x128"), kernels
     got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
     if weights_fp16 and tile == 2:  # U stored as half (test_weights_fp16_winograd_half_u_only_for_f2)
         assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-3
     else:
         assert (np.abs(got - want) <= winograd_error_bound(x, w, b, tile, "SAME")).all()
+
+
+@pytest.mark.parametrize("ci,co", [(16, 300), (640, 136)])
+def test_winograd_skinny4_gemm_column_and_k_edges(tmp_path, ci, co):
+    """gemm_s16x128 with a partial 128-column tile and a partial last 64-column slab of U (Co = 300, 136), and with
+    K = 640 (five 128-deep A chunks over 4 k-lanes); a 9x7 map at F2 has 20 tiles: a full and a partial 16-row tile."""
+    x, w, b = random_problem((1, 9, 7, ci, co), seed=ci)
+    model = winograd_model(x.shape, w, b, WINOGRAD.encode(Conv2DWinogradAttrs(tile=2, padding="SAME")))
+    profile = tmp_path / "profile.json"
+    result = run(model, {"x": x}, backend="opencl", profile_path=str(profile))
+    kernels = [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]]
+    assert kernels == ["winograd_input_f2", "gemm_s16x128", "winograd_output_f2"]
+    got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
+    assert (np.abs(got - want) <= winograd_error_bound(x, w, b, 2, "SAME")).all()
 
 
 def test_weights_fp16_rounds_weights_to_half_and_keeps_fp32_math(rng):

@@ -126,6 +126,11 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t),
                                                      &rt->max_wg_, nullptr),
                                 "clGetDeviceInfo(MAX_WORK_GROUP_SIZE)"));
+  cl_uint units = 0;
+  SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cl_uint), &units,
+                                                     nullptr),
+                                "clGetDeviceInfo(MAX_COMPUTE_UNITS)"));
+  rt->compute_units_ = static_cast<int>(units);
 
   cl_context ctx = api.clCreateContext(nullptr, 1, &rt->device_, nullptr, nullptr, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));

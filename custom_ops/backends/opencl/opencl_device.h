@@ -78,6 +78,7 @@ class OpenClDevice final : public gpu::Device {
   bool residual_epilogue() const override { return true; }
   const std::string& name() const override { return device_name_; }
   size_t max_work_group_size() const override { return max_wg_; }
+  int compute_units() const override { return compute_units_; }
   bool profiling() const override { return options_.profiling; }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
@@ -105,6 +106,7 @@ class OpenClDevice final : public gpu::Device {
   std::string device_name_;
   std::string device_key_;
   size_t max_wg_ = 0;
+  int compute_units_ = 0;
   ClContextHandle context_;
   ClQueueHandle queue_;
   ClProgramHandle program_;

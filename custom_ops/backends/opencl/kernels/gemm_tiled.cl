@@ -407,6 +407,147 @@ inline void gs_skinny(__local float4* As4, __local float* red, const int gated, 
 SD_GEMM_SKINNY(gemm_t16x64, 0)
 SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 
+// ---- skinny GEMM, float4 columns: the Winograd GEMM of small maps ---------------------------------------------
+// gemm_s16x<CW>: gemm_t16x64's parameters and semantics for a tile-major B (b_half bit 1 must be set, bit 0 =
+// half storage; no gated twin), rows M <= 16 per tile, CW = 64 or 128 columns per work-group. Global =
+// (ceil(N/CW)*16, ceil(M/16)*NT/16, batch*splits), local = (16, NT/16), NT = CW/4 * KL.
+// Why another skinny kernel: gemm_t16x64 does 4 FMAs per local float4 read (16 rows x 1 column per work-item),
+// and on the H200 a local float4 broadcast read issues at ~0.4 per SM and clock (scripts/h200/lds_lab.py), which
+// caps that kernel's FMA side at ~40% of the FP32 peak -- and its loads do not overlap it (BENCHMARKS session 9).
+// Here work-item (lane, c) owns 16 rows x 4 consecutive columns (64 accumulators): per k one float4 B read from
+// global memory (tile-major slabs: a k-row of a 64-column slab is 256 contiguous bytes) and 4 broadcast local
+// float4 reads of A[k][0..15] feed 64 FMAs (16 per local read, ~70% of peak by the same measurement). The KL
+// k-lanes split each staged KC-deep A chunk in KC/KL consecutive k (with CW = 128 a warp is one lane, so each
+// local read is a single-address broadcast); B rows are loaded PF k ahead into registers, across chunk
+// boundaries (PF per lane), so global latency overlaps the FMAs without a barrier in the inner loop. The lanes' partial sums
+// meet once in local memory at the end. Trade-offs: ~100 registers per work-item; A is staged per chunk (two
+// barriers per KC k), and K is rounded up to whole KC chunks of masked (zero) work -- 20% at K = 640.
+#define GV_PFMAX 8  // >= PF
+inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int KC, const int PF, const int RS,
+                      __global float* C, int co,
+                      int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam, int sak,
+                      __global const float* B, int bo, int sbb, int b_half, __global const float* bias, int biaso,
+                      int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split,
+                      __global const float* R, int ro, int rrows, int rsm) {
+  const int NCG = CW / 4, NT = NCG * RS * KL, KPL = KC / KL, RT = 16 / RS;
+  const int lid = get_local_id(1) * 16 + get_local_id(0);
+  const int c = lid % NCG, rh = (lid / NCG) % RS, lane = lid / (NCG * RS);
+  const int n0 = get_group_id(0) * CW, m0 = get_group_id(1) * 16;
+  const int z = get_group_id(2), bz = z / splits, sz = z - bz * splits;
+  const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);
+  const int abase = ao + bz * sab;
+  const int n = n0 + 4 * c;
+  const int half_b = b_half & 1;
+  // tile-major B: [batch][ceil(N/64)][K][64]; this work-item's 4 columns of row k at bp + k * 64
+  const int bp = bo + bz * sbb + (n >> 6) * K * 64 + (n & 63);
+  const int a_vec = sak == 1 && ((ao | sab | sam) & 3) == 0;
+  float4 acc[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) acc[r] = (float4)(0.0f);
+  const int nchunks = (kend - kbeg + KC - 1) / KC;
+  // the j-th k of this lane: chunk j / KPL, k = kbeg + chunk * KC + lane * KPL + j % KPL
+#define GV_K(j) (kbeg + ((j) / KPL) * KC + lane * KPL + (j) % KPL)
+#define GV_LOAD_B(k) \
+  ((k) < kend ? (half_b ? vload_half4(0, (__global const half*)B + bp + (k) * 64) : vload4(0, B + bp + (k) * 64)) \
+              : (float4)(0.0f))
+  float4 bq[GV_PFMAX];
+#pragma unroll
+  for (int j = 0; j < PF; ++j) bq[j] = GV_LOAD_B(GV_K(j));
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int kc = kbeg + ch * KC;
+    barrier(CLK_LOCAL_MEM_FENCE);  // the previous chunk is consumed
+    // stage A[m0 .. m0+15][kc .. kc+KC) as [k][16 rows]: work-item e reads 4 consecutive k of row e % 16
+    for (int e = lid; e < 4 * KC; e += NT) {
+      const int r = e & 15, k = kc + 4 * (e >> 4), m = m0 + r;
+      float4 v = (float4)(0.0f);
+      if (m < M) {
+        const int i = abase + m * sam + k * sak;
+        if (a_vec && k + 3 < kend) {
+          v = vload4(0, A + i);
+        } else {
+          if (k < kend) v.x = A[i];
+          if (k + 1 < kend) v.y = A[i + sak];
+          if (k + 2 < kend) v.z = A[i + 2 * sak];
+          if (k + 3 < kend) v.w = A[i + 3 * sak];
+        }
+      }
+      __local float* dst = (__local float*)lds + (k - kc) * 16 + r;
+      dst[0] = v.x;
+      dst[16] = v.y;
+      dst[32] = v.z;
+      dst[48] = v.w;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int jj = 0; jj < KPL; jj += PF) {
+      const int j = ch * KPL + jj;
+      float4 bn[GV_PFMAX];
+#pragma unroll
+      for (int p = 0; p < PF; ++p) bn[p] = GV_LOAD_B(GV_K(j + PF + p));  // masked past kend
+#pragma unroll
+      for (int p = 0; p < PF; ++p) {
+        __local const float4* ak = lds + (lane * KPL + jj + p) * 4;
+        const float4 b = bq[p];
+#pragma unroll
+        for (int q = 0; q < RT / 4; ++q) {
+          const float4 a = ak[rh * (RT / 4) + q];
+          acc[4 * q + 0] = mad((float4)(a.x), b, acc[4 * q + 0]);
+          acc[4 * q + 1] = mad((float4)(a.y), b, acc[4 * q + 1]);
+          acc[4 * q + 2] = mad((float4)(a.z), b, acc[4 * q + 2]);
+          acc[4 * q + 3] = mad((float4)(a.w), b, acc[4 * q + 3]);
+        }
+      }
+#pragma unroll
+      for (int p = 0; p < PF; ++p) bq[p] = bn[p];
+    }
+  }
+#undef GV_K
+#undef GV_LOAD_B
+  // the KL lanes' partials: red[lane][row][column group], then NT work-items finish 16 x CW outputs
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int i = 0; i < RT; ++i) lds[(lane * 16 + rh * RT + i) * NCG + c] = acc[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int o = lid; o < 16 * NCG; o += NT) {
+    const int r = o / NCG, cg = o - r * NCG, m = m0 + r, nn = n0 + 4 * cg;
+    if (m >= M || nn >= N) continue;
+    float4 v = lds[r * NCG + cg];
+    for (int l = 1; l < KL; ++l) v += lds[(l * 16 + r) * NCG + cg];
+    float4 bv = (float4)(0.0f);
+    if (has_bias) {
+      bv.x = bias[biaso + nn];
+      if (nn + 1 < N) bv.y = bias[biaso + nn + 1];
+      if (nn + 2 < N) bv.z = bias[biaso + nn + 2];
+      if (nn + 3 < N) bv.w = bias[biaso + nn + 3];
+    }
+    v = alpha * v + bv;
+    float4 w = (float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act));
+    __global float* dst = C + co + bz * scb + sz * scs + m * scm + nn;
+    __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + nn : 0);
+    if (nn + 3 < N) {
+      if (rrows > 0) w += vload4(0, res);
+      vstore4(w, 0, dst);
+    } else {
+      dst[0] = w.x + (rrows > 0 ? res[0] : 0.0f);
+      if (nn + 1 < N) dst[1] = w.y + (rrows > 0 ? res[1] : 0.0f);
+      if (nn + 2 < N) dst[2] = w.z + (rrows > 0 ? res[2] : 0.0f);
+    }
+  }
+}
+
+// Local memory: max(A chunk KC * 16 floats, partials KL * 16 * CW floats), in float4.
+#define GV_LDS4(CW, KL, KC) ((KC) * 4 > (KL) * 4 * (CW) ? (KC) * 4 : (KL) * 4 * (CW))
+#define SD_GEMM_SKINNY4(NAME, CW, KL, KC, PF, RS)                                                                   \
+  __kernel __attribute__((reqd_work_group_size(16, (CW) / 4 * (KL) * (RS) / 16, 1))) void NAME(                     \
+      __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam, \
+      int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,                         \
+      __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act,         \
+      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {                         \
+    __local float4 lds[GV_LDS4(CW, KL, KC)];                                                                  \
+    gv_skinny(lds, CW, KL, KC, PF, RS, C, co, scb, scs, scm, A, ao, sab, sam, sak, B, bo, sbb, b_half, bias, biaso,   \
+              has_bias, M, N, K, alpha, act, splits, k_split, R, ro, rrows, rsm);                             \
+  }
+SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1)
+
 // ---- implicit-GEMM convolution -----------------------------------------------------
 // conv_tBMxBN(Y, yo, int scs, X, xo, W, wo, int sbk, int sbn, int b_half, bias, biaso, int has_bias,
 //             int H, int Wd, int Ci, int OH, int OW, int Co, int KH, int KW, int sh, int sw,
