@@ -14,7 +14,8 @@
 // OpenCL only), plus the GEMM-only skinny gemm_t16x64 (same parameters; rows
 // M <= 16 per tile: the Winograd GEMMs of small maps, where T = 16 tiles would leave 3/4 of a 64-row
 // tile idle, and FCs of a few rows; weight-bandwidth bound by design, see gemm_tiled.cl). A config
-// whose kernel the device lacks (the GL backend has no gemm_t16x64 yet) is skipped. Constant weights (FULLY_CONNECTED, CONV_2D filters) are
+// whose kernel the device lacks (the GL backend has no gemm_t16x64 yet) is skipped. Winograd's tile-major U can also
+// run on gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner. Constant weights (FULLY_CONNECTED, CONV_2D filters) are
 // re-laid out once as a K x N row-major matrix (float32, or half with weights_fp16) so B tiles load
 // along N; non-constant operands are read in place through their strides.
 //

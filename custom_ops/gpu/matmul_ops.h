@@ -60,7 +60,7 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
 // local read instead of 4, no split) when that kernel has at least two 128-thread work-groups per compute unit, the
 // fill at which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1
-// 0.100 vs 0.116 ms; the 8x8 map at F2, b1, with 160 work-groups, 0.084 vs 0.061 ms: kept on gemm_t16x64). Not
+// 0.100 vs 0.115 ms; the 8x8 map at F2, b1, with 160 work-groups, 0.083 vs 0.061 ms: kept on gemm_t16x64). Not
 // under SDGPU_GEMM_TILES (a forced config stays forced), nor when the backend lacks the kernel or does not report
 // its compute units. True when it swapped the plan (same U layout, no scratch).
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan);
