@@ -15,9 +15,9 @@
 // M <= 16 per tile: the Winograd GEMMs of small maps, where T = 16 tiles would leave 3/4 of a 64-row
 // tile idle, and FCs of a few rows; weight-bandwidth bound by design, see gemm_tiled.cl). A config
 // whose kernel the device lacks (the GL backend has no gemm_t16x64 yet) is skipped. Winograd's tile-major U can also
-// run on gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner. Constant weights (FULLY_CONNECTED, CONV_2D filters) are
-// re-laid out once as a K x N row-major matrix (float32, or half with weights_fp16) so B tiles load
-// along N; non-constant operands are read in place through their strides.
+// run on gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner.
+// Constant weights (FULLY_CONNECTED, CONV_2D filters) are re-laid out once as a K x N row-major matrix (float32,
+// or half with weights_fp16) so B tiles load along N; non-constant operands are read in place through their strides.
 //
 // Tuning knob (benchmarks only): SDGPU_GEMM_TILES=BMxBN[nTHREADS][/splits] forces one tile config (and
 // split count) for every tiled GEMM/conv instead of the cost model below.

@@ -410,22 +410,24 @@ SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 // ---- skinny GEMM, float4 columns: the Winograd GEMM of small maps ---------------------------------------------
 // gemm_s16x<CW>: gemm_t16x64's parameters and semantics for a tile-major B (b_half bit 1 must be set, bit 0 =
 // half storage; no gated twin), rows M <= 16 per tile, CW = 64 or 128 columns per work-group. Global =
-// (ceil(N/CW)*16, ceil(M/16)*NT/16, batch*splits), local = (16, NT/16), NT = CW/4 * KL.
+// (ceil(N/CW)*16, ceil(M/16)*NT/16, batch*splits), local = (16, NT/16), NT = CW/4 * RS * KL.
 // Why another skinny kernel: gemm_t16x64 does 4 FMAs per local float4 read (16 rows x 1 column per work-item),
-// and on the H200 a local float4 broadcast read issues at ~0.4 per SM and clock (scripts/h200/lds_lab.py), which
+// and on the H200 a broadcast local float4 read issues at ~0.4 per SM and clock (scripts/h200/lds_lab.py), which
 // caps that kernel's FMA side at ~40% of the FP32 peak -- and its loads do not overlap it (BENCHMARKS session 9).
 // Here work-item (lane, c) owns 16 rows x 4 consecutive columns (64 accumulators): per k one float4 B read from
 // global memory (tile-major slabs: a k-row of a 64-column slab is 256 contiguous bytes) and 4 broadcast local
 // float4 reads of A[k][0..15] feed 64 FMAs (16 per local read, ~70% of peak by the same measurement). The KL
-// k-lanes split each staged KC-deep A chunk in KC/KL consecutive k (with CW = 128 a warp is one lane, so each
-// local read is a single-address broadcast); B rows are loaded PF k ahead into registers, across chunk
-// boundaries (PF per lane), so global latency overlaps the FMAs without a barrier in the inner loop. The lanes' partial sums
-// meet once in local memory at the end. Trade-offs: ~100 registers per work-item; A is staged per chunk (two
-// barriers per KC k), and K is rounded up to whole KC chunks of masked (zero) work -- 20% at K = 640.
+// k-lanes split each staged KC-deep A chunk into KC/KL consecutive k (with CW = 128 a warp is one lane, so each
+// local read is a single-address broadcast); each work-item keeps PF B rows in flight in registers, across chunk
+// boundaries, so global latency overlaps the FMAs without a barrier in the inner loop. The lanes' partial sums
+// meet once in local memory at the end. RS > 1 (lab only) shares a column's 16 rows among RS work-items.
+// Trade-offs: 128 registers at PF = 4 (SASS, BENCHMARKS session 10; PF = 8 takes 187 and runs slower); A is
+// staged per chunk (two barriers per KC k); K is rounded up to whole KC chunks of masked (zero) work, 20% at
+// K = 640; U is still read at only ~2.4 TB/s (bytes in flight per SM bound it).
 #define GV_PFMAX 8  // >= PF
 inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int KC, const int PF, const int RS,
-                      __global float* C, int co,
-                      int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam, int sak,
+                      __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab,
+                      int sam, int sak,
                       __global const float* B, int bo, int sbb, int b_half, __global const float* bias, int biaso,
                       int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split,
                       __global const float* R, int ro, int rrows, int rsm) {
