@@ -41,8 +41,8 @@
 namespace sdgpu::gpu {
 namespace {
 
-constexpr int kTiledBk = 16;
-constexpr const char* kSkinny4Kernel = "gemm_s16x128";  // GT_BK of the tiled kernels: K step, split granularity, conv Ci multiple
+constexpr int kTiledBk = 16;  // GT_BK of the tiled kernels: K step, split granularity, conv Ci multiple
+constexpr const char* kSkinny4Kernel = "gemm_s16x128";  // UseSkinny4's kernel
 
 // Tile configs of the tiled kernels, largest first. `speed`: relative throughput per work-group tile,
 // fitted on the H200 (scripts/opencl_gemm_bench.py, every config forced at the SD1.5 shapes). 128x128
@@ -254,6 +254,10 @@ Status CheckForcedTiles() {
   return Status::Error("SDGPU_GEMM_TILES names no tile config (" + ConfigNames() + ")");
 }
 
+bool ReadsTileMajorB(const Kernel& kernel) {
+  return kernel.name() == "gemm_t16x64" || kernel.name() == kSkinny4Kernel;
+}
+
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan) {
   int bm = 0, bn = 0, threads = 256, splits = 1;
   bool forced = false;
@@ -380,7 +384,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual, const TensorRef& residual_input) {
   if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
-  if (b.tile_major && p.kernel->name() != "gemm_t16x64" && p.kernel->name() != kSkinny4Kernel) {
+  if (b.tile_major && !ReadsTileMajorB(*p.kernel)) {
     return Status::Error("a tile-major B operand needs the gemm_t16x64 or gemm_s16x128 kernel, the plan has " +
                          p.kernel->name());
   }

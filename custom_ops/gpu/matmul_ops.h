@@ -64,6 +64,8 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
 // under SDGPU_GEMM_TILES (a forced config stays forced), nor when the backend lacks the kernel or does not report
 // its compute units. True when it swapped the plan (same U layout, no scratch).
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan);
+// Whether `kernel` reads B tile-major (BOperand::tile_major): gemm_t16x64 and gemm_s16x128.
+bool ReadsTileMajorB(const Kernel& kernel);
 // The plan with its GEMM and reduce kernels swapped for their gated-GELU twins (NAME_gg, gemm_tiled.cl); an error
 // when the device lacks one.
 Status GatedTwin(const Device& dev, TilePlan* plan);

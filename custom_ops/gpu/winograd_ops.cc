@@ -222,9 +222,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   // The skinny kernel streams U faster from per-work-group slabs (header comment); U's layout is fixed at upload,
   // so that plan is then kept (no tuning: the tuner could pick a kernel that reads U row-major).
   const int col_tiles = (g.co + 63) / 64;
-  const std::string& gemm_name = u->plan_.kernel->name();
-  const bool tile_major =
-      (gemm_name == "gemm_t16x64" || gemm_name == "gemm_s16x128") && a2 * g.ci * col_tiles * 64 <= INT_MAX;
+  const bool tile_major = ReadsTileMajorB(*u->plan_.kernel) && a2 * g.ci * col_tiles * 64 <= INT_MAX;
   if (tile_major) u->gemm_.sbb = g.ci * col_tiles * 64;
   u->u_ = std::make_unique<PackedWeights>(
       static_cast<size_t>(a2) * g.ci * (tile_major ? col_tiles * 64 : g.co), half_u,

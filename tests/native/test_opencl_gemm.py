@@ -8,6 +8,7 @@ operands, convs, Winograd transforms) are in test_gpu_gemm.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,6 +102,11 @@ def test_cost_model_splits_long_thin_problems(rng):
     assert_close(result.outputs["y"], fully_connected_ref(x, w, None), rtol=1e-5)
 
 
+def _profile_kernels(profile: Path) -> list[str]:
+    """The kernel names of a delegate profile (profile_path option), in launch order."""
+    return [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]]
+
+
 def _wino_tiles(n: int, ho: int, wo: int, tile: int) -> int:
     return n * -(-ho // tile) * -(-wo // tile)
 
@@ -133,7 +139,7 @@ def test_winograd_few_tiles_use_the_skinny_gemm(monkeypatch, tmp_path, tile, hw,
     splits = 2 if config.endswith("/2") else 1
     partials = (tile + 2) ** 2 * tiles * 40 * 4 * splits if splits > 1 else 0
     assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (48 + 40) * 4 + partials
-    kernels = [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]]
+    kernels = _profile_kernels(profile)
     assert kernels[1] == ("gemm_t16x64" if config else "gemm_s16x128"), kernels
     got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
     if weights_fp16 and tile == 2:  # U stored as half (test_weights_fp16_winograd_half_u_only_for_f2)
@@ -150,7 +156,7 @@ def test_winograd_skinny4_gemm_column_and_k_edges(tmp_path, ci, co):
     model = winograd_model(x.shape, w, b, WINOGRAD.encode(Conv2DWinogradAttrs(tile=2, padding="SAME")))
     profile = tmp_path / "profile.json"
     result = run(model, {"x": x}, backend="opencl", profile_path=str(profile))
-    kernels = [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]]
+    kernels = _profile_kernels(profile)
     assert kernels == ["winograd_input_f2", "gemm_s16x128", "winograd_output_f2"]
     got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
     assert (np.abs(got - want) <= winograd_error_bound(x, w, b, 2, "SAME")).all()
