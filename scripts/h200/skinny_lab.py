@@ -12,9 +12,9 @@ Experiments (one per flag, else the full configuration sweep):
   --rsplit   rows shared by RSPLIT work-items, and the kernel without its B loads (NOLOAD) / FMAs (NOMATH);
   --waves    the 16x16 F4 1280 -> 1280 GEMM at 6 .. 72 batch GEMMs (36 is the real one): does the time grow in
              steps of whole waves of work-groups (lib, and gemm_sv with / without loads or FMAs)?
-  --v4       the library's float4-column skinny kernel (gemm_s16x<CW>, gemm_tiled.cl) at other CW / KL / KC / PF
-             instantiations, with a column's rows shared by RS work-items (SD_GEMM_SKINNY4 lines appended to the library source) and split-K 2 (the library's
-             gemm_splitk_reduce, its time included), next to gemm_t16x64.
+  --v4       the library's float4-column skinny kernel (gemm_s16x<CW>, gemm_tiled.cl) at other CW / KL / KC / PF / RS
+             instantiations (RS: work-items sharing a column's rows; SD_GEMM_SKINNY4 lines appended to the library
+             source) and split-K 2 (the library's gemm_splitk_reduce, its time included), next to gemm_t16x64.
 Every result is checked against numpy (float64) before it is timed (NOLOAD / NOMATH are not: they compute
 nothing meaningful). Prints one line per (shape, config), a best-vs-lib summary, and writes --out (JSON).
 
@@ -86,10 +86,7 @@ def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape) -> Callable[[], list]:
     ksplit = s.k if splits == 1 else -(-s.k // splits // 16) * 16
     grid = (-(-s.n // cfg["CW"]) * 16, -(-s.m // 16) * (nthreads // 16), s.batch * splits)
     kern = lab.cl.Kernel(prog, v4_name(cfg))
-    dst, scb, scs = (s.c_d, s.m * s.n, 0) if splits == 1 else (s.p_d, splits * s.m * s.n, s.m * s.n)
-    kern.set_args(dst, i32(0), i32(scb), i32(scs), i32(s.n), s.a_d, i32(0), i32(s.m * s.k), i32(s.k), i32(1),
-                  s.b_d, i32(0), i32(s.sbb), i32(s.n), i32(1), i32(2), s.c_d, i32(0), i32(0), i32(s.m), i32(s.n),
-                  i32(s.k), np.float32(1), i32(0), i32(splits), i32(ksplit), s.c_d, i32(0), i32(0), i32(0))
+    bind_lib_gemm(kern, s, splits, ksplit)
     if splits == 1:
         return lambda: [lab.launch(kern, grid, (16, nthreads // 16, 1))]
     red = lab.cl.Kernel(prog, "gemm_splitk_reduce")
@@ -165,13 +162,20 @@ class Shape:
             buf.release()
 
 
+def bind_lib_gemm(kern, s: Shape, splits: int, ksplit: int) -> None:
+    """Binds the library GEMM parameters (gemm_tiled.cl) for `s`: A row-major, U tile-major (b_half = 2), no bias,
+    no residual; C when unsplit, else the split-K partials [batch][split][m][n] in s.p_d."""
+    i32 = np.int32
+    dst, scb, scs = (s.c_d, s.m * s.n, 0) if splits == 1 else (s.p_d, splits * s.m * s.n, s.m * s.n)
+    kern.set_args(dst, i32(0), i32(scb), i32(scs), i32(s.n), s.a_d, i32(0), i32(s.m * s.k), i32(s.k), i32(1),
+                  s.b_d, i32(0), i32(s.sbb), i32(s.n), i32(1), i32(2), s.c_d, i32(0), i32(0), i32(s.m), i32(s.n),
+                  i32(s.k), np.float32(1), i32(0), i32(splits), i32(ksplit), s.c_d, i32(0), i32(0), i32(0))
+
+
 def lib_launcher(lab: Lab, s: Shape) -> Callable[[], list]:
     """The library's gemm_t16x64 on `s` (tile-major U, no split), arguments bound once."""
-    i32 = np.int32
     kern = lab.cl.Kernel(lab.program(lib_source()), "gemm_t16x64")
-    kern.set_args(s.c_d, i32(0), i32(s.m * s.n), i32(0), i32(s.n), s.a_d, i32(0), i32(s.m * s.k), i32(s.k), i32(1),
-                  s.b_d, i32(0), i32(s.sbb), i32(s.n), i32(1), i32(2), s.c_d, i32(0), i32(0), i32(s.m), i32(s.n),
-                  i32(s.k), np.float32(1), i32(0), i32(1), i32(s.k), s.c_d, i32(0), i32(0), i32(0))
+    bind_lib_gemm(kern, s, 1, s.k)
     grid = (s.col_tiles * 16, (s.m + 15) // 16 * 16, s.batch)
     return lambda: [lab.launch(kern, grid, (16, 16, 1))]
 
