@@ -35,7 +35,7 @@ struct DelegateOptions {
   std::string opencl_cache_dir;  // opencl: program-binary cache ("" = ~/.cache/sdgpu/opencl, "none" = off)
   bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
-  bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs in the producing op's epilogue (OpenCL)
+  bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / GroupNorm prologues folded (OpenCL)
 };
 
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,

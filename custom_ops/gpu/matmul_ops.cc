@@ -43,6 +43,7 @@ namespace {
 
 constexpr int kTiledBk = 16;  // GT_BK of the tiled kernels: K step, split granularity, conv Ci multiple
 constexpr const char* kSkinny4Kernel = "gemm_s16x128";  // UseSkinny4's kernel
+constexpr int kSkinny4MinKSplit = 128;                  // UseSkinny4: the shallowest K slice it splits into (one A chunk)
 
 // Tile configs of the tiled kernels, largest first. `speed`: relative throughput per work-group tile,
 // fitted on the H200 (scripts/opencl_gemm_bench.py, every config forced at the SD1.5 shapes). 128x128
@@ -258,7 +259,7 @@ bool ReadsTileMajorB(const Kernel& kernel) {
   return kernel.name() == "gemm_t16x64" || kernel.name() == kSkinny4Kernel;
 }
 
-bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan) {
+bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits) {
   int bm = 0, bn = 0, threads = 256, splits = 1;
   bool forced = false;
   const Kernel* kernel = nullptr;
@@ -267,14 +268,25 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
       !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
     return false;
   }
-  if (static_cast<int64_t>(batch) * CeilDiv(M, 16) * CeilDiv(N, 128) < 2 * int64_t{dev.compute_units()}) return false;
+  const int64_t groups = static_cast<int64_t>(batch) * CeilDiv(M, 16) * CeilDiv(N, 128);
+  const int64_t cus = dev.compute_units();
+  int k_split = std::max(K, 1);
+  splits = 1;
+  if (groups < 2 * cus) {  // too few to fill the device: split K into one wave of 4 work-groups per compute unit
+    splits = static_cast<int>(std::min<int64_t>(max_splits, 4 * cus / std::max<int64_t>(groups, 1)));
+    splits = std::min(splits, K / kSkinny4MinKSplit);
+    if (splits < 2) return false;
+    k_split = CeilDiv(CeilDiv(K, splits), kTiledBk) * kTiledBk;  // whole k steps
+    splits = CeilDiv(K, k_split);
+  }
   TilePlan p;
   p.bm = 16;
   p.bn = 128;
   p.threads = 128;
-  p.splits = 1;
-  p.k_split = std::max(K, 1);
+  p.splits = splits;
+  p.k_split = k_split;
   p.kernel = kernel;
+  p.scratch_bytes = splits > 1 ? static_cast<size_t>(splits) * batch * M * N * sizeof(float) : 0;
   *plan = p;
   return true;
 }
@@ -382,7 +394,8 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
 
 Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
-                       Timings* timings, const Residual& residual, const TensorRef& residual_input) {
+                       Timings* timings, const Residual& residual, const TensorRef& residual_input,
+                       bool partials_only) {
   if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
   if (b.tile_major && !ReadsTileMajorB(*p.kernel)) {
     return Status::Error("a tile-major B operand needs the gemm_t16x64 or gemm_s16x128 kernel, the plan has " +
@@ -407,7 +420,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                                     static_cast<size_t>(CeilDiv(s.M, p.bm)) * ty,
                                     static_cast<size_t>(s.batch) * p.splits},
                                    {16, ty, 1}, timings));
-  if (!split) return Status::Ok();
+  if (!split || partials_only) return Status::Ok();
   return LaunchSplitKReduce(dev, p, c, s.scb, s.scm, scratch, bias_ref, has_bias, s.M, s.N, s.batch, s.act, residual,
                             residual_input, timings);
 }

@@ -58,12 +58,16 @@ struct TilePlan {
 Status CheckForcedTiles();
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
-// local read instead of 4, no split) when that kernel has at least two 128-thread work-groups per compute unit, the
-// fill at which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1
-// 0.100 vs 0.115 ms; the 8x8 map at F2, b1, with 160 work-groups, 0.083 vs 0.061 ms: kept on gemm_t16x64). Not
-// under SDGPU_GEMM_TILES (a forced config stays forced), nor when the backend lacks the kernel or does not report
-// its compute units. True when it swapped the plan (same U layout, no scratch).
-bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan);
+// local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
+// which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs
+// 0.115 ms), unsplit. With fewer work-groups and max_splits > 1 it splits K instead, into as many slices (at most
+// max_splits, each >= kSkinny4MinKSplit deep) as fit one wave at 4 work-groups per compute unit (the kernel's 128
+// registers): the 8x8 map at F2, b1, 160 work-groups, 3 splits: GEMM 0.052 vs 0.061 ms, 0.084 vs 0.113 at 2560
+// input channels (BENCHMARKS session 11; a split-K plan needs its partials summed, which only pays without the
+// reduce launch: Winograd's output transform sums them). Not under SDGPU_GEMM_TILES (a forced config stays
+// forced), nor when the backend lacks the kernel or does not report its compute units. True when it swapped the
+// plan (same U layout; a split plan's scratch_bytes set, its reduce kernel left null).
+bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits = 1);
 // Whether `kernel` reads B tile-major (BOperand::tile_major): gemm_t16x64 and gemm_s16x128.
 bool ReadsTileMajorB(const Kernel& kernel);
 // The plan with its GEMM and reduce kernels swapped for their gated-GELU twins (NAME_gg, gemm_tiled.cl); an error
@@ -110,10 +114,12 @@ struct BOperand {
 
 // Enqueues the tiled GEMM `s` (strides sbb/sbk/sbn of s apply to `b`); `bias` may be null; `residual` (with its
 // input) is the epilogue of GpuOp::FuseResidual (batch 1 only; the split-K reduce applies it when splitting).
+// `partials_only`: a split plan leaves its partials [batch][split][M][N] in `scratch` for the caller to sum
+// (no reduce launch, no bias / activation / residual: the caller's next kernel applies them).
 Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual = Residual(),
-                       const TensorRef& residual_input = TensorRef());
+                       const TensorRef& residual_input = TensorRef(), bool partials_only = false);
 
 // A constant GEMM operand owned by its op: produced on the host and uploaded once,
 // as float32 or (delegate option weights_fp16) as half, at the op's first Enqueue.

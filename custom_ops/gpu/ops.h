@@ -93,6 +93,24 @@ class GpuOp {
     (void)mode;
     return false;
   }
+  // Input-norm prologue (GpuPartition folds an SdGroupNorm(+SiLU) that only this op reads into it), consumer side:
+  // from now on the op's first input is the GroupNorm's norm table (EmitNormTable) and set_norm_input (before each
+  // Enqueue) gives the un-normalised tensor x; the op reads x * scale + shift per (image, channel), then SiLU when
+  // `silu`, wherever it read its input. SdConv2DWinograd's input transform on devices with the prologue
+  // (Device::winograd_io_fusion) returns true; false (the default) leaves the op unchanged.
+  virtual bool FuseInputNorm(const Device& dev, bool silu) {
+    (void)dev;
+    (void)silu;
+    return false;
+  }
+  void set_norm_input(const TensorRef& x) { norm_input_ = x; }
+  // Producer side: the bytes of the norm table this op can write instead of its output (table[2*(n*C + c)] = scale,
+  // [+1] = shift; 0: it cannot), and the switch to writing it (SdGroupNorm on channels-last groups).
+  virtual size_t NormTableBytes(const Device& dev) const {
+    (void)dev;
+    return 0;
+  }
+  virtual void EmitNormTable() {}
 
  protected:
   // FuseResidual for ops whose kernels all take the epilogue's parameters: accepts when the device has them.
@@ -106,6 +124,7 @@ class GpuOp {
   size_t scratch_bytes_ = 0;
   Residual residual_;
   TensorRef residual_input_;
+  TensorRef norm_input_;
 };
 
 // Validates the node and builds its op (shapes and constants read now).

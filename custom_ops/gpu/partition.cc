@@ -110,6 +110,9 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
       if (const auto* gelu = std::get_if<GeluAttrs>(&view.desc.sd_op->attrs); gelu != nullptr && gelu->gated) {
         s.gated_gelu = GeluKernelCode(*gelu);
       }
+      if (const auto* gn = std::get_if<GroupNormAttrs>(&view.desc.sd_op->attrs); gn != nullptr) {
+        s.group_norm_silu = gn->activation == GroupNormActivation::kSilu ? 1 : 0;
+      }
     }
     if (code == kFullyConnected && view.desc.inputs.size() > 1 && view.desc.inputs[1] != nullptr) {
       const Dims w = DimsOf(view.desc.inputs[1]), o = DimsOf(view.desc.outputs[0]);
@@ -130,6 +133,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
   if (backend_->options().fuse_epilogues) {
     FuseGatedGelus(outs, readers);  // first: a gated FC takes no residual
     FuseResidualAdds(outs, readers);
+    FuseInputNorms(outs, readers);
   }
   return Status::Ok();
 }
@@ -230,6 +234,22 @@ void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordere
     fc->fc_columns = 0;
     gelu.absorbed = true;
     if (view != nullptr) view->absorbed = true;  // its input is never written now, its output never read
+  }
+}
+
+void GpuPartition::FuseInputNorms(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
+  const std::unordered_map<int, int> producer = ProducerIndex();
+  for (Step& conv : steps_) {
+    if (conv.code != kCustom || conv.inputs.empty() || conv.norm_input >= 0) continue;
+    const int p = SoleProducer(conv.inputs[0], outs, readers, producer);
+    if (p < 0) continue;
+    Step& gn = steps_[p];
+    if (gn.group_norm_silu < 0 || gn.inputs.empty() || gn.inputs[0] < 0 || gn.table_bytes > 0) continue;
+    const size_t table = gn.op->NormTableBytes(device());
+    if (table == 0 || !conv.op->FuseInputNorm(device(), gn.group_norm_silu == 1)) continue;
+    gn.op->EmitNormTable();
+    gn.table_bytes = table;  // its output tensor now holds the table (the conv's first input, unchanged)
+    conv.norm_input = gn.inputs[0];
   }
 }
 
@@ -346,7 +366,8 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       step.scratch_request = -1;
     } else {
       if (part_outputs.count(step.output) == 0) {
-        internal_[step.output] = planner_.Add(out->bytes, i, last_use_of(step.output, i));
+        const size_t bytes = step.table_bytes > 0 ? step.table_bytes : out->bytes;  // a norm table: smaller
+        internal_[step.output] = planner_.Add(bytes, i, last_use_of(step.output, i));
       }
       step.scratch_request = planner_.Add(step.op->scratch_bytes(), i, i);
       max_scratch = std::max(max_scratch, step.op->scratch_bytes());
@@ -392,6 +413,7 @@ std::vector<int> GpuPartition::DeviceReads(const Step& step) {
   std::vector<int> reads;
   for (int k : step.op->device_inputs()) reads.push_back(step.inputs[k]);
   if (step.residual >= 0) reads.push_back(step.residual);
+  if (step.norm_input >= 0) reads.push_back(step.norm_input);
   return reads;
 }
 
@@ -447,6 +469,11 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
       TensorRef r;
       SDGPU_RETURN_IF_ERROR(Ref(step.residual, &r));
       step.op->set_residual_input(r);
+    }
+    if (step.norm_input >= 0) {
+      TensorRef x;
+      SDGPU_RETURN_IF_ERROR(Ref(step.norm_input, &x));
+      step.op->set_norm_input(x);
     }
     TensorRef out;
     SDGPU_RETURN_IF_ERROR(Ref(step.output, &out));

@@ -36,8 +36,16 @@
 //   directly or through a RESHAPE (each its only reader, not a partition
 //   output; constant weights) launches nothing: the FC's epilogue writes
 //   v * gelu(g) (GpuOp::FuseGatedGelu; OpenCL kernels only). SD's GEGLU
-//   feed-forward inputs. Delegate option fuse_epilogues=0 turns both
-//   epilogue folds off (A/B benchmarks).
+//   feed-forward inputs.
+//   GroupNorm prologues: an SdGroupNorm(+SiLU) whose output only an
+//   SdConv2DWinograd reads (as its input, not a partition output) writes a
+//   per-(image, channel) norm table instead of its normalised tensor, and
+//   the conv's input transform normalises x (the GroupNorm's input) as it
+//   reads it (GpuOp::FuseInputNorm / EmitNormTable; OpenCL kernels only):
+//   no apply pass, and the GroupNorm's output shrinks to the table in the
+//   arena. SD's ResNet norm1/norm2 -> conv1/conv2.
+//   Delegate option fuse_epilogues=0 turns these three folds off (A/B
+//   benchmarks).
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed
@@ -97,6 +105,9 @@ class GpuPartition {
     std::vector<int64_t> out_dims;
     int residual = -1;          // tensor added in this op's epilogue (its output is then the ADD's)
     int gated_gelu = -1;        // SdGelu(gated): the kernels' GELU code (12 erf, 13 tanh, 14 quick), else -1
+    int group_norm_silu = -1;   // SdGroupNorm: 1 with SiLU, 0 without; else -1
+    int norm_input = -1;        // input-norm prologue: the tensor this op normalises as it reads it (FuseInputNorms)
+    size_t table_bytes = 0;     // an SdGroupNorm writing its norm table instead of its output: the table's bytes
     bool absorbed = false;      // an ADD or gated GELU (and a RESHAPE before it) folded into an epilogue: no launch
     bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
     size_t alias_offset = 0;    // bytes into the input, when aliased
@@ -121,13 +132,14 @@ class GpuPartition {
   void SplitGemmColumns(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
+  void FuseInputNorms(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   // Output tensor -> index of the step producing it (the fold passes rebuild it: a fold moves an output).
   std::unordered_map<int, int> ProducerIndex() const;
   // The index of the step producing tensor t when t is not a partition output and exactly one step reads it on the
   // device, else -1 (`producer`: ProducerIndex()).
   static int SoleProducer(int t, const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers,
                           const std::unordered_map<int, int>& producer);
-  // The tensors a step's launches read: its op's device inputs and its residual.
+  // The tensors a step's launches read: its op's device inputs, its residual and its norm input.
   static std::vector<int> DeviceReads(const Step& step);
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.
   static long long ContiguousSliceOffset(const Step& step);

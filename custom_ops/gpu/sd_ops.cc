@@ -187,8 +187,10 @@ class SdGroupNormOp final : public GpuOp {
       Args a;
       a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
       a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
-      a.Int(A).Int(C).Int(G).Float(eps_).Int(silu_);
-      return dev.Launch(*nhwc_, a, {ngroups * kGroupNormNhwcWg, 1, 1}, {kGroupNormNhwcWg, 1, 1}, timings);
+      a.Int(A).Int(C).Int(G).Float(eps_);
+      if (!table_) a.Int(silu_);
+      return dev.Launch(table_ ? *nhwc_affine_ : *nhwc_, a, {ngroups * kGroupNormNhwcWg, 1, 1},
+                        {kGroupNormNhwcWg, 1, 1}, timings);
     }
     if (partial_ == nullptr) {
       Args a;
@@ -213,6 +215,11 @@ class SdGroupNormOp final : public GpuOp {
                                        {kGroupNormWg2, 1, 1}, timings));
     }
     Args f;
+    if (table_) {  // the norm table straight from the partials; the consumer applies it (no apply launch)
+      f.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, parts).Int(nchunks).Int(static_cast<int>(count_));
+      f.Float(eps_).Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset()).Int(C).Int(G);
+      return dev.Launch(*finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
+    }
     f.Buf(scratch.buffer, stats).Buf(scratch.buffer, parts).Int(nchunks).Int(static_cast<int>(count_)).Float(eps_);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*finalize_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings));
     // float4 apply when four neighbours share a channel or are four channels, and both tensors are 16-byte aligned.
@@ -226,6 +233,16 @@ class SdGroupNormOp final : public GpuOp {
     if (vec) a.Int(B == 1 ? 1 : 0);
     return Launch1D(dev, vec ? *apply4_ : *apply_, a, vec ? n / 4 : n, timings);
   }
+
+  // The input-norm prologue's producer side (gpu/ops.h): channels-last groups (B == 1) on the one-launch or two-stage
+  // path, on devices with the prologue; the table is [N][C] x (scale, shift).
+  size_t NormTableBytes(const Device& dev) const override {
+    if (!dev.winograd_io_fusion() || g_.b != 1 || rows_kernel_ != nullptr) return 0;
+    if (nhwc_ == nullptr && (partial_ == nullptr || finalize_affine_ == nullptr)) return 0;
+    if (nhwc_ != nullptr && nhwc_affine_ == nullptr) return 0;
+    return static_cast<size_t>(g_.n * g_.c) * 2 * sizeof(float);
+  }
+  void EmitNormTable() override { table_ = true; }
 
   const Kernel* single_ = nullptr;
   const Kernel* rows_kernel_ = nullptr;  // layer_norm_rows: the LayerNorm view (see MakeSdGroupNorm)
@@ -241,6 +258,9 @@ class SdGroupNormOp final : public GpuOp {
   int rows_ = 0, row_chunks_ = 0;  // group_norm_partial_rows: positions per chunk, chunks per batch
   float eps_ = 1e-5f;
   int silu_ = 0;
+  bool table_ = false;  // EmitNormTable: write the norm table, not the normalised tensor
+  const Kernel* nhwc_affine_ = nullptr;      // group_norm_nhwc_affine (null: the backend lacks it)
+  const Kernel* finalize_affine_ = nullptr;  // group_norm_finalize_affine (null: the backend lacks it)
 };
 
 // Tiled kernels (the fast path, see kAttnTilings): one NT-wide work-group per (batch, head, block of BQ
@@ -321,6 +341,9 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   if (u->rows_kernel_ == nullptr && g.b == 1 && g.c / g.groups <= static_cast<int64_t>(kGroupNormNhwcWg) &&
       u->count_ <= kGroupNormNhwcMax && dev.max_work_group_size() >= kGroupNormNhwcWg &&
       dev.GetKernel("group_norm_nhwc", &u->nhwc_).ok()) {
+    if (!dev.winograd_io_fusion() || !dev.GetKernel("group_norm_nhwc_affine", &u->nhwc_affine_).ok()) {
+      u->nhwc_affine_ = nullptr;
+    }
     *out = std::move(u);
     return Status::Ok();
   }
@@ -340,6 +363,9 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
     }
     const size_t ngroups = static_cast<size_t>(g.n * g.groups);
     u->scratch_bytes_ = (3 * ngroups * std::max(u->nchunks_, u->row_chunks_) + 2 * ngroups) * sizeof(float);
+    if (!dev.winograd_io_fusion() || !dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok()) {
+      u->finalize_affine_ = nullptr;
+    }
     const bool vec4 = g.b % 4 == 0 || (g.b == 1 && g.c % 4 == 0);
     if (!vec4 || !dev.GetKernel("group_norm_apply4", &u->apply4_).ok()) u->apply4_ = nullptr;
   } else {

@@ -1,10 +1,13 @@
 // SdConv2DWinograd on a GPU backend: F(m x m, 3 x 3), m = attrs.tile in {2, 4, 6}, alpha = m + 2,
 // as three launches over whole tensors (the CPU reference's layout, ops/conv2d_winograd/cpu.h):
-//   winograd_input_fM(V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad)
+//   winograd_input_fM(V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad[, NT, nto,
+//                     int norm])
 //       V[a*a][T][Ci] = BT d BT^T per input tile;      global = (Ci, T), local = (64, 1, 1)
+//       (+ the input-norm prologue, GpuOp::FuseInputNorm, on devices whose kernels take it: d = SiLU(x * scale +
+//       shift) with a GroupNorm's per-(image, channel) table NT; that GroupNorm then writes only the table)
 //   gemm_t* (matmul_ops.h LaunchTiledGemm), batch a*a: M[k] (T x Co) = V[k] (T x Ci) . U[k] (Ci x Co)
 //   winograd_output_fM(Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T,
-//                      int act[, R, ro, int rrows, int rsm])
+//                      int act[, R, ro, int rrows, int rsm][, int splits])
 //       y = act(AT M AT^T + bias) cropped to Ho x Wo (+ the residual epilogue, GpuOp::FuseResidual, on devices
 //       whose kernels take it);    global = (Co, T), local = (64, 1, 1)
 // (OpenCL sources: ops/conv2d_winograd/opencl.cl.) U[a*a][Ci][Co] = G g G^T is computed on the host in
@@ -12,7 +15,9 @@
 // weights_fp16 stores U as half for F(2x2) only: the output transform's cancellation amplifies U's
 // rounding (measured, Ci 32..320, max |err| / max |y|: F2 3e-4, F4 5e-3, F6 3e-2 .. 8e-2), so F4/F6 keep
 // float32 U -- pick F2 tiles where weight memory matters more than the FLOP savings. V and M live in the op's arena scratch: a*a*T*(Ci + Co) floats,
-// plus split-K partials if the GEMM plan splits (it rarely does: a*a batches fill the device).
+// plus split-K partials if the GEMM plan splits (rarely: a*a batches fill the device, except the skinny GEMM of
+// b1's 8x8 map, UseSkinny4); on devices with Device::winograd_io_fusion the output transform sums the partials
+// (winograd_output_f*'s trailing `splits`), else gemm_splitk_reduce writes M first.
 //
 // Falls back to the implicit-GEMM convolution (same math, direct summation, within the same error
 // bound) when the device has no Winograd kernels (the GL backend today), when the filter is not a
@@ -44,6 +49,7 @@ namespace {
 constexpr size_t kTransformWg = 64;
 constexpr int kMinTiles = 16;          // smallest tile count T run in the Winograd domain (header comment)
 constexpr int kMinTilesNoSkinny = 64;  // the same without the skinny GEMM kernel
+constexpr int kMaxSkinnySplits = 4;    // UseSkinny4's split-K cap (summed by the output transform)
 
 struct WinogradGeom {
   int m = 0, a = 0, n = 0, h = 0, w = 0, ci = 0, co = 0, ho = 0, wo = 0, pad = 0;
@@ -110,9 +116,12 @@ class WinogradOp final : public GpuOp {
     const TensorRef mbuf{scratch.buffer, scratch.offset + static_cast<size_t>(a2) * g_.tiles * g_.ci * sizeof(float)};
     const TensorRef rest{scratch.buffer, mbuf.offset + static_cast<size_t>(a2) * g_.tiles * g_.co * sizeof(float)};
     const Dim3 local = {kTransformWg, 1, 1};
+    // With the input-norm prologue in[0] is the GroupNorm's table and norm_input_ the tensor to transform.
+    const TensorRef& x = norm_ > 0 ? norm_input_ : in[0];
     Args in_args;
-    in_args.Buf(v.buffer, v.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
+    in_args.Buf(v.buffer, v.elem_offset()).Buf(x.buffer, x.elem_offset());
     in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(g_.pad);
+    if (dev.winograd_io_fusion()) in_args.Buf(in[0].buffer, in[0].elem_offset()).Int(norm_);
     SDGPU_RETURN_IF_ERROR(
         dev.Launch(*input_, in_args, {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
     if (tuner_.pending()) {  // the input transform above is queued before every candidate
@@ -120,18 +129,29 @@ class WinogradOp final : public GpuOp {
           dev, [&](const TilePlan& p) { return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr); },
           &plan_));
     }
-    SDGPU_RETURN_IF_ERROR(LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings));
+    // A split plan's partials are summed by the output transform where it can (no reduce launch).
+    const bool sum_partials = plan_.splits > 1 && dev.winograd_io_fusion();
+    SDGPU_RETURN_IF_ERROR(
+        LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings, {}, {}, sum_partials));
+    const TensorRef& m = sum_partials ? rest : mbuf;
     Args o;
-    o.Buf(out.buffer, out.elem_offset()).Buf(mbuf.buffer, mbuf.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+    o.Buf(out.buffer, out.elem_offset()).Buf(m.buffer, m.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
-    AddResidualArgs(dev, residual_, residual_input_, in[0], &o);
+    AddResidualArgs(dev, residual_, residual_input_, x, &o);
+    if (dev.winograd_io_fusion()) o.Int(sum_partials ? plan_.splits : 1);
     return dev.Launch(*output_, o, {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
+  bool FuseInputNorm(const Device& dev, bool silu) override {
+    if (!dev.winograd_io_fusion()) return false;
+    norm_ = silu ? 2 : 1;
+    return true;
+  }
 
   WinogradGeom g_;
   int act_ = 0;
+  int norm_ = 0;  // input-norm prologue: 0 none, 1 affine, 2 affine + SiLU (winograd_input_f*)
   GemmShape gemm_;
   TilePlan plan_;
   TileTuner tuner_;
@@ -197,7 +217,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.scb = g.tiles * g.co;
     s.scm = g.co;
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok();
-    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_);
+    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, dev.winograd_io_fusion() ? kMaxSkinnySplits : 1);
   }
   if (!ok) {  // direct convolution, same result up to rounding
     ConvShape s;

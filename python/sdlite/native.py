@@ -63,8 +63,9 @@ class DelegateOptions:
     steps; see ``TileTuner`` in ``custom_ops/gpu/matmul_ops.h``).
     ``fuse_epilogues`` (GPU backends; unset = the delegate's default, on): fold a residual ADD into the epilogue
     of the FULLY_CONNECTED / CONV_2D / SdConv2DWinograd that produces one operand, and a gated SdGelu into the
-    FULLY_CONNECTED that feeds it (OpenCL; one launch and one pass over the activation less per folded node; see
-    ``GpuPartition`` in ``custom_ops/gpu/partition.h``).
+    FULLY_CONNECTED that feeds it, and an SdGroupNorm(+SiLU) into the input transform of the SdConv2DWinograd it
+    feeds (OpenCL; one launch and one pass over the activation less per folded node; see ``GpuPartition`` in
+    ``custom_ops/gpu/partition.h``).
     """
 
     backend: str = "cpu"

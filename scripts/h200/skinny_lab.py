@@ -49,6 +49,7 @@ SHAPES = [
 WAVE_SHAPES = [(f"waves batch {b}", b, 16, 1280, 1280) for b in (6, 12, 18, 24, 30, 36, 42, 48, 60, 72)]
 QUICK_SHAPES = [("quick F4", 36, 16, 128, 96), ("quick F2 m13", 16, 13, 192, 64), ("quick m32", 4, 32, 64, 128)]
 LAB_CL = Path(__file__).resolve().parent / "skinny_lab.cl"
+MAX_SPLITS = 8
 
 
 def sweep_configs(quick: bool) -> list[dict]:
@@ -66,6 +67,14 @@ def sweep_configs(quick: bool) -> list[dict]:
     return out
 
 
+def split_configs(splits: list[int]) -> list[dict]:
+    """--splits: the library instantiation and the best 8x8-map one of session 10 at each split-K count."""
+    if any(not 1 <= x <= MAX_SPLITS for x in splits):
+        raise SystemExit(f"--splits: each count must be 1..{MAX_SPLITS}")
+    bases = [dict(CW=128, KL=4, KC=128, PF=4, RS=1), dict(CW=64, KL=8, KC=128, PF=4, RS=1)]
+    return [dict(b, S=x) for b in bases for x in splits]
+
+
 def v4_configs(quick: bool) -> list[dict]:
     """gemm_s16x<CW> instantiations: columns per work-group, k-lanes, k per staged A chunk, B rows in flight,
     work-items sharing a column's 16 rows (RS)."""
@@ -78,16 +87,16 @@ def v4_configs(quick: bool) -> list[dict]:
     return out
 
 
-def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape) -> Callable[[], list]:
+def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape, gemm_only: bool = False) -> Callable[[], list]:
     """The library's gemm_s16x<CW> instantiation `cfg` on `s` (tile-major U), plus gemm_splitk_reduce when it
-    splits; arguments bound once."""
+    splits (not with `gemm_only`: the partials are then left unsummed); arguments bound once."""
     i32 = np.int32
     splits, nthreads = cfg["S"], cfg["CW"] // 4 * cfg["KL"] * cfg["RS"]
     ksplit = s.k if splits == 1 else -(-s.k // splits // 16) * 16
     grid = (-(-s.n // cfg["CW"]) * 16, -(-s.m // 16) * (nthreads // 16), s.batch * splits)
     kern = lab.cl.Kernel(prog, v4_name(cfg))
     bind_lib_gemm(kern, s, splits, ksplit)
-    if splits == 1:
+    if splits == 1 or gemm_only:
         return lambda: [lab.launch(kern, grid, (16, nthreads // 16, 1))]
     red = lab.cl.Kernel(prog, "gemm_splitk_reduce")
     red.set_args(s.c_d, i32(0), i32(s.m * s.n), i32(s.n), s.p_d, i32(0), i32(splits), s.c_d, i32(0), i32(0),
@@ -137,7 +146,7 @@ class Shape:
         self.sbb = self.col_tiles * k * 64
         self.a_d, self.b_d = lab.buffer(a), lab.buffer(self.bt)
         self.c_d = lab.buffer(nbytes=batch * m * n * 4)
-        self.p_d = lab.buffer(nbytes=4 * batch * m * n * 4)  # split-K partials, up to 4 splits
+        self.p_d = lab.buffer(nbytes=MAX_SPLITS * batch * m * n * 4)  # split-K partials
         self.out_d = lab.buffer(nbytes=max(lab.dev.max_compute_units * 2048, self.nslab * 256) * 4)
         self._inter: dict[int, object] = {}
 
@@ -242,6 +251,9 @@ def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_
             launch()
             lab.queue.finish()
             report(label, lab.timed(launch, args.runs), s.check(label))
+            if cfg["S"] > 1:  # the GEMM alone: what a reduce folded into the next kernel would leave
+                report(label + " gemm-only", lab.timed(v4_launcher(lab, prog, cfg, s, True), args.runs),
+                       float("nan"))
         return
     for cfg in cfgs:
         if time.time() > t_end:
@@ -272,6 +284,8 @@ def main() -> int:
     mode.add_argument("--rsplit", action="store_true", help="the row-split / no-load / no-math experiment")
     mode.add_argument("--waves", action="store_true", help="one shape at growing batch counts")
     mode.add_argument("--v4", action="store_true", help="the library's gemm_s16x<CW> at other instantiations")
+    ap.add_argument("--splits", default="", help="with --v4: split-K counts (e.g. 1,2,4,8) for two base "
+                    "instantiations instead of the sweep; splits > 1 also timed without their reduce")
     args = ap.parse_args()
     t_end = time.time() + args.deadline_s
     lab = Lab()
@@ -281,6 +295,10 @@ def main() -> int:
         shapes = [sh for sh in shapes if any(key in sh[0] for key in args.shapes.split(","))]
     configs = (layout_configs if args.layout else rsplit_configs if args.rsplit else v4_configs if args.v4
                else sweep_configs)(args.quick)
+    if args.splits:
+        if not args.v4:
+            raise SystemExit("--splits goes with --v4")
+        configs = split_configs([int(x) for x in args.splits.split(",") if x.strip()])
     if args.waves:
         configs = rsplit_configs(True)[:3]  # the same gemm_sv without loads, without FMAs, and whole
     rng = np.random.default_rng(0)

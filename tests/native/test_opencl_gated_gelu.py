@@ -49,7 +49,8 @@ def test_gated_gelu_in_the_fc_epilogue(rng, tmp_path, monkeypatch, approximate, 
     names = _kernels(nodes, "FULLY_CONNECTED")  # the gated twins (NAME_gg) of the planned kernels
     assert names and all(n.endswith("_gg") for n in names)
     assert ("gemm_splitk_reduce_gg" in names) == ("/" in tiles)
-    assert ("gemm_t16x64_gg" in names) == tiles.startswith("16x64")
+    if tiles:  # forced; unforced, the cost model's pick for the shape is whichever it is
+        assert ("gemm_t16x64_gg" in names) == tiles.startswith("16x64")
 
 
 def test_gated_gelus_that_keep_their_launch(rng, tmp_path):

@@ -57,7 +57,9 @@ def _wino(g: OpGraphBuilder, x: int, w: np.ndarray, b: np.ndarray, shape, name: 
 
 def _run(model: bytes, tmp_path, **feeds):
     profile = tmp_path / "profile.json"
-    delegate = load_delegate(str(native.delegate_path()), {"backend": "opencl", "profile_path": str(profile)})
+    # the cost model's plans (gemm_autotune's host-timed pick could differ from run to run on a busy machine)
+    delegate = load_delegate(str(native.delegate_path()),
+                             {"backend": "opencl", "profile_path": str(profile), "gemm_autotune": "0"})
     runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
     out = runner(**feeds)
     stats = native.stats(delegate)

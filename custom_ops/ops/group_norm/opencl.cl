@@ -65,16 +65,9 @@ __kernel void group_norm_f32(__global float* y, int yo, __global const float* x,
 // ---------------------------------------------------------------------------
 #define GN1_WG 512
 
-__kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhwc(
-    __global float* y, int yo, __global const float* x, int xo, __global const float* gamma, int go,
-    __global const float* beta, int bo, int A, int C, int G, float eps, int silu) {
-  __local float scratch[GN1_WG];
-  const int ng = get_group_id(0), n = ng / G, g = ng % G;
-  const int cpg = C / G, rpi = GN1_WG / cpg;
-  const int lid = get_local_id(0), c = lid % cpg, r = lid / cpg;
-  const bool active = r < rpi;
-  const int off = n * A * C + g * cpg + c, step = rpi * C;
-  __global const float* xg = x + xo + off;
+// The statistics sweeps of group_norm_nhwc[_affine] for group (n, g): mean and rstd (every work-item gets them).
+inline void gn_nhwc_stats(__local float* scratch, __global const float* xg, int A, int C, int cpg, int rpi, int r,
+                          bool active, int step, float eps, float* mean_out, float* rstd_out) {
   float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
   int a = r;
   if (active) {
@@ -106,16 +99,52 @@ __kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhw
       s0 = mad(d, d, s0);
     }
   }
-  const float rstd = rsqrt(gn_tree_sum(scratch, (s0 + s1) + (s2 + s3), GN1_WG) / count + eps);
+  *mean_out = mean;
+  *rstd_out = rsqrt(gn_tree_sum(scratch, (s0 + s1) + (s2 + s3), GN1_WG) / count + eps);
+}
+
+__kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhwc(
+    __global float* y, int yo, __global const float* x, int xo, __global const float* gamma, int go,
+    __global const float* beta, int bo, int A, int C, int G, float eps, int silu) {
+  __local float scratch[GN1_WG];
+  const int ng = get_group_id(0), n = ng / G, g = ng % G;
+  const int cpg = C / G, rpi = GN1_WG / cpg;
+  const int lid = get_local_id(0), c = lid % cpg, r = lid / cpg;
+  const bool active = r < rpi;
+  const int off = n * A * C + g * cpg + c;
+  __global const float* xg = x + xo + off;
+  float mean, rstd;
+  gn_nhwc_stats(scratch, xg, A, C, cpg, rpi, r, active, rpi * C, eps, &mean, &rstd);
   if (!active) return;
   const int ch = g * cpg + c;
   const float scale = rstd * gamma[go + ch], shift = beta[bo + ch];
   __global float* yg = y + yo + off;
-  for (a = r; a < A; a += rpi) {
+  for (int a = r; a < A; a += rpi) {
     float v = mad(xg[a * C] - mean, scale, shift);
     if (silu) v = v / (1.0f + exp(-v));
     yg[a * C] = v;
   }
+}
+
+// The norm table instead of the normalised tensor (the input-norm prologue, gpu/ops.h GpuOp::FuseInputNorm):
+// table[2*(n*C + c)] = scale = rstd * gamma[c], [.. + 1] = shift = beta[c] - mean * scale, so that the consumer
+// computes y = x * scale + shift (then SiLU) while it reads x. Same launch as group_norm_nhwc; no third sweep.
+//   group_norm_nhwc_affine(table, to, x, xo, gamma, go, beta, bo, int A, int C, int G, float eps)
+__kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhwc_affine(
+    __global float* table, int to, __global const float* x, int xo, __global const float* gamma, int go,
+    __global const float* beta, int bo, int A, int C, int G, float eps) {
+  __local float scratch[GN1_WG];
+  const int ng = get_group_id(0), n = ng / G, g = ng % G;
+  const int cpg = C / G, rpi = GN1_WG / cpg;
+  const int lid = get_local_id(0), c = lid % cpg, r = lid / cpg;
+  const bool active = r < rpi;
+  float mean, rstd;
+  gn_nhwc_stats(scratch, x + xo + n * A * C + g * cpg + c, A, C, cpg, rpi, r, active, rpi * C, eps, &mean, &rstd);
+  if (r != 0) return;  // one work-item per channel of the group
+  const int ch = g * cpg + c;
+  const float scale = rstd * gamma[go + ch];
+  table[to + 2 * (n * C + ch)] = scale;
+  table[to + 2 * (n * C + ch) + 1] = beta[bo + ch] - mean * scale;
 }
 
 // ---------------------------------------------------------------------------
@@ -136,6 +165,8 @@ __kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhw
 // Signatures (host: SdGroupNormOp in gpu/sd_ops.cc; GN_WG2 / GN_CHUNK mirrored there):
 //   group_norm_partial(part, po, x, xo, int A, int C, int B, int G, int nchunks)
 //   group_norm_finalize(stats, so, part, po, int nchunks, int count, float eps)
+//   group_norm_finalize_affine(table, ...): the norm table instead of (mean, rstd), no apply (see
+//                              group_norm_nhwc_affine; used for the input-norm prologue)
 //   group_norm_apply(y, yo, x, xo, gamma, go, beta, bo, stats, so, int A, int C, int B, int G, int silu, int n)
 //   group_norm_apply4(same; n counts float4s; vec_channels = 1: the four are consecutive channels (B == 1),
 //                     0: the four share one channel (B % 4 == 0)) + int vec_channels
@@ -244,10 +275,9 @@ __kernel void group_norm_partial_rows(__global float* part, int po, __global con
   }
 }
 
-__kernel void group_norm_finalize(__global float* stats, int so, __global const float* part, int po, int nchunks,
-                                  int count, float eps) {
-  __local float scratch[GN_WG];
-  const int ng = get_group_id(0);
+// The exact combination of group (ng)'s chunk partials: mean and rstd (every work-item gets them).
+inline void gn_combine(__local float* scratch, __global const float* part, int po, int ng, int nchunks, int count,
+                       float eps, float* mean_out, float* rstd_out) {
   const int lid = get_local_id(0);
   __global const float* p = part + po + 3 * ng * nchunks;
   float s = 0.0f;
@@ -258,10 +288,37 @@ __kernel void group_norm_finalize(__global float* stats, int so, __global const 
     const float d = p[3 * i + 1] - mean;
     m2 += p[3 * i + 2] + p[3 * i] * d * d;
   }
-  const float total = gn_tree_sum(scratch, m2, GN_WG);
-  if (lid == 0) {
+  *mean_out = mean;
+  *rstd_out = rsqrt(gn_tree_sum(scratch, m2, GN_WG) / (float)count + eps);
+}
+
+__kernel void group_norm_finalize(__global float* stats, int so, __global const float* part, int po, int nchunks,
+                                  int count, float eps) {
+  __local float scratch[GN_WG];
+  const int ng = get_group_id(0);
+  float mean, rstd;
+  gn_combine(scratch, part, po, ng, nchunks, count, eps, &mean, &rstd);
+  if (get_local_id(0) == 0) {
     stats[so + 2 * ng] = mean;
-    stats[so + 2 * ng + 1] = rsqrt(total / (float)count + eps);
+    stats[so + 2 * ng + 1] = rstd;
+  }
+}
+
+// group_norm_finalize writing the norm table of group_norm_nhwc_affine (channels of the group, x [N, A, C, 1]):
+//   group_norm_finalize_affine(table, to, part, po, int nchunks, int count, float eps, gamma, go, beta, bo, int C,
+//                              int G)
+__kernel void group_norm_finalize_affine(__global float* table, int to, __global const float* part, int po,
+                                         int nchunks, int count, float eps, __global const float* gamma, int go,
+                                         __global const float* beta, int bo, int C, int G) {
+  __local float scratch[GN_WG];
+  const int ng = get_group_id(0), n = ng / G, g = ng % G, cpg = C / G;
+  float mean, rstd;
+  gn_combine(scratch, part, po, ng, nchunks, count, eps, &mean, &rstd);
+  for (int c = get_local_id(0); c < cpg; c += GN_WG) {
+    const int ch = g * cpg + c;
+    const float scale = rstd * gamma[go + ch];
+    table[to + 2 * (n * C + ch)] = scale;
+    table[to + 2 * (n * C + ch) + 1] = beta[bo + ch] - mean * scale;
   }
 }
 
