@@ -1,12 +1,12 @@
 // SdConv2DWinograd on a GPU backend: F(m x m, 3 x 3), m = attrs.tile in {2, 4, 6}, alpha = m + 2,
 // as three launches over whole tensors (the CPU reference's layout, ops/conv2d_winograd/cpu.h):
-//   winograd_input_fM(V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad[, NT, nto,
-//                     int norm])
+//   winograd_input_fM[_gn | _gnsilu](V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad
+//                     [, NT, nto])
 //       V[a*a][T][Ci] = BT d BT^T per input tile;      global = (Ci, T), local = (64, 1, 1)
 //       (+ the input-norm prologue, GpuOp::FuseInputNorm, on devices whose kernels take it: d = SiLU(x * scale +
 //       shift) with a GroupNorm's per-(image, channel) table NT; that GroupNorm then writes only the table)
 //   gemm_t* (matmul_ops.h LaunchTiledGemm), batch a*a: M[k] (T x Co) = V[k] (T x Ci) . U[k] (Ci x Co)
-//   winograd_output_fM(Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T,
+//   winograd_output_fM[_sum](Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T,
 //                      int act[, R, ro, int rrows, int rsm][, int splits])
 //       y = act(AT M AT^T + bias) cropped to Ho x Wo (+ the residual epilogue, GpuOp::FuseResidual, on devices
 //       whose kernels take it);    global = (Co, T), local = (64, 1, 1)
@@ -121,16 +121,16 @@ class WinogradOp final : public GpuOp {
     Args in_args;
     in_args.Buf(v.buffer, v.elem_offset()).Buf(x.buffer, x.elem_offset());
     in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(g_.pad);
-    if (dev.winograd_io_fusion()) in_args.Buf(in[0].buffer, in[0].elem_offset()).Int(norm_);
-    SDGPU_RETURN_IF_ERROR(
-        dev.Launch(*input_, in_args, {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
+    if (dev.winograd_io_fusion()) in_args.Buf(in[0].buffer, in[0].elem_offset());
+    SDGPU_RETURN_IF_ERROR(dev.Launch(*input_[norm_], in_args,
+                                     {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
     if (tuner_.pending()) {  // the input transform above is queued before every candidate
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
           dev, [&](const TilePlan& p) { return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr); },
           &plan_));
     }
     // A split plan's partials are summed by the output transform where it can (no reduce launch).
-    const bool sum_partials = plan_.splits > 1 && dev.winograd_io_fusion();
+    const bool sum_partials = plan_.splits > 1 && output_sum_ != nullptr;
     SDGPU_RETURN_IF_ERROR(
         LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings, {}, {}, sum_partials));
     const TensorRef& m = sum_partials ? rest : mbuf;
@@ -139,24 +139,27 @@ class WinogradOp final : public GpuOp {
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
     AddResidualArgs(dev, residual_, residual_input_, x, &o);
     if (dev.winograd_io_fusion()) o.Int(sum_partials ? plan_.splits : 1);
-    return dev.Launch(*output_, o, {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
+    return dev.Launch(sum_partials ? *output_sum_ : *output_, o,
+                      {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
   bool FuseInputNorm(const Device& dev, bool silu) override {
-    if (!dev.winograd_io_fusion()) return false;
+    if (!dev.winograd_io_fusion() || input_[silu ? 2 : 1] == nullptr) return false;
     norm_ = silu ? 2 : 1;
     return true;
   }
 
   WinogradGeom g_;
   int act_ = 0;
-  int norm_ = 0;  // input-norm prologue: 0 none, 1 affine, 2 affine + SiLU (winograd_input_f*)
+  int norm_ = 0;  // input-norm prologue: 0 none, 1 affine, 2 affine + SiLU (input_[norm_])
   GemmShape gemm_;
   TilePlan plan_;
   TileTuner tuner_;
-  const Kernel* input_ = nullptr;
+  // winograd_input_fM, and on devices with Device::winograd_io_fusion its _gn / _gnsilu twins (else null)
+  const Kernel* input_[3] = {nullptr, nullptr, nullptr};
   const Kernel* output_ = nullptr;
+  const Kernel* output_sum_ = nullptr;  // winograd_output_fM_sum (Device::winograd_io_fusion), else null
   std::unique_ptr<PackedWeights> u_;
 };
 
@@ -200,8 +203,15 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const std::string suffix = "_f" + std::to_string(g.m);
   const Kernel* skinny = nullptr;
   const int min_tiles = dev.GetKernel("gemm_t16x64", &skinny).ok() ? kMinTiles : kMinTilesNoSkinny;
-  bool ok = constant_filter && fits && g.tiles >= min_tiles && dev.GetKernel("winograd_input" + suffix, &u->input_).ok() &&
+  bool ok = constant_filter && fits && g.tiles >= min_tiles &&
+            dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
+  if (ok && dev.winograd_io_fusion() &&
+      !(dev.GetKernel("winograd_input" + suffix + "_gn", &u->input_[1]).ok() &&
+        dev.GetKernel("winograd_input" + suffix + "_gnsilu", &u->input_[2]).ok() &&
+        dev.GetKernel("winograd_output" + suffix + "_sum", &u->output_sum_).ok())) {
+    u->input_[1] = u->input_[2] = u->output_sum_ = nullptr;
+  }
   if (ok) {
     GemmShape& s = u->gemm_;
     s.M = g.tiles;
@@ -217,7 +227,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.scb = g.tiles * g.co;
     s.scm = g.co;
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok();
-    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, dev.winograd_io_fusion() ? kMaxSkinnySplits : 1);
+    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, u->output_sum_ != nullptr ? kMaxSkinnySplits : 1);
   }
   if (!ok) {  // direct convolution, same result up to rounding
     ConvShape s;

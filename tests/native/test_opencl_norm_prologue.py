@@ -78,7 +78,7 @@ def test_group_norm_folds_into_the_winograd_input_transform(rng, tmp_path, tile,
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert not OUTPUT_KERNELS & set(kernels["SdGroupNorm"]), kernels
     assert kernels["SdGroupNorm"][-1] == ("group_norm_nhwc_affine" if path == "nhwc" else "group_norm_finalize_affine")
-    assert kernels["SdConv2DWinograd"][0] == f"winograd_input_f{tile}"
+    assert kernels["SdConv2DWinograd"][0] == f"winograd_input_f{tile}_gn" + ("silu" if silu else "")
 
 
 @pytest.mark.parametrize("path", ["nhwc", "rows"])
@@ -89,6 +89,7 @@ def test_a_second_reader_keeps_the_normalised_output(rng, tmp_path, path):
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert_close(out["h"], h.astype(np.float32), rtol=1e-5)
     assert OUTPUT_KERNELS & set(kernels["SdGroupNorm"]), kernels
+    assert kernels["SdConv2DWinograd"][0] == "winograd_input_f4"
 
 
 def test_fuse_epilogues_off_keeps_the_group_norm_pass(rng, tmp_path):
@@ -110,4 +111,5 @@ def test_split_winograd_gemm_partials_are_summed_by_the_output_transform(rng, tm
     xv, groups, gamma, beta, w, b, _, want = _case(rng, "nhwc", True)
     out, kernels = _run(_model(xv.shape, groups, True, 4, w, b, gamma, beta), tmp_path, xv)
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
-    assert kernels["SdConv2DWinograd"] == ["winograd_input_f4", f"gemm_t{tiles.split('/')[0]}", "winograd_output_f4"]
+    assert kernels["SdConv2DWinograd"] == ["winograd_input_f4_gnsilu", f"gemm_t{tiles.split('/')[0]}",
+                                           "winograd_output_f4_sum"]

@@ -52,17 +52,17 @@ __constant float wino_f6_at[48] = {
 // Called with literal MT / A so that, once inlined, every loop has a constant trip
 // count: the pragmas unroll them and the 8 x 8 arrays become registers (the unused
 // part of the arrays for A < 8 is never touched and is removed).
-// norm (the input-norm prologue, gpu/ops.h GpuOp::FuseInputNorm): 0 reads x as is; 1 reads x * scale + shift,
-// 2 that then SiLU, with (scale, shift) = NT[nto + 2*(img*Ci + ci) ..] (group_norm_*_affine's table), so a
-// GroupNorm(+SiLU) feeding the conv costs no pass of its own. Padding stays zero: only pixels inside x are normed.
+// NORM (a literal per kernel: the input-norm prologue, gpu/ops.h GpuOp::FuseInputNorm): 0 reads x as is; 1 reads
+// x * scale + shift, 2 that then SiLU, with (scale, shift) = NT[nto + 2*(img*Ci + ci) ..] (group_norm_*_affine's
+// table), so a GroupNorm(+SiLU) feeding the conv costs no pass of its own. Padding stays zero: only pixels inside
+// x are normed. All a*a loads are issued first, the norm applied after (a branch per load measured 2x slower).
 inline void wino_input(const int MT, const int A, __constant const float* bt, __global float* V, int vo,
                        __global const float* X, int xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T,
-                       int pad, __global const float* NT, int nto, int norm) {
+                       int pad, __global const float* NT, int nto, const int NORM) {
   const int ci = get_global_id(0), t = get_global_id(1);
   if (ci >= Ci || t >= T) return;
   const int tx = t % tiles_w, r = t / tiles_w, ty = r % tiles_h, img = r / tiles_h;
   const int y0 = ty * MT - pad, x0 = tx * MT - pad;
-  const float2 ss = norm ? vload2(img * Ci + ci, NT + nto) : (float2)(1.0f, 0.0f);
   float d[8][8], tmp[8][8];
 #pragma unroll
   for (int k = 0; k < A; ++k) {
@@ -70,15 +70,21 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
 #pragma unroll
     for (int l = 0; l < A; ++l) {
       const int xx = x0 + l;
-      float v = 0.0f;
-      if (yy >= 0 && yy < H && xx >= 0 && xx < W) {
-        v = X[xo + ((img * H + yy) * W + xx) * Ci + ci];
-        if (norm) {
-          v = mad(v, ss.x, ss.y);
-          if (norm == 2) v = v / (1.0f + exp(-v));
-        }
+      d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? X[xo + ((img * H + yy) * W + xx) * Ci + ci] : 0.0f;
+    }
+  }
+  if (NORM) {
+    const float sc = NT[nto + 2 * (img * Ci + ci)], sh = NT[nto + 2 * (img * Ci + ci) + 1];
+#pragma unroll
+    for (int k = 0; k < A; ++k) {
+      const int yy = y0 + k;
+#pragma unroll
+      for (int l = 0; l < A; ++l) {
+        const int xx = x0 + l;
+        float v = mad(d[k][l], sc, sh);
+        if (NORM == 2) v = v / (1.0f + exp(-v));
+        d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? v : 0.0f;
       }
-      d[k][l] = v;
     }
   }
 #pragma unroll
@@ -104,24 +110,28 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
   }
 }
 
-// splits > 1: Mb holds the GEMM's split-K partials [a*a][splits][T][Co] and this sums them (no reduce launch).
+// SUM (a literal per kernel): Mb holds the GEMM's split-K partials [a*a][splits][T][Co] and this sums them (no
+// reduce launch); else Mb is M and splits is ignored. The a*a loads of one split are issued together either way.
 inline void wino_output(const int MT, const int A, __constant const float* at, __global float* Y, int yo,
                         __global const float* Mb, int mo, __global const float* bias, int biaso, int Ho, int Wo,
                         int Co, int tiles_h, int tiles_w, int T, int act, __global const float* R, int ro,
-                        int rrows, int rsm, int splits) {
+                        int rrows, int rsm, int splits, const int SUM) {
   const int co = get_global_id(0), t = get_global_id(1);
   if (co >= Co || t >= T) return;
   const int tx = t % tiles_w, r = t / tiles_w, ty = r % tiles_h, img = r / tiles_h;
   const int plane = T * Co;
+  const int nsplit = SUM ? splits : 1;
   float mm[8][8], tmp[8][8];
 #pragma unroll
   for (int k = 0; k < A; ++k) {
 #pragma unroll
-    for (int l = 0; l < A; ++l) {
-      __global const float* p = Mb + mo + (k * A + l) * splits * plane + t * Co + co;
-      float v = p[0];
-      for (int s = 1; s < splits; ++s) v += p[s * plane];
-      mm[k][l] = v;
+    for (int l = 0; l < A; ++l) mm[k][l] = Mb[mo + (k * A + l) * nsplit * plane + t * Co + co];
+  }
+  for (int s = 1; s < nsplit; ++s) {
+#pragma unroll
+    for (int k = 0; k < A; ++k) {
+#pragma unroll
+      for (int l = 0; l < A; ++l) mm[k][l] += Mb[mo + ((k * A + l) * nsplit + s) * plane + t * Co + co];
     }
   }
 #pragma unroll
@@ -152,26 +162,36 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
   }
 }
 
-// winograd_input_fM(V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad, NT, nto, int norm)
-#define WINO_INPUT_KERNEL(NAME, MT, A, BT)                                                                       \
+// winograd_input_fM[_gn | _gnsilu](V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad, NT,
+//                                  nto): NORM 0 (NT unused) / 1 / 2 of wino_input
+#define WINO_INPUT_KERNEL(NAME, MT, A, BT, NORM)                                                                 \
   __kernel void NAME(__global float* V, int vo, __global const float* X, int xo, int H, int W, int Ci,          \
-                     int tiles_h, int tiles_w, int T, int pad, __global const float* NT, int nto, int norm) {    \
-    wino_input(MT, A, BT, V, vo, X, xo, H, W, Ci, tiles_h, tiles_w, T, pad, NT, nto, norm);                      \
+                     int tiles_h, int tiles_w, int T, int pad, __global const float* NT, int nto) {              \
+    wino_input(MT, A, BT, V, vo, X, xo, H, W, Ci, tiles_h, tiles_w, T, pad, NT, nto, NORM);                      \
   }
 // winograd_output_fM(Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act,
 //                    R, ro, int rrows, int rsm, int splits): the residual epilogue of gemm_tiled.cl, rows = output
-//                    pixels; splits: see wino_output
-#define WINO_OUTPUT_KERNEL(NAME, MT, A, AT)                                                                      \
+//                    pixels; winograd_output_fM_sum sums `splits` split-K partials (SUM of wino_output)
+#define WINO_OUTPUT_KERNEL(NAME, MT, A, AT, SUM)                                                                 \
   __kernel void NAME(__global float* Y, int yo, __global const float* Mb, int mo, __global const float* bias,   \
                      int biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act,                \
                      __global const float* R, int ro, int rrows, int rsm, int splits) {                          \
     wino_output(MT, A, AT, Y, yo, Mb, mo, bias, biaso, Ho, Wo, Co, tiles_h, tiles_w, T, act, R, ro, rrows, rsm,  \
-                splits);                                                                                         \
+                splits, SUM);                                                                                    \
   }
 
-WINO_INPUT_KERNEL(winograd_input_f2, 2, 4, wino_f2_bt)
-WINO_INPUT_KERNEL(winograd_input_f4, 4, 6, wino_f4_bt)
-WINO_INPUT_KERNEL(winograd_input_f6, 6, 8, wino_f6_bt)
-WINO_OUTPUT_KERNEL(winograd_output_f2, 2, 4, wino_f2_at)
-WINO_OUTPUT_KERNEL(winograd_output_f4, 4, 6, wino_f4_at)
-WINO_OUTPUT_KERNEL(winograd_output_f6, 6, 8, wino_f6_at)
+WINO_INPUT_KERNEL(winograd_input_f2, 2, 4, wino_f2_bt, 0)
+WINO_INPUT_KERNEL(winograd_input_f4, 4, 6, wino_f4_bt, 0)
+WINO_INPUT_KERNEL(winograd_input_f6, 6, 8, wino_f6_bt, 0)
+WINO_INPUT_KERNEL(winograd_input_f2_gn, 2, 4, wino_f2_bt, 1)
+WINO_INPUT_KERNEL(winograd_input_f4_gn, 4, 6, wino_f4_bt, 1)
+WINO_INPUT_KERNEL(winograd_input_f6_gn, 6, 8, wino_f6_bt, 1)
+WINO_INPUT_KERNEL(winograd_input_f2_gnsilu, 2, 4, wino_f2_bt, 2)
+WINO_INPUT_KERNEL(winograd_input_f4_gnsilu, 4, 6, wino_f4_bt, 2)
+WINO_INPUT_KERNEL(winograd_input_f6_gnsilu, 6, 8, wino_f6_bt, 2)
+WINO_OUTPUT_KERNEL(winograd_output_f2, 2, 4, wino_f2_at, 0)
+WINO_OUTPUT_KERNEL(winograd_output_f4, 4, 6, wino_f4_at, 0)
+WINO_OUTPUT_KERNEL(winograd_output_f6, 6, 8, wino_f6_at, 0)
+WINO_OUTPUT_KERNEL(winograd_output_f2_sum, 2, 4, wino_f2_at, 1)
+WINO_OUTPUT_KERNEL(winograd_output_f4_sum, 4, 6, wino_f4_at, 1)
+WINO_OUTPUT_KERNEL(winograd_output_f6_sum, 6, 8, wino_f6_at, 1)
