@@ -70,6 +70,11 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads) c
   j += ",\"max_node_scratch_bytes\":" + std::to_string(max_node_scratch_bytes_);
   j += ",\"max_arena_bytes\":" + std::to_string(max_arena_bytes_);
   j += ",\"invocations\":" + std::to_string(invocations_.load(std::memory_order_relaxed));
+  // GPU partitions: host dispatch time (RecordDispatch) summed and of the last partition invoke, and how many
+  // partition invokes the sum covers (the first ones include weight uploads and GEMM tuning)
+  j += ",\"dispatch_us_total\":" + std::to_string(dispatch_ns_total_.load(std::memory_order_relaxed) / 1000);
+  j += ",\"dispatch_us_last\":" + std::to_string(dispatch_ns_last_.load(std::memory_order_relaxed) / 1000);
+  j += ",\"dispatches\":" + std::to_string(dispatches_.load(std::memory_order_relaxed));
   j += "}";
   return j;
 }

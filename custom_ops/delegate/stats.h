@@ -24,6 +24,13 @@ class DelegateStats {
     partitions_ = n;
   }
   void RecordInvoke() { invocations_.fetch_add(1, std::memory_order_relaxed); }
+  // Host time a GPU partition's invoke spent submitting its work (input uploads + every launch, before it waits
+  // for the results): when it nears the invoke's wall time, the device is starved by dispatch, not busy.
+  void RecordDispatch(long long ns) {
+    dispatch_ns_total_.fetch_add(ns, std::memory_order_relaxed);
+    dispatch_ns_last_.store(ns, std::memory_order_relaxed);
+    dispatches_.fetch_add(1, std::memory_order_relaxed);
+  }
   std::string ToJson(const std::string& backend, int num_threads) const;
 
  private:
@@ -40,6 +47,9 @@ class DelegateStats {
   size_t max_node_scratch_bytes_ = 0;
   size_t max_arena_bytes_ = 0;
   std::atomic<long long> invocations_{0};
+  std::atomic<long long> dispatch_ns_total_{0};
+  std::atomic<long long> dispatch_ns_last_{0};
+  std::atomic<long long> dispatches_{0};
 };
 
 }  // namespace sdgpu

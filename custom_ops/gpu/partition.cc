@@ -1,6 +1,7 @@
 #include "gpu/partition.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <set>
@@ -451,6 +452,7 @@ Status GpuPartition::Ref(int tensor, TensorRef* out) const {
 Status GpuPartition::Invoke(abi::TfLiteContext* context) {
   if (!prepared_) return Status::Error("invoke before a successful prepare");
   const Device& dev = device();
+  const auto t0 = std::chrono::steady_clock::now();
   for (int t : inputs_to_upload_) {
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
@@ -481,6 +483,8 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     Status s = step.op->Enqueue(dev, in, out, scratch, dev.profiling() ? &timings[i] : nullptr);
     if (!s.ok()) return Status::Error("node " + std::to_string(step.node_index) + " (" + step.name + "): " + s.message());
   }
+  delegate_->stats().RecordDispatch(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   for (int t : outputs_) {
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));

@@ -88,8 +88,10 @@ def run_tflite(args: argparse.Namespace) -> dict[str, Any]:
             **row["profile"], "ops": [dataclasses.asdict(o) for o in p.ops],
             "skipped": {str(k): v for k, v in p.skipped.items()}})
     s = result.stats
+    d = result.device
+    dispatch = f"; host dispatch {d.dispatch_us / 1e3:.2f} ms" if d is not None and d.dispatch_us >= 0 else ""
     log(f"{args.row}: median {s.median / 1e3:.2f} ms, avg {s.avg / 1e3:.2f} ms, min {s.min / 1e3:.2f} ms "
-        f"(load {result.load_s:.1f} s, first run {result.first_run_us / 1e3:.1f} ms); {result.placement}")
+        f"(load {result.load_s:.1f} s, first run {result.first_run_us / 1e3:.1f} ms); {result.placement}{dispatch}")
     return row
 
 

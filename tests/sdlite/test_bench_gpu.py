@@ -59,6 +59,8 @@ def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> No
     if dev["weight_source"].startswith("computed"):
         assert dev["weight_bytes"] == distinct_constant_bytes(path)
     assert dev["weight_mb"] > 0
+    # host time to submit one invoke's work: a part of the invoke (whose wall time also waits for the device)
+    assert 0 < dev["dispatch_us"] <= r["timings_us"]["max"] * 1.02
 
 
 def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:
@@ -84,6 +86,7 @@ def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:
     m = re.search(r"^Delegate: 1 partition, 0 CPU nodes; intermediate arena ([\d.]+) MB .*; GPU weights ([\d.]+) MB",
                   out, re.M)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0
+    assert float(re.search(r"; host dispatch ([\d.]+) ms \(last invoke\)$", out, re.M).group(1)) > 0
     share = re.search(r"Sum of node times ([\d.]+) ms = ([\d.]+)% of the whole-model avg ([\d.]+) ms", out)
     assert share and 0 < float(share.group(2)) <= 102
     assert len(check_timings(out, 3)) == 1

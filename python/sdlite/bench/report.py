@@ -100,7 +100,8 @@ def device_memory_line(r: "BenchResult") -> str:
     parts = "?" if d.partitions < 0 else str(d.partitions)
     return (f"Delegate: {parts} partition{'s' if d.partitions != 1 else ''}, {d.cpu_nodes} CPU node"
             f"{'s' if d.cpu_nodes != 1 else ''}; intermediate arena {d.arena_bytes / MB:.2f} MB "
-            f"(delegate stats max_arena_bytes); GPU weights {d.weight_bytes / MB:.2f} MB ({d.weight_source})")
+            f"(delegate stats max_arena_bytes); GPU weights {d.weight_bytes / MB:.2f} MB ({d.weight_source})"
+            + (f"; host dispatch {d.dispatch_us / 1e3:.2f} ms (last invoke)" if d.dispatch_us >= 0 else ""))
 
 
 def model_report(r: "BenchResult", top: int = 10) -> str:

@@ -51,6 +51,9 @@ class DeviceFigures:
     count of uploaded constants when its stats have one (``device_weight_bytes``); otherwise it is computed
     from the model - the bytes of the distinct constant tensors that delegated nodes read - and
     ``weight_source`` says so (device copies can differ: e.g. filters a kernel re-lays out at load time).
+    ``dispatch_us`` is the host time the last partition invoke spent submitting its work (uploads and launches,
+    before waiting; stats ``dispatch_us_last``; -1 when the delegate does not report it): close to the invoke's
+    wall time, the GPU waits on the host rather than the other way round.
     """
 
     partitions: int  # delegate kernels (-1: unknown)
@@ -59,6 +62,7 @@ class DeviceFigures:
     arena_bytes: int
     weight_bytes: int
     weight_source: str
+    dispatch_us: float = -1.0
 
 
 def delegated_constant_bytes(info: ModelInfo, placement: Placement) -> int:
@@ -91,6 +95,7 @@ def device_figures(runner: ModelRunner) -> DeviceFigures | None:
     return DeviceFigures(
         partitions=partitions, delegated_nodes=delegated, cpu_nodes=len(info.ops) - delegated,
         arena_bytes=int(stats.get("max_arena_bytes", 0)), weight_bytes=weights, weight_source=source,
+        dispatch_us=float(stats.get("dispatch_us_last", -1)),
     )
 
 
