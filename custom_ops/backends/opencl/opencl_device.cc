@@ -297,7 +297,9 @@ Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, co
   cl_event ev = nullptr;
   const cl_int err =
       api_->clEnqueueNDRangeKernel(queue(), k, dims, nullptr, g, l, 0, nullptr, timed ? &ev : nullptr);
-  SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clEnqueueNDRangeKernel(" + kernel.name() + ")").c_str()));
+  if (err != CL_SUCCESS) {  // the message is built only on failure: this runs once per launch
+    return ClCheck(err, ("clEnqueueNDRangeKernel(" + kernel.name() + ")").c_str());
+  }
   if (ev != nullptr) timings->push_back(std::make_unique<OpenClTimer>(kernel.name(), api_, ClEventHandle(api_, ev)));
   return Status::Ok();
 }

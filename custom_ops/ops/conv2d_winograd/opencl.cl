@@ -82,7 +82,9 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
       for (int l = 0; l < A; ++l) {
         const int xx = x0 + l;
         float v = mad(d[k][l], sc, sh);
-        if (NORM == 2) v = v / (1.0f + exp(-v));
+        // SiLU with the fast exp / reciprocal (a few ulp; each x is normed up to (a/m)^2 times, by every tile
+        // that overlaps it, so the full-precision pair cost ~25% of the transform on the H200)
+        if (NORM == 2) v *= native_recip(1.0f + native_exp(-v));
         d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? v : 0.0f;
       }
     }
