@@ -67,6 +67,15 @@ def sweep_configs(quick: bool) -> list[dict]:
     return out
 
 
+def tm32_configs(quick: bool) -> list[dict]:
+    """--tm32: 32-row tiles (TM = 32: one work-group reads U once for 32 rows, RS = 2 work-items per column, 16 rows
+    each), next to the library's 16-row instantiation, for M = 32 (cfg batch 2)."""
+    out = [dict(CW=128, KL=4, KC=128, PF=4, RS=1, S=1)]
+    for cw, kl in ((64, 4), (128, 2), (64, 2), (32, 8)):
+        out += [dict(CW=cw, KL=kl, KC=128, PF=4, RS=2, TM=32, S=s) for s in ((1,) if quick else (1, 2))]
+    return out
+
+
 def split_configs(splits: list[int]) -> list[dict]:
     """--splits: the library instantiation and the best 8x8-map one of session 10 at each split-K count."""
     if any(not 1 <= x <= MAX_SPLITS for x in splits):
@@ -91,9 +100,9 @@ def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape, gemm_only: bool = False) ->
     """The library's gemm_s16x<CW> instantiation `cfg` on `s` (tile-major U), plus gemm_splitk_reduce when it
     splits (not with `gemm_only`: the partials are then left unsummed); arguments bound once."""
     i32 = np.int32
-    splits, nthreads = cfg["S"], cfg["CW"] // 4 * cfg["KL"] * cfg["RS"]
+    splits, nthreads, tm = cfg["S"], cfg["CW"] // 4 * cfg["KL"] * cfg["RS"], cfg.get("TM", 16)
     ksplit = s.k if splits == 1 else -(-s.k // splits // 16) * 16
-    grid = (-(-s.n // cfg["CW"]) * 16, -(-s.m // 16) * (nthreads // 16), s.batch * splits)
+    grid = (-(-s.n // cfg["CW"]) * 16, -(-s.m // tm) * (nthreads // 16), s.batch * splits)
     kern = lab.cl.Kernel(prog, v4_name(cfg))
     bind_lib_gemm(kern, s, splits, ksplit)
     if splits == 1 or gemm_only:
@@ -106,11 +115,12 @@ def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape, gemm_only: bool = False) ->
 
 
 def v4_name(cfg: dict) -> str:
-    return "gv_{CW}_{KL}_{KC}_{PF}_{RS}".format(**cfg)
+    return "gv_{CW}_{KL}_{KC}_{PF}_{RS}_".format(**cfg) + str(cfg.get("TM", 16))
 
 
 def v4_source(cfgs: list[dict]) -> str:
-    lines = {f"SD_GEMM_SKINNY4({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PF']}, {c['RS']})" for c in cfgs}
+    lines = {f"SD_GEMM_SKINNY4({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PF']}, {c['RS']}, {c.get('TM', 16)})"
+             for c in cfgs}
     return lib_source() + "\n" + "\n".join(sorted(lines)) + "\n"
 
 
@@ -240,7 +250,7 @@ def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_
             kern.set_args(s.out_d, s.b_d, i32(per), *extra)
             report(label, lab.timed(lambda kern=kern: [lab.launch(kern, (s.nslab * 256,), (256,))], args.runs), 0.0)
 
-    if args.v4:
+    if args.v4 or args.tm32:
         prog = lab.program(v4_source(cfgs))
         for cfg in cfgs:
             if time.time() > t_end:
@@ -284,6 +294,7 @@ def main() -> int:
     mode.add_argument("--rsplit", action="store_true", help="the row-split / no-load / no-math experiment")
     mode.add_argument("--waves", action="store_true", help="one shape at growing batch counts")
     mode.add_argument("--v4", action="store_true", help="the library's gemm_s16x<CW> at other instantiations")
+    mode.add_argument("--tm32", action="store_true", help="gemm_s16x<CW>'s 32-row tile instantiations (TM = 32)")
     ap.add_argument("--splits", default="", help="with --v4: split-K counts (e.g. 1,2,4,8) for two base "
                     "instantiations instead of the sweep; splits > 1 also timed without their reduce")
     args = ap.parse_args()
@@ -294,7 +305,7 @@ def main() -> int:
     if args.shapes:
         shapes = [sh for sh in shapes if any(key in sh[0] for key in args.shapes.split(","))]
     configs = (layout_configs if args.layout else rsplit_configs if args.rsplit else v4_configs if args.v4
-               else sweep_configs)(args.quick)
+               else tm32_configs if args.tm32 else sweep_configs)(args.quick)
     if args.splits:
         if not args.v4:
             raise SystemExit("--splits goes with --v4")
@@ -309,7 +320,7 @@ def main() -> int:
             break
         s = Shape(lab, rng, *shape)
         cfgs = [dict(c, RM=16) for c in configs]
-        if s.m > 16 and not args.layout and not args.v4:  # one 32-row tile instead of two 16-row tiles (B streamed twice)
+        if s.m > 16 and not args.layout and not args.v4 and not args.tm32:  # one 32-row tile instead of two 16-row tiles (B streamed twice)
             cfgs += [dict(c, RM=32) for c in configs if not args.rsplit or c.get("RSPLIT", 1) > 1]
         run_shape(lab, s, cfgs, args, t_end, rows)
         s.release()

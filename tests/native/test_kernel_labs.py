@@ -25,7 +25,7 @@ def _run(tmp_path: Path, script: str, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("mode", [[], ["--layout"], ["--rsplit"], ["--v4"], ["--v4", "--splits", "1,3"]])
+@pytest.mark.parametrize("mode", [[], ["--layout"], ["--rsplit"], ["--v4"], ["--v4", "--splits", "1,3"], ["--tm32"]])
 def test_skinny_lab_checks_every_kernel(tmp_path: Path, mode: list[str]) -> None:
     rows = _run(tmp_path, "skinny_lab.py", *mode)["rows"]
     shapes = {r["shape"] for r in rows}
@@ -43,6 +43,8 @@ def test_skinny_lab_checks_every_kernel(tmp_path: Path, mode: list[str]) -> None
     if mode[1:] == ["--splits", "1,3"]:  # two base instantiations at 1 and 3 splits, + the 3-split GEMMs alone
         v4 = [r["config"] for r in rows if r["shape"] == "quick F4" and r["config"].startswith("v4")]
         assert len(v4) == 6 and sum(c.endswith("S3 gemm-only") for c in v4) == 2
+    if mode == ["--tm32"]:  # the 32-row tiles (two work-items per column) on every shape, M = 13 and 32 included
+        assert sum("TM32" in r["config"] for r in rows) == 3 * 4
     if mode == ["--layout"]:
         assert any("BL1" in r["config"] for r in rows) and any(r["config"] == "read per-wg slabs" for r in rows)
 

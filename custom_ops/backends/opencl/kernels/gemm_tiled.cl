@@ -409,8 +409,8 @@ SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 
 // ---- skinny GEMM, float4 columns: the Winograd GEMM of small maps ---------------------------------------------
 // gemm_s16x<CW>: gemm_t16x64's parameters and semantics for a tile-major B (b_half bit 1 must be set, bit 0 =
-// half storage; no gated twin), rows M <= 16 per tile, CW = 64 or 128 columns per work-group. Global =
-// (ceil(N/CW)*16, ceil(M/16)*NT/16, batch*splits), local = (16, NT/16), NT = CW/4 * RS * KL.
+// half storage; no gated twin), TM = 16 rows per tile (the library's), CW = 64 or 128 columns per work-group.
+// Global = (ceil(N/CW)*16, ceil(M/TM)*NT/16, batch*splits), local = (16, NT/16), NT = CW/4 * RS * KL.
 // Why another skinny kernel: gemm_t16x64 does 4 FMAs per local float4 read (16 rows x 1 column per work-item),
 // and on the H200 a broadcast local float4 read issues at ~0.4 per SM and clock (scripts/h200/lds_lab.py), which
 // caps that kernel's FMA side at ~40% of the FP32 peak -- and its loads do not overlap it (BENCHMARKS session 9).
@@ -420,21 +420,24 @@ SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 // k-lanes split each staged KC-deep A chunk into KC/KL consecutive k (with CW = 128 a warp is one lane, so each
 // local read is a single-address broadcast); each work-item keeps PF B rows in flight in registers, across chunk
 // boundaries, so global latency overlaps the FMAs without a barrier in the inner loop. The lanes' partial sums
-// meet once in local memory at the end. RS > 1 (lab only) shares a column's 16 rows among RS work-items.
+// meet once in local memory at the end. RS > 1 (lab only) shares a column's TM rows among RS work-items; TM = 32
+// (lab only, with RS = 2) reads U once for 32 rows (cfg batch 2), measured slower than two 16-row tiles and than
+// gemm_t32x64n128 on the H200 (0.197-0.39 vs 0.180 / 0.152 ms at b2 16x16 F4 1280 -> 1280; BENCHMARKS session 11).
 // Trade-offs: 128 registers at PF = 4 (SASS, BENCHMARKS session 10; PF = 8 takes 187 and runs slower); A is
 // staged per chunk (two barriers per KC k); K is rounded up to whole KC chunks of masked (zero) work, 20% at
 // K = 640; U is still read at only ~2.4 TB/s (bytes in flight per SM bound it).
 #define GV_PFMAX 8  // >= PF
 inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int KC, const int PF, const int RS,
+                      const int TM,
                       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab,
                       int sam, int sak,
                       __global const float* B, int bo, int sbb, int b_half, __global const float* bias, int biaso,
                       int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split,
                       __global const float* R, int ro, int rrows, int rsm) {
-  const int NCG = CW / 4, NT = NCG * RS * KL, KPL = KC / KL, RT = 16 / RS;
+  const int NCG = CW / 4, NT = NCG * RS * KL, KPL = KC / KL, RT = TM / RS;  // RT <= 16 rows per work-item
   const int lid = get_local_id(1) * 16 + get_local_id(0);
   const int c = lid % NCG, rh = (lid / NCG) % RS, lane = lid / (NCG * RS);
-  const int n0 = get_group_id(0) * CW, m0 = get_group_id(1) * 16;
+  const int n0 = get_group_id(0) * CW, m0 = get_group_id(1) * TM;
   const int z = get_group_id(2), bz = z / splits, sz = z - bz * splits;
   const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);
   const int abase = ao + bz * sab;
@@ -458,9 +461,9 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
   for (int ch = 0; ch < nchunks; ++ch) {
     const int kc = kbeg + ch * KC;
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous chunk is consumed
-    // stage A[m0 .. m0+15][kc .. kc+KC) as [k][16 rows]: work-item e reads 4 consecutive k of row e % 16
-    for (int e = lid; e < 4 * KC; e += NT) {
-      const int r = e & 15, k = kc + 4 * (e >> 4), m = m0 + r;
+    // stage A[m0 .. m0+TM-1][kc .. kc+KC) as [k][TM rows]: work-item e reads 4 consecutive k of row e % TM
+    for (int e = lid; e < TM / 4 * KC; e += NT) {
+      const int r = e % TM, k = kc + 4 * (e / TM), m = m0 + r;
       float4 v = (float4)(0.0f);
       if (m < M) {
         const int i = abase + m * sam + k * sak;
@@ -473,11 +476,11 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
           if (k + 3 < kend) v.w = A[i + 3 * sak];
         }
       }
-      __local float* dst = (__local float*)lds + (k - kc) * 16 + r;
+      __local float* dst = (__local float*)lds + (k - kc) * TM + r;
       dst[0] = v.x;
-      dst[16] = v.y;
-      dst[32] = v.z;
-      dst[48] = v.w;
+      dst[TM] = v.y;
+      dst[2 * TM] = v.z;
+      dst[3 * TM] = v.w;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int jj = 0; jj < KPL; jj += PF) {
@@ -487,7 +490,7 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
       for (int p = 0; p < PF; ++p) bn[p] = GV_LOAD_B(GV_K(j + PF + p));  // masked past kend
 #pragma unroll
       for (int p = 0; p < PF; ++p) {
-        __local const float4* ak = lds + (lane * KPL + jj + p) * 4;
+        __local const float4* ak = lds + (lane * KPL + jj + p) * (TM / 4);
         const float4 b = bq[p];
 #pragma unroll
         for (int q = 0; q < RT / 4; ++q) {
@@ -504,16 +507,16 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
   }
 #undef GV_K
 #undef GV_LOAD_B
-  // the KL lanes' partials: red[lane][row][column group], then NT work-items finish 16 x CW outputs
+  // the KL lanes' partials: red[lane][row][column group], then NT work-items finish TM x CW outputs
   barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
-  for (int i = 0; i < RT; ++i) lds[(lane * 16 + rh * RT + i) * NCG + c] = acc[i];
+  for (int i = 0; i < RT; ++i) lds[(lane * TM + rh * RT + i) * NCG + c] = acc[i];
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int o = lid; o < 16 * NCG; o += NT) {
+  for (int o = lid; o < TM * NCG; o += NT) {
     const int r = o / NCG, cg = o - r * NCG, m = m0 + r, nn = n0 + 4 * cg;
     if (m >= M || nn >= N) continue;
     float4 v = lds[r * NCG + cg];
-    for (int l = 1; l < KL; ++l) v += lds[(l * 16 + r) * NCG + cg];
+    for (int l = 1; l < KL; ++l) v += lds[(l * TM + r) * NCG + cg];
     float4 bv = (float4)(0.0f);
     if (has_bias) {
       bv.x = bias[biaso + nn];
@@ -536,19 +539,19 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
   }
 }
 
-// Local memory: max(A chunk KC * 16 floats, partials KL * 16 * CW floats), in float4.
-#define GV_LDS4(CW, KL, KC) ((KC) * 4 > (KL) * 4 * (CW) ? (KC) * 4 : (KL) * 4 * (CW))
-#define SD_GEMM_SKINNY4(NAME, CW, KL, KC, PF, RS)                                                                   \
+// Local memory: max(A chunk KC * TM floats, partials KL * TM * CW floats), in float4.
+#define GV_LDS4(CW, KL, KC, TM) ((KC) * (TM) > (KL) * (TM) * (CW) ? (KC) * (TM) / 4 : (KL) * (TM) * (CW) / 4)
+#define SD_GEMM_SKINNY4(NAME, CW, KL, KC, PF, RS, TM)                                                               \
   __kernel __attribute__((reqd_work_group_size(16, (CW) / 4 * (KL) * (RS) / 16, 1))) void NAME(                     \
       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam, \
       int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,                         \
       __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act,         \
       int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {                         \
-    __local float4 lds[GV_LDS4(CW, KL, KC)];                                                                  \
-    gv_skinny(lds, CW, KL, KC, PF, RS, C, co, scb, scs, scm, A, ao, sab, sam, sak, B, bo, sbb, b_half, bias, biaso,   \
-              has_bias, M, N, K, alpha, act, splits, k_split, R, ro, rrows, rsm);                             \
+    __local float4 lds[GV_LDS4(CW, KL, KC, TM)];                                                              \
+    gv_skinny(lds, CW, KL, KC, PF, RS, TM, C, co, scb, scs, scm, A, ao, sab, sam, sak, B, bo, sbb, b_half, bias,      \
+              biaso, has_bias, M, N, K, alpha, act, splits, k_split, R, ro, rrows, rsm);                      \
   }
-SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1)
+SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
 
 // ---- implicit-GEMM convolution -----------------------------------------------------
 // conv_tBMxBN(Y, yo, int scs, X, xo, W, wo, int sbk, int sbn, int b_half, bias, biaso, int has_bias,
