@@ -55,7 +55,7 @@ __constant float wino_f6_at[48] = {
 // NORM (a literal per kernel: the input-norm prologue, gpu/ops.h GpuOp::FuseInputNorm): 0 reads x as is; 1 reads
 // x * scale + shift, 2 that then SiLU, with (scale, shift) = NT[nto + 2*(img*Ci + ci) ..] (group_norm_*_affine's
 // table), so a GroupNorm(+SiLU) feeding the conv costs no pass of its own. Padding stays zero: only pixels inside
-// x are normed. The norm is branch-free (a runtime branch per load measured 2x slower: BENCHMARKS session 11).
+// x are normed. All a*a loads are issued first, the norm applied after (a branch per load measured 2x slower).
 inline void wino_input(const int MT, const int A, __constant const float* bt, __global float* V, int vo,
                        __global const float* X, int xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T,
                        int pad, __global const float* NT, int nto, const int NORM) {
@@ -63,7 +63,6 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
   if (ci >= Ci || t >= T) return;
   const int tx = t % tiles_w, r = t / tiles_w, ty = r % tiles_h, img = r / tiles_h;
   const int y0 = ty * MT - pad, x0 = tx * MT - pad;
-  const float sc = NORM ? NT[nto + 2 * (img * Ci + ci)] : 1.0f, sh = NORM ? NT[nto + 2 * (img * Ci + ci) + 1] : 0.0f;
   float d[8][8], tmp[8][8];
 #pragma unroll
   for (int k = 0; k < A; ++k) {
@@ -71,16 +70,23 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
 #pragma unroll
     for (int l = 0; l < A; ++l) {
       const int xx = x0 + l;
-      const bool inside = yy >= 0 && yy < H && xx >= 0 && xx < W;
-      float v = inside ? X[xo + ((img * H + yy) * W + xx) * Ci + ci] : 0.0f;
-      if (NORM) {  // branch-free: selects only, so all a*a loads still issue together
-        v = mad(v, sc, sh);
+      d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? X[xo + ((img * H + yy) * W + xx) * Ci + ci] : 0.0f;
+    }
+  }
+  if (NORM) {
+    const float sc = NT[nto + 2 * (img * Ci + ci)], sh = NT[nto + 2 * (img * Ci + ci) + 1];
+#pragma unroll
+    for (int k = 0; k < A; ++k) {
+      const int yy = y0 + k;
+#pragma unroll
+      for (int l = 0; l < A; ++l) {
+        const int xx = x0 + l;
+        float v = mad(d[k][l], sc, sh);
         // SiLU with the fast exp / reciprocal (a few ulp; each x is normed up to (a/m)^2 times, by every tile
         // that overlaps it, so the full-precision pair cost ~25% of the transform on the H200)
         if (NORM == 2) v *= native_recip(1.0f + native_exp(-v));
-        v = inside ? v : 0.0f;
+        d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? v : 0.0f;
       }
-      d[k][l] = v;
     }
   }
 #pragma unroll
