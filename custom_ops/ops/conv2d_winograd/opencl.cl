@@ -55,7 +55,9 @@ __constant float wino_f6_at[48] = {
 // NORM (a literal per kernel: the input-norm prologue, gpu/ops.h GpuOp::FuseInputNorm): 0 reads x as is; 1 reads
 // x * scale + shift, 2 that then SiLU, with (scale, shift) = NT[nto + 2*(img*Ci + ci) ..] (group_norm_*_affine's
 // table), so a GroupNorm(+SiLU) feeding the conv costs no pass of its own. Padding stays zero: only pixels inside
-// x are normed. All a*a loads are issued first, the norm applied after (a branch per load measured 2x slower).
+// x are normed. All a*a loads are issued first and the norm applied in a second pass over d: a runtime branch per
+// load measured 2x slower, and the norm inside the load loop (branch-free selects) 1.5-2.4x slower than this
+// (H200, BENCHMARKS session 11), although the second pass repeats the bounds test.
 inline void wino_input(const int MT, const int A, __constant const float* bt, __global float* V, int vo,
                        __global const float* X, int xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T,
                        int pad, __global const float* NT, int nto, const int NORM) {
