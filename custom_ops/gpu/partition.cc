@@ -241,7 +241,8 @@ void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordere
 void GpuPartition::FuseInputNorms(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
   const std::unordered_map<int, int> producer = ProducerIndex();
   for (Step& conv : steps_) {
-    if (conv.code != kCustom || conv.inputs.empty() || conv.norm_input >= 0) continue;
+    // (a residual R == the GroupNorm's output has a second reader, its ADD, so SoleProducer refuses it too)
+    if (conv.code != kCustom || conv.inputs.empty() || conv.norm_input >= 0 || conv.residual == conv.inputs[0]) continue;
     const int p = SoleProducer(conv.inputs[0], outs, readers, producer);
     if (p < 0) continue;
     Step& gn = steps_[p];

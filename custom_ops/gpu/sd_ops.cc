@@ -166,6 +166,8 @@ class SdGeluGatedOp final : public GpuOp {
 // group_norm_partial_rows over (batch, chunk of whole rows) -- -> group_norm_finalize per (batch, group)
 // -> group_norm_apply[4] per element; chunk partials and the per-group (mean, rstd) live in the op's
 // arena scratch.
+// Norm-table mode (EmitNormTable, the Winograd input-norm prologue): group_norm_nhwc_affine, or the two-stage
+// partials then group_norm_finalize_affine, write [N][C] x (scale, shift) as the output; no apply launch.
 class SdGroupNormOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
