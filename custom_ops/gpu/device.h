@@ -129,10 +129,10 @@ class Device {
   // epilogue's trailing parameters (R, ro, int rrows, int rsm: backends/opencl/kernels/gemm_tiled.cl).
   // OpenCL: yes. GL: not ported (its shaders keep the shorter lists and ops never fuse an ADD there).
   virtual bool residual_epilogue() const { return false; }
-  // True when winograd_input_f* take the input-norm prologue's trailing parameters (NT, nto, int norm) and
-  // winograd_output_f* a trailing int splits (they sum the GEMM's split-K partials themselves), both in
-  // ops/conv2d_winograd/opencl.cl, and group_norm_nhwc_affine / group_norm_finalize_affine exist
-  // (GpuOp::FuseInputNorm). OpenCL: yes. GL: not ported.
+  // True when winograd_input_f* take the input-norm prologue's trailing parameters (NT, nto) and have _gn /
+  // _gnsilu twins, winograd_output_f* take a trailing int splits and have _sum twins (they sum the GEMM's split-K
+  // partials themselves), all in ops/conv2d_winograd/opencl.cl, and group_norm_nhwc_affine /
+  // group_norm_finalize_affine exist (GpuOp::FuseInputNorm). OpenCL: yes. GL: not ported.
   virtual bool winograd_io_fusion() const { return false; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;

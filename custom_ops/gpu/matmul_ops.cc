@@ -260,18 +260,17 @@ bool ReadsTileMajorB(const Kernel& kernel) {
 }
 
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits) {
-  int bm = 0, bn = 0, threads = 256, splits = 1;
+  int bm = 0, bn = 0, threads = 256, forced_splits = 1;
   bool forced = false;
   const Kernel* kernel = nullptr;
   if (plan->kernel == nullptr || plan->kernel->name() != "gemm_t16x64" ||
-      !ForcedTiles(&bm, &bn, &threads, &splits, &forced).ok() || forced || dev.compute_units() <= 0 ||
+      !ForcedTiles(&bm, &bn, &threads, &forced_splits, &forced).ok() || forced || dev.compute_units() <= 0 ||
       !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
     return false;
   }
   const int64_t groups = static_cast<int64_t>(batch) * CeilDiv(M, 16) * CeilDiv(N, 128);
   const int64_t cus = dev.compute_units();
-  int k_split = std::max(K, 1);
-  splits = 1;
+  int splits = 1, k_split = std::max(K, 1);
   if (groups < 2 * cus) {  // too few to fill the device: split K into one wave of 4 work-groups per compute unit
     splits = static_cast<int>(std::min<int64_t>(max_splits, 4 * cus / std::max<int64_t>(groups, 1)));
     splits = std::min(splits, K / kSkinny4MinKSplit);

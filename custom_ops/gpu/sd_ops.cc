@@ -237,11 +237,11 @@ class SdGroupNormOp final : public GpuOp {
   }
 
   // The input-norm prologue's producer side (gpu/ops.h): channels-last groups (B == 1) on the one-launch or two-stage
-  // path, on devices with the prologue; the table is [N][C] x (scale, shift).
-  size_t NormTableBytes(const Device& dev) const override {
-    if (!dev.winograd_io_fusion() || g_.b != 1 || rows_kernel_ != nullptr) return 0;
-    if (nhwc_ == nullptr && (partial_ == nullptr || finalize_affine_ == nullptr)) return 0;
-    if (nhwc_ != nullptr && nhwc_affine_ == nullptr) return 0;
+  // path, whose affine kernel MakeSdGroupNorm fetched (only on devices with the prologue); the table is [N][C] x
+  // (scale, shift).
+  size_t NormTableBytes(const Device&) const override {
+    const Kernel* affine = nhwc_ != nullptr ? nhwc_affine_ : finalize_affine_;  // the latter: two-stage path only
+    if (affine == nullptr || g_.b != 1 || rows_kernel_ != nullptr) return 0;
     return static_cast<size_t>(g_.n * g_.c) * 2 * sizeof(float);
   }
   void EmitNormTable() override { table_ = true; }

@@ -144,8 +144,8 @@ class WinogradOp final : public GpuOp {
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
-  bool FuseInputNorm(const Device& dev, bool silu) override {
-    if (!dev.winograd_io_fusion() || input_[silu ? 2 : 1] == nullptr) return false;
+  bool FuseInputNorm(const Device&, bool silu) override {
+    if (input_[silu ? 2 : 1] == nullptr) return false;  // fetched only on devices with the prologue
     norm_ = silu ? 2 : 1;
     return true;
   }

@@ -65,9 +65,12 @@ __kernel void group_norm_f32(__global float* y, int yo, __global const float* x,
 // ---------------------------------------------------------------------------
 #define GN1_WG 512
 
-// The statistics sweeps of group_norm_nhwc[_affine] for group (n, g): mean and rstd (every work-item gets them).
-inline void gn_nhwc_stats(__local float* scratch, __global const float* xg, int A, int C, int cpg, int rpi, int r,
-                          bool active, int step, float eps, float* mean_out, float* rstd_out) {
+// The statistics sweeps of group_norm_nhwc[_affine] for group (n, g), xg at this work-item's channel of the group's
+// first position, r = its row of the sweep: mean and rstd (every work-item gets them).
+inline void gn_nhwc_stats(__local float* scratch, __global const float* xg, int A, int C, int cpg, int r, float eps,
+                          float* mean_out, float* rstd_out) {
+  const int rpi = GN1_WG / cpg, step = rpi * C;
+  const bool active = r < rpi;
   float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
   int a = r;
   if (active) {
@@ -114,7 +117,7 @@ __kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhw
   const int off = n * A * C + g * cpg + c;
   __global const float* xg = x + xo + off;
   float mean, rstd;
-  gn_nhwc_stats(scratch, xg, A, C, cpg, rpi, r, active, rpi * C, eps, &mean, &rstd);
+  gn_nhwc_stats(scratch, xg, A, C, cpg, r, eps, &mean, &rstd);
   if (!active) return;
   const int ch = g * cpg + c;
   const float scale = rstd * gamma[go + ch], shift = beta[bo + ch];
@@ -126,6 +129,14 @@ __kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhw
   }
 }
 
+// Channel ch of image n in the norm table of the *_affine kernels below.
+inline void gn_write_affine(__global float* table, int to, int n, int C, int ch, float mean, float rstd,
+                            __global const float* gamma, int go, __global const float* beta, int bo) {
+  const float scale = rstd * gamma[go + ch];
+  table[to + 2 * (n * C + ch)] = scale;
+  table[to + 2 * (n * C + ch) + 1] = beta[bo + ch] - mean * scale;
+}
+
 // The norm table instead of the normalised tensor (the input-norm prologue, gpu/ops.h GpuOp::FuseInputNorm):
 // table[2*(n*C + c)] = scale = rstd * gamma[c], [.. + 1] = shift = beta[c] - mean * scale, so that the consumer
 // computes y = x * scale + shift (then SiLU) while it reads x. Same launch as group_norm_nhwc; no third sweep.
@@ -135,16 +146,11 @@ __kernel __attribute__((reqd_work_group_size(GN1_WG, 1, 1))) void group_norm_nhw
     __global const float* beta, int bo, int A, int C, int G, float eps) {
   __local float scratch[GN1_WG];
   const int ng = get_group_id(0), n = ng / G, g = ng % G;
-  const int cpg = C / G, rpi = GN1_WG / cpg;
+  const int cpg = C / G;
   const int lid = get_local_id(0), c = lid % cpg, r = lid / cpg;
-  const bool active = r < rpi;
   float mean, rstd;
-  gn_nhwc_stats(scratch, x + xo + n * A * C + g * cpg + c, A, C, cpg, rpi, r, active, rpi * C, eps, &mean, &rstd);
-  if (r != 0) return;  // one work-item per channel of the group
-  const int ch = g * cpg + c;
-  const float scale = rstd * gamma[go + ch];
-  table[to + 2 * (n * C + ch)] = scale;
-  table[to + 2 * (n * C + ch) + 1] = beta[bo + ch] - mean * scale;
+  gn_nhwc_stats(scratch, x + xo + n * A * C + g * cpg + c, A, C, cpg, r, eps, &mean, &rstd);
+  if (r == 0) gn_write_affine(table, to, n, C, g * cpg + c, mean, rstd, gamma, go, beta, bo);  // one per channel
 }
 
 // ---------------------------------------------------------------------------
@@ -315,10 +321,7 @@ __kernel void group_norm_finalize_affine(__global float* table, int to, __global
   float mean, rstd;
   gn_combine(scratch, part, po, ng, nchunks, count, eps, &mean, &rstd);
   for (int c = get_local_id(0); c < cpg; c += GN_WG) {
-    const int ch = g * cpg + c;
-    const float scale = rstd * gamma[go + ch];
-    table[to + 2 * (n * C + ch)] = scale;
-    table[to + 2 * (n * C + ch) + 1] = beta[bo + ch] - mean * scale;
+    gn_write_affine(table, to, n, C, g * cpg + c, mean, rstd, gamma, go, beta, bo);
   }
 }
 
