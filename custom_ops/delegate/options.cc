@@ -70,10 +70,15 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gemm_autotune));
     } else if (key == "fuse_epilogues") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->fuse_epilogues));
+    } else if (key == "attention_key_splits") {
+      if (!ParseIntIn(value, 0, 64, &out->attention_key_splits)) {
+        return Status::Error("option attention_key_splits='" + std::string(value) + "' must be 0..64 (0 = auto)");
+      }
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
-                           "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues)");
+                           "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
+                           "attention_key_splits)");
     }
   }
   return Status::Ok();

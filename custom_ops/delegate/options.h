@@ -13,6 +13,9 @@
 //   weights_fp16       gpu backends: "1" stores the constant weights the GEMM/conv/Winograd ops pack
 //                      (FULLY_CONNECTED, CONV_2D filters, Winograd U) as half -- half the device weight
 //                      memory; arithmetic stays fp32 (relative error ~1e-3). "0" (default) keeps float32.
+//   attention_key_splits  gpu backends: key ranges per SdAttention query block (flash, row-wise tilings), merged
+//                      by one more launch; "0" (default) = the measured rule (AttnKeySplits, gpu/sd_ops.cc),
+//                      "1" = never, "2".."64" = that many (capped at one range per staged key tile).
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
@@ -36,6 +39,7 @@ struct DelegateOptions {
   bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
   bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / GroupNorm prologues folded (OpenCL)
+  int attention_key_splits = 0;  // gpu: SdAttention key ranges per query block (0 = auto, 1 = off, 2..64)
 };
 
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,

@@ -35,6 +35,7 @@ struct NodeDesc {
   std::vector<const abi::TfLiteTensor*> outputs;
   bool weights_fp16 = false;        // delegate option weights_fp16: store packed constant weights as half
   bool gemm_autotune = false;       // delegate option gemm_autotune: time the tile configs at the first run
+  int attention_key_splits = 0;     // delegate option attention_key_splits: 0 = auto, 1 = off, n = n ranges
 };
 
 // true when the tensor's data is fixed for the interpreter's lifetime (weights, shapes, masks).

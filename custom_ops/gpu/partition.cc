@@ -32,6 +32,7 @@ Status ViewNode(abi::TfLiteContext* context, const Backend& backend, int node_in
   if (const auto* gpu = dynamic_cast<const GpuBackend*>(&backend)) {
     d.weights_fp16 = gpu->options().weights_fp16;
     d.gemm_autotune = gpu->options().gemm_autotune;
+    d.attention_key_splits = gpu->options().attention_key_splits;
   }
   if (reg->builtin_code == abi::kTfLiteBuiltinCustom) {
     d.name = reg->custom_name != nullptr ? reg->custom_name : "CUSTOM";

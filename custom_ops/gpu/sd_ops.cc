@@ -41,6 +41,9 @@ constexpr int64_t kGroupNormNhwcMax = 16384;
 // "Row-wise tiled kernels"): queries per work-group (BQ) and work-group size (NT) of each instantiation.
 // Correctness constants: they mirror the ATT_INSTANTIATE / ATR_INSTANTIATE lines of the kernel source.
 // head_dim 0 = any head dim up to max_head_dim. min_keys: the tiling is picked only for Sk >= min_keys.
+// bk: keys per staged tile (NS * KS) of the row-wise tilings, which also have the key-split kernel
+// attn_flash_ks_<suffix>; 0 = no key split. auto_split: the delegate splits this tiling's keys in 2 on its own
+// when the grid has at most one work-group per compute unit (AttnKeySplits).
 struct AttnTiling {
   const char* suffix;
   int head_dim;
@@ -48,18 +51,20 @@ struct AttnTiling {
   size_t bq;
   size_t nt;
   int min_keys;
+  int bk;
+  bool auto_split;
 };
 // The first entry that fits a head dim and key count is used (a fixed-D one before "dyn").
 constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through SDGPU_ATTN_TILING
 constexpr AttnTiling kAttnTilings[] = {
-    {"r40", 40, 40, 128, 128, 256},  // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS)
-    {"r80", 80, 80, 64, 128, 256},   // self-attention at 32x32
-    {"d40", 40, 40, 64, 128, 0},
-    {"d80", 80, 80, 32, 128, 0},
-    {"r160", 160, 160, 16, 128, 0},  // 16x16 and 8x8 levels, self and cross (faster than d160 at every Sk)
-    {"d160", 160, 160, 32, 128, kForcedOnly},
-    {"d512", 512, 512, 32, 256, 0},
-    {"dyn", 0, 512, 32, 256, 0},  // ATT_DYN_MAXD
+    {"r40", 40, 40, 128, 128, 256, 16, false},  // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS)
+    {"r80", 80, 80, 64, 128, 256, 16, true},    // self-attention at 32x32
+    {"d40", 40, 40, 64, 128, 0, 0, false},
+    {"d80", 80, 80, 32, 128, 0, 0, false},
+    {"r160", 160, 160, 16, 128, 0, 16, false},  // 16x16 and 8x8 levels, self and cross (faster than d160 at every Sk)
+    {"d160", 160, 160, 32, 128, kForcedOnly, 0, false},
+    {"d512", 512, 512, 32, 256, 0, 0, false},
+    {"dyn", 0, 512, 32, 256, 0, 0, false},  // ATT_DYN_MAXD
 };
 constexpr int kTiledMaxHeadDim = 512;  // ATT_DYN_MAXD
 
@@ -284,6 +289,7 @@ class SdAttentionOp final : public GpuOp {
     auto tail = [&](Args& a) {
       a.Int(sq_).Int(sk_).Int(attrs_.heads).Int(attrs_.head_dim).Float(attrs_.scale).Int(attrs_.causal ? 1 : 0);
     };
+    if (splits_ > 1) return EnqueueKeySplit(dev, in, out, scratch, timings);
     if (attrs_.variant == AttentionVariant::kFlash) {
       Args a;
       a.Buf(out.buffer, out.elem_offset()).Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset());
@@ -302,12 +308,47 @@ class SdAttentionOp final : public GpuOp {
     return dev.Launch(*k2_, a, global, local, timings);
   }
 
+  // attn_flash_ks_<t> over splits_ key ranges of kps_ keys into the scratch (parts, then stats), then attn_merge.
+  Status EnqueueKeySplit(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out,
+                         const TensorRef& scratch, Timings* timings) {
+    const TensorRef &q = in[0], &k = in[1], &v = in[2];
+    const int hd = attrs_.heads * attrs_.head_dim;
+    const int pstride = n_ * sq_ * hd, sstride = 2 * n_ * attrs_.heads * sq_;
+    const int po = scratch.elem_offset(), so = po + splits_ * pstride;
+    Args a;
+    a.Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
+    a.Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset()).Buf(v.buffer, v.elem_offset());
+    a.Int(sq_).Int(sk_).Int(attrs_.heads).Int(attrs_.head_dim).Float(attrs_.scale).Int(attrs_.causal ? 1 : 0);
+    a.Int(kps_);
+    SDGPU_RETURN_IF_ERROR(dev.Launch(*k1_, a, {groups_ * wg_, static_cast<size_t>(splits_), 1}, {wg_, 1, 1}, timings));
+    const int total4 = pstride / 4;
+    Args m;
+    m.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
+    m.Int(splits_).Int(sq_).Int(attrs_.heads).Int(attrs_.head_dim).Int(total4);
+    return Launch1D(dev, *k2_, m, static_cast<size_t>(total4), timings);
+  }
+
   const Kernel* k1_ = nullptr;
   const Kernel* k2_ = nullptr;
   AttentionAttrs attrs_;
   int n_ = 0, sq_ = 0, sk_ = 0;
   size_t groups_ = 0, wg_ = 0;
+  int splits_ = 1, kps_ = 0;  // key split (flash, row-wise tilings): splits_ ranges of kps_ keys
 };
+
+// Key splits for a flash attention of `groups` work-groups over `key_tiles` staged key tiles (AttnTiling::bk keys
+// each) on `compute_units` CUs. forced: delegate option attention_key_splits (0 = the rule below, 1 = never, n = n
+// splits, capped at key_tiles). The rule: 2 splits for a tiling marked auto_split whose grid has at most one
+// work-group per compute unit (and >= 4 key tiles), else none. Measured on an H200 (132 CUs; BENCHMARKS
+// "session 12", attn_lab.py --splits, split + merge launch vs unsplit): r80 at b1's 32x32 self-attention (128
+// work-groups) 0.134 vs 0.147 ms with 2 splits, but 3-8 splits (a second wave at 2 resident work-groups per SM)
+// and every r160 shape (16x16 / 8x8 self and cross, b1 and b2: the per-work-group fixed cost, not the key loop,
+// bounds those) were slower or equal, and so was any split of a grid that already fills the device.
+int AttnKeySplits(size_t groups, int key_tiles, int compute_units, int forced, bool auto_split) {
+  if (forced >= 1) return std::max(1, std::min(forced, key_tiles));
+  const bool split = auto_split && compute_units > 0 && groups <= static_cast<size_t>(compute_units) && key_tiles >= 4;
+  return split ? 2 : 1;
+}
 
 // x: the gated input [..., 2F] (shape already checked by InferGeluShape: last dim even).
 Status MakeSdGeluGated(const Device& dev, int mode, const Dims& x, std::unique_ptr<GpuOp>* out) {
@@ -395,7 +436,7 @@ const AttnTiling* PickAttnTiling(int head_dim, int keys, const char* forced) {
   return pick;
 }
 
-Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dims& q, const Dims& k,
+Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dims& q, const Dims& k, int key_splits,
                        std::unique_ptr<GpuOp>* out) {
   auto u = std::make_unique<SdAttentionOp>();
   u->attrs_ = attrs;
@@ -418,6 +459,20 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
     if (found) {
       u->groups_ = static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + t->bq - 1) / t->bq);
       u->wg_ = t->nt;
+      const int key_tiles = t->bk > 0 ? (u->sk_ + t->bk - 1) / t->bk : 0;
+      const int splits = flash && !attrs.causal && t->bk > 0 && attrs.head_dim % 4 == 0
+                             ? AttnKeySplits(u->groups_, key_tiles, dev.compute_units(), key_splits, t->auto_split)
+                             : 1;
+      const Kernel* ks = nullptr;
+      const Kernel* merge = nullptr;
+      if (splits > 1 && dev.GetKernel("attn_flash_ks" + sfx, &ks).ok() && dev.GetKernel("attn_merge", &merge).ok()) {
+        u->kps_ = (key_tiles + splits - 1) / splits * t->bk;
+        u->splits_ = (u->sk_ + u->kps_ - 1) / u->kps_;  // no empty range
+        u->k1_ = ks;
+        u->k2_ = merge;
+        const size_t parts = static_cast<size_t>(u->n_) * u->sq_ * attrs.heads * attrs.head_dim;
+        u->scratch_bytes_ = static_cast<size_t>(u->splits_) * (parts + 2 * rows) * sizeof(float);
+      }
       *out = std::move(u);
       return Status::Ok();
     }
@@ -507,7 +562,8 @@ Status MakeSdOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>*
     case OpKind::kGroupNorm:
       return MakeSdGroupNorm(dev, std::get<GroupNormAttrs>(op.attrs), x, out);
     case OpKind::kAttention:
-      return MakeSdAttention(dev, std::get<AttentionAttrs>(op.attrs), x, DimsOf(node.inputs[1]), out);
+      return MakeSdAttention(dev, std::get<AttentionAttrs>(op.attrs), x, DimsOf(node.inputs[1]),
+                             node.attention_key_splits, out);
     case OpKind::kConv2DWinograd:
       return MakeWinogradConv(dev, node, out);  // gpu/winograd_ops.cc
   }

@@ -6,6 +6,10 @@ is checked against a float64 numpy reference on the first 256 query rows before 
 
     python3 scripts/h200/attn_lab.py --out $OUT/attn.json    # H200
     python3 scripts/h200/attn_lab.py --quick                 # small shapes (PoCL here)
+
+--splits 1,2,4: the key split instead (attn_flash_ks_<t> + attn_merge, as the delegate launches them; 1 = the
+plain attn_flash_<t>) at every SD1.5 self/cross-attention shape the row-wise tilings run, b1 and b2; the time is
+the two launches' device time summed.
 """
 from __future__ import annotations
 
@@ -36,6 +40,78 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, d: int, r
         p = np.exp(s - s.max(1, keepdims=True))
         out[:, cols] = (p / p.sum(1, keepdims=True)) @ v[:, cols]
     return out
+
+
+# (name, batch, Sq, Sk, heads, head dim, tiling, BQ, NT, BK): the row-wise tilings' SD1.5 shapes
+SPLIT_SHAPES = [
+    ("b1 64x64 self 4096 d40", 1, 4096, 4096, 8, 40, "r40", 128, 128, 16),
+    ("b1 32x32 self 1024 d80", 1, 1024, 1024, 8, 80, "r80", 64, 128, 16),
+    ("b2 32x32 self 1024 d80", 2, 1024, 1024, 8, 80, "r80", 64, 128, 16),
+    ("b1 16x16 self 256 d160", 1, 256, 256, 8, 160, "r160", 16, 128, 16),
+    ("b2 16x16 self 256 d160", 2, 256, 256, 8, 160, "r160", 16, 128, 16),
+    ("b1 16x16 cross 256x77 d160", 1, 256, 77, 8, 160, "r160", 16, 128, 16),
+    ("b2 16x16 cross 256x77 d160", 2, 256, 77, 8, 160, "r160", 16, 128, 16),
+    ("b1 8x8 self 64 d160", 1, 64, 64, 8, 160, "r160", 16, 128, 16),
+    ("b1 8x8 cross 64x77 d160", 1, 64, 77, 8, 160, "r160", 16, 128, 16),
+]
+QUICK_SPLIT_SHAPES = [("quick d80", 1, 64, 300, 2, 80, "r80", 64, 128, 16),
+                      ("quick d160", 2, 20, 77, 2, 160, "r160", 16, 128, 16)]
+
+
+def run_splits(lab: Lab, shapes: list, runs: int, splits_list: list[int]) -> list[dict]:
+    prog = lab.program(lib_source())
+    rng = np.random.default_rng(1)
+    i32 = np.int32
+    rows = []
+    for name, n, sq, sk, heads, d, tiling, bq, nt, bk in shapes:
+        q = rng.standard_normal((n * sq, heads * d)).astype(np.float32)
+        k, v = (rng.standard_normal((n * sk, heads * d)).astype(np.float32) for _ in range(2))
+        nref = min(sq, 256)
+        ref = reference(q[:sq], k[:sk], v[:sk], heads, d, nref)  # batch 0
+        qd, kd, vd = (lab.buffer(x) for x in (q, k, v))
+        o_d = lab.buffer(nbytes=q.nbytes)
+        groups = -(-sq // bq) * heads * n
+        tiles = -(-sk // bk)
+        scale = np.float32(1.0 / np.sqrt(d))
+        for splits in splits_list:
+            if splits > tiles:
+                continue
+            if splits == 1:
+                kern = lab.cl.Kernel(prog, f"attn_flash_{tiling}")
+                kern.set_args(o_d, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(sq), i32(sk), i32(heads), i32(d),
+                              scale, i32(0))
+
+                def launch(kern=kern):
+                    return [lab.launch(kern, (groups * nt,), (nt,))]
+            else:
+                kps = -(-tiles // splits) * bk
+                used = -(-sk // kps)
+                pstride, sstride = n * sq * heads * d, 2 * n * heads * sq
+                scratch = lab.buffer(nbytes=4 * used * (pstride + sstride))
+                ks = lab.cl.Kernel(prog, f"attn_flash_ks_{tiling}")
+                ks.set_args(scratch, i32(0), i32(pstride), scratch, i32(used * pstride), i32(sstride), qd, i32(0), kd,
+                            i32(0), vd, i32(0), i32(sq), i32(sk), i32(heads), i32(d), scale, i32(0), i32(kps))
+                mg = lab.cl.Kernel(prog, "attn_merge")
+                total4 = pstride // 4
+                mg.set_args(o_d, i32(0), scratch, i32(0), i32(pstride), scratch, i32(used * pstride), i32(sstride),
+                            i32(used), i32(sq), i32(heads), i32(d), i32(total4))
+
+                def launch(ks=ks, mg=mg, used=used, total4=total4):
+                    return [lab.launch(ks, (groups * nt, used), (nt, 1)),
+                            lab.launch(mg, (-(-total4 // 64) * 64,), (64,))]
+            launch()
+            lab.queue.finish()
+            err = rel_err(lab.read(o_d, q.shape)[:nref], ref)
+            label = f"{tiling} splits {splits}"
+            if not err < 1e-4:
+                print(f"{name:28s} {label:18s} wrong result, max rel err {err:.2e}", flush=True)
+                continue
+            ms = lab.timed(launch, runs)
+            tflops = 4.0 * n * sq * sk * d * heads / ms * 1e-9
+            rows.append(dict(shape=name, config=label, splits=splits, groups=groups, ms=ms, tflops=tflops, err=err))
+            print(f"{name:28s} {label:18s} groups {groups:4d} {ms:8.4f} ms {tflops:6.1f} TFLOP/s  err {err:.1e}",
+                  flush=True)
+    return rows
 
 
 def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
@@ -84,10 +160,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--splits", default=None, help="comma-separated key-split counts (1 = unsplit): the split sweep")
     args = ap.parse_args()
     lab = Lab()
     print(f"device: {lab.describe()}", flush=True)
-    rows = run(lab, QUICK_SHAPES if args.quick else SHAPES, args.runs)
+    if args.splits:
+        rows = run_splits(lab, QUICK_SPLIT_SHAPES if args.quick else SPLIT_SHAPES, args.runs,
+                          [int(x) for x in args.splits.split(",")])
+    else:
+        rows = run(lab, QUICK_SHAPES if args.quick else SHAPES, args.runs)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(dict(device=lab.dev.name, rows=rows), indent=1))

@@ -57,6 +57,14 @@ def test_attn_lab_checks_every_variant(tmp_path: Path) -> None:
     assert all(r["err"] < 1e-4 for r in rows)
 
 
+def test_attn_lab_key_split_sweep_checks_every_split(tmp_path: Path) -> None:
+    # quick d80: 19 key tiles, all of 1 / 2 / 7 splits; quick d160: 5 tiles, so 7 splits is skipped
+    rows = _run(tmp_path, "attn_lab.py", "--splits", "1,2,7")["rows"]
+    assert sorted((r["shape"], r["splits"]) for r in rows) == [
+        ("quick d160", 1), ("quick d160", 2), ("quick d80", 1), ("quick d80", 2), ("quick d80", 7)]
+    assert all(r["err"] < 1e-4 for r in rows)
+
+
 def test_lds_lab_times_every_load_kind(tmp_path: Path) -> None:
     """The local-memory / FMA microbenchmark (no numerical result to check): every load kind at both quick FMA
     counts builds, runs and reports a positive time and rate."""

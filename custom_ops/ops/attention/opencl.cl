@@ -647,7 +647,9 @@ ATT_INLINE void atr_store(__local float4* dst, const float4* reg, const int D4, 
   }
 }
 
-// MODE 0: flash -> O; 1: stats (m, s per row) -> stats; 2: P.V with the stats of MODE 1 -> O.
+// MODE 0: flash -> O; 1: stats (m, s per row) -> stats; 2: P.V with the stats of MODE 1 -> O; 3: flash over the
+// key range [kb, ke) only ("key split", see attn_flash_ks_<t>): O normalised over that range -> O, and the range's
+// (reference max, sum) per row -> stats, for attn_merge.
 // QL = 1: the Q block lives in local memory ([D/4][BQ] float4, pre-scaled) instead of registers, re-read per
 // key tile (RM distinct float4 per d4 step, amortised over KS keys): frees RM*D registers for larger RM.
 // LZ > 0 (flash): lazy rescaling, the accumulators are rescaled only when a row's tile max exceeds its
@@ -657,9 +659,9 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
                           __global const float* Q, int qo, __global const float* K, int ko, __global const float* V,
                           int vo, int Sq, int Sk, int H, const int D, float scale, int causal, __local float4* lds,
                           const int RM, const int RW, const int NS, const int KS, const int DB, const float LZ,
-                          const int QL) {
+                          const int QL, int kb, int ke) {
   const int NT = RW * NS, BQ = RW * RM, BK = NS * KS, D4 = D / 4;
-  const int WITH_V = MODE != 1;
+  const int WITH_V = MODE != 1, FLASH = MODE == 0 || MODE == 3;
   const int TILE4 = BK * D4 * (WITH_V ? 2 : 1);  // float4 of one staged buffer: K tile [+ V tile]
   const int lid = get_local_id(0), sp = lid / RW, w = lid - sp * RW;
   int n, h, q0;
@@ -699,27 +701,28 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #pragma unroll
   for (int e = 0; e < RM * D4; ++e) o[e] = (float4)(0.0f);
 
-  const int kend = causal ? min(Sk, q0 + BQ) : Sk;
-  const int ntiles = (kend + BK - 1) / BK;
+  // keys [kb, kend) (kb a multiple of BK); rows past kend are staged as zeros and masked below
+  const int kend = min(ke, causal ? min(Sk, q0 + BQ) : Sk);
+  const int ntiles = kend > kb ? (kend - kb + BK - 1) / BK : 0;
   float4 pk[ATR_PFMAX], pv[ATR_PFMAX];
   if (DB) {
-    atr_stage(tiles, Kb, n * Sk, min(BK, Sk), HD, col0, D4, BK, lid, NT);
-    if (WITH_V) atr_stage(tiles + BK * D4, Vb, n * Sk, min(BK, Sk), HD, col0, D4, BK, lid, NT);
+    atr_stage(tiles, Kb, n * Sk + kb, min(BK, kend - kb), HD, col0, D4, BK, lid, NT);
+    if (WITH_V) atr_stage(tiles + BK * D4, Vb, n * Sk + kb, min(BK, kend - kb), HD, col0, D4, BK, lid, NT);
   }
   if (DB || QL) barrier(CLK_LOCAL_MEM_FENCE);
   for (int t = 0; t < ntiles; ++t) {
-    const int j0 = t * BK;
+    const int j0 = kb + t * BK;
     __local float4* buf = tiles + (DB ? (t & 1) * TILE4 : 0);
     if (DB) {
       if (t + 1 < ntiles) {
         const int jn = j0 + BK;
-        atr_fetch(pk, Kb, n * Sk + jn, min(BK, Sk - jn), HD, col0, D4, BK, lid, NT);
-        if (WITH_V) atr_fetch(pv, Vb, n * Sk + jn, min(BK, Sk - jn), HD, col0, D4, BK, lid, NT);
+        atr_fetch(pk, Kb, n * Sk + jn, min(BK, kend - jn), HD, col0, D4, BK, lid, NT);
+        if (WITH_V) atr_fetch(pv, Vb, n * Sk + jn, min(BK, kend - jn), HD, col0, D4, BK, lid, NT);
       }
     } else {
       if (t > 0) barrier(CLK_LOCAL_MEM_FENCE);  // everyone is done with the previous tile
-      atr_stage(buf, Kb, n * Sk + j0, min(BK, Sk - j0), HD, col0, D4, BK, lid, NT);
-      if (WITH_V) atr_stage(buf + BK * D4, Vb, n * Sk + j0, min(BK, Sk - j0), HD, col0, D4, BK, lid, NT);
+      atr_stage(buf, Kb, n * Sk + j0, min(BK, kend - j0), HD, col0, D4, BK, lid, NT);
+      if (WITH_V) atr_stage(buf + BK * D4, Vb, n * Sk + j0, min(BK, kend - j0), HD, col0, D4, BK, lid, NT);
       barrier(CLK_LOCAL_MEM_FENCE);
     }
     __local const float4* kt = buf + sp * KS * D4;
@@ -766,13 +769,13 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
         }
       }
     }
-    if (causal || j0 + BK > Sk) {  // uniform: only the last tile, or causal blocks, have masked keys
+    if (causal || j0 + BK > kend) {  // uniform: only the last tile, or causal blocks, have masked keys
 #pragma unroll
       for (int u = 0; u < KS; ++u) {
         const int j = j0 + sp * KS + u;
 #pragma unroll
         for (int i = 0; i < RM; ++i) {
-          const bool keep = j < Sk && (!causal || j <= q0 + w + RW * i);
+          const bool keep = j < kend && (!causal || j <= q0 + w + RW * i);
           s[i * KS + u] = keep ? s[i * KS + u] : -INFINITY;
         }
       }
@@ -788,7 +791,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #pragma unroll
       for (int u = 0; u < KS; ++u) mx = fmax(mx, s[i * KS + u]);
       float mref;
-      if (MODE == 0 && LZ > 0.0f) {
+      if (FLASH && LZ > 0.0f) {
         if (mx > m[i] + LZ) {  // false for a tile with no key (mx = -INFINITY)
           const float corr = exp2(m[i] - mx);  // 0 when m = -INFINITY (l, o are 0 then anyway)
           m[i] = mx;
@@ -803,7 +806,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
         const float corr = exp2(m[i] - mref);
         m[i] = mx;
         l[i] *= corr;
-        if (MODE == 0) {
+        if (FLASH) {
 #pragma unroll
           for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= corr;
         }
@@ -865,6 +868,10 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
         const float f = sum > 0.0f ? exp2(m[i] - mref) / sum : 0.0f;
 #pragma unroll
         for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= f;
+        if (MODE == 3) {  // the range's stats: any reference works (attn_merge rescales by exp2(m - max m))
+          m[i] = mref;
+          l[i] = sum;
+        }
       }
     }
   }
@@ -893,11 +900,12 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
   for (int i = 0; i < RM; ++i) {
     const int r = q0 + w + RW * i;
     if (r >= Sq) continue;
-    if (MODE == 1) {
+    if (MODE == 1 || MODE == 3) {
       const int row = (n * H + h) * Sq + r;
       stats[so + 2 * row] = m[i];
       stats[so + 2 * row + 1] = l[i];
-    } else {
+    }
+    if (MODE != 1) {
       __global float* dst = O + oo + (n * Sq + r) * HD + col0;
 #pragma unroll
       for (int d4 = 0; d4 < D4; ++d4) vstore4(o[i * D4 + d4], d4, dst);
@@ -916,21 +924,31 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
                                int ko, __global const float* V, int vo, int Sq, int Sk, int H, int Dr, float scale, \
                                int causal) {                                                                         \
     __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
-    atr_tiled(0, O, oo, O, 0, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, QL);    \
+    atr_tiled(0, O, oo, O, 0, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, QL, 0, \
+              Sk);                                                                                                   \
   }                                                                                                                  \
   __kernel void attn_stats_##T(__global float* stats, int so, __global const float* Q, int qo,                      \
                                __global const float* K, int ko, int Sq, int Sk, int H, int Dr, float scale,         \
                                int causal) {                                                                         \
     __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 1)];                                                      \
     atr_tiled(1, stats, 0, stats, so, Q, qo, K, ko, K, ko, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, \
-              QL);                                                                                                     \
+              QL, 0, Sk);                                                                                              \
   }                                                                                                                  \
   __kernel void attn_pv_##T(__global float* O, int oo, __global const float* stats, int so, __global const float* Q, \
                             int qo, __global const float* K, int ko, __global const float* V, int vo, int Sq, int Sk, \
                             int H, int Dr, float scale, int causal) {                                                \
     __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
     atr_tiled(2, O, oo, (__global float*)stats, so, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW,  \
-              NS, KS, DB, LZ, QL);                                                                                     \
+              NS, KS, DB, LZ, QL, 0, Sk);                                                                              \
+  }                                                                                                                  \
+  __kernel void attn_flash_ks_##T(__global float* Op, int oo, int ostride, __global float* stats, int so,           \
+                                  int sstride, __global const float* Q, int qo, __global const float* K, int ko,    \
+                                  __global const float* V, int vo, int Sq, int Sk, int H, int Dr, float scale,      \
+                                  int causal, int kps) {                                                            \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
+    const int sk = get_group_id(1);                                                                                  \
+    atr_tiled(3, Op, oo + sk * ostride, stats, so + sk * sstride, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal,  \
+              lds, RM, RW, NS, KS, DB, LZ, QL, sk * kps, sk * kps + kps);                                            \
   }
 
 // SD1.x self-attention at the 64x64 and 32x32 levels (host: picked for Sk >= 256). Cross-attention (77 keys)
@@ -957,3 +975,37 @@ ATR_INSTANTIATE(r80, 80, 2, 32, 4, 4, 1, 8.0f, 1)
 // d160 with 16-query blocks (0.083 / 0.029 / 0.024).
 ATR_INSTANTIATE(r160, 160, 1, 16, 8, 2, 0, 0.0f, 1)
 #undef ATR_INSTANTIATE
+
+// Key split ("flash-decoding"): when (batch x heads x query blocks) leaves most compute units idle (SD1.5 at b1:
+// 128 work-groups for the 32x32 and 16x16 self-attention on a 132-SM H200), attn_flash_ks_<t> runs `splits`
+// work-groups per query block, split s taking keys [s*kps, (s+1)*kps) (kps a multiple of the tiling's BK), and
+// writes that range's normalised O to parts[s] ([N*Sq][H*D]) and its per-row (reference max m_s in log2 units,
+// sum l_s) to stats[s] ([N*H*Sq][2]). attn_merge then forms, per row and head,
+//   O = sum_s w_s O_s / sum_s w_s,  w_s = l_s * exp2(m_s - max_s' m_s')   (ranges with l_s = 0 drop out),
+// the flash recurrence applied once across the splits. Cost: splits x the output written and read once more
+// (O and stats), and one more launch; global = N*Sq*H*D/4 (D a multiple of 4), one float4 per work-item.
+__kernel void attn_merge(__global float* O, int oo, __global const float* parts, int po, int pstride,
+                         __global const float* stats, int so, int sstride, int splits, int Sq, int H, int D,
+                         int total4) {
+  const int e = get_global_id(0);
+  if (e >= total4) return;
+  const int D4 = D / 4, d4 = e % D4, rest = e / D4, h = rest % H, nr = rest / H;  // nr = n * Sq + r
+  const int n = nr / Sq, r = nr - n * Sq;
+  const int srow = 2 * ((n * H + h) * Sq + r);
+  const int col = nr * H * D + h * D + 4 * d4;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) {
+    const float l = stats[so + s * sstride + srow + 1];
+    if (l > 0.0f) mx = fmax(mx, stats[so + s * sstride + srow]);
+  }
+  float4 acc = (float4)(0.0f);
+  float wsum = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float l = stats[so + s * sstride + srow + 1];
+    if (!(l > 0.0f)) continue;
+    const float w = l * exp2(stats[so + s * sstride + srow] - mx);
+    acc = mad((float4)(w), vload4(0, parts + po + s * pstride + col), acc);
+    wsum += w;
+  }
+  vstore4(wsum > 0.0f ? acc / wsum : (float4)(0.0f), 0, O + oo + col);
+}

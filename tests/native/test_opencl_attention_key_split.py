@@ -1,0 +1,98 @@
+"""SdAttention's key split on OpenCL (PoCL in CI): attn_flash_ks_<t> + attn_merge vs the float64 numpy reference.
+
+With a flash SdAttention on a row-wise tiling (r40 / r80 / r160), the op can run each query block's keys as
+`splits` ranges in separate work-groups (ranges of whole 16-key tiles) and merge the ranges' (O, max, sum) in one
+more launch. Delegate option attention_key_splits: 0 = auto (2 ranges for r80 grids of at most one work-group per
+compute unit, the one case measured faster), 1 = never, n = n ranges (capped at one per key tile). The shapes below put a partial last tile in the
+last range, ranges whose key count is not a multiple of the split count, more splits than tiles, batch > 1 with
+several heads, and logits far beyond exp()'s fp32 range (ranges with very different maxima).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import load_delegate
+
+from attention_cases import run_attention as _run
+from harness import assert_close, make_interpreter
+from sdconvert.ops import attention as A
+from sdlite import native
+from tflite_models import attention_model
+
+
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize(
+    "n,sq,sk,heads,head_dim",
+    [
+        (1, 200, 300, 2, 40),  # r40: 19 key tiles (last one 12 keys), 2 query blocks
+        (2, 70, 260, 2, 80),   # r80: batch 2, 17 tiles (last one 4 keys)
+        (1, 45, 256, 3, 160),  # r160: 16 whole tiles, 3 heads
+        (1, 20, 77, 2, 160),   # r160 at the text length: 5 tiles, 7 splits capped at 5
+    ],
+)
+def test_forced_key_splits_match_reference(rng, splits, n, sq, sk, heads, head_dim):
+    actual, expected = _run(rng, "flash", False, n, sq, sk, heads, head_dim, attention_key_splits=splits)
+    assert_close(actual, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("r160", 160)])
+def test_key_split_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim):
+    # logits with std ~ 50-70: each range's maximum differs from the row's by far more than fp32's exp range, so
+    # the merge must rescale by exp2(m_s - max m), not add raw sums.
+    monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
+    actual, expected = _run(rng, "flash", False, 1, 70, 300, 2, head_dim, scale=1.0, spread=2.5,
+                            attention_key_splits=4)
+    assert np.isfinite(actual).all()
+    assert_close(actual, expected, rtol=1e-4)
+
+
+def _profiled_kernels(tmp_path: Path, rng: np.random.Generator, sq: int, sk: int, heads: int, head_dim: int,
+                      variant: str = "flash", causal: bool = False, **opts) -> tuple[list[str], float]:
+    """The kernels one SdAttention node launched (profile order) and its max relative error vs the reference."""
+    attrs = A.AttentionAttrs(heads=heads, head_dim=head_dim, scale=head_dim**-0.5, causal=causal, variant=variant)
+    q, k, v = (rng.standard_normal((1, s, heads * head_dim)).astype(np.float32) for s in (sq, sk, sk))
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()),
+                             {"backend": "opencl", "profile_path": str(profile),
+                              **{key: str(value) for key, value in opts.items()}})
+    runner = make_interpreter(attention_model(1, sq, sk, heads, head_dim, A.SPEC.encode(attrs)),
+                              delegate).get_signature_runner("serving_default")
+    got = runner(q=q, k=k, v=v)["o"]
+    expected = A.reference([q, k, v], attrs)
+    assert_close(got, expected, rtol=1e-5)
+    (node,) = json.loads(profile.read_text())["nodes"]
+    return [kern["name"] for kern in node["kernels"]], float(np.abs(got - expected).max())
+
+
+def test_auto_splits_a_grid_smaller_than_the_device(tmp_path, rng):
+    # One r80 query block (64 queries, 1 head) is 1 work-group: at most one per compute unit on any device, so
+    # auto splits its 512 keys (32 tiles) in 2 and merges; option 1 turns it off.
+    auto, _ = _profiled_kernels(tmp_path, rng, 64, 512, 1, 80)
+    assert auto == ["attn_flash_ks_r80", "attn_merge"]
+    off, _ = _profiled_kernels(tmp_path, rng, 64, 512, 1, 80, attention_key_splits=1)
+    assert off == ["attn_flash_r80"]
+
+
+@pytest.mark.parametrize("variant,causal", [("partial_softmax", False), ("flash", True)])
+def test_no_key_split_for_partial_softmax_or_causal(tmp_path, rng, variant, causal):
+    # The split is a flash-only path; a causal mask would leave late ranges empty for early query blocks.
+    names, _ = _profiled_kernels(tmp_path, rng, 64, 512, 1, 80, variant=variant, causal=causal,
+                                 attention_key_splits=4)
+    assert "attn_merge" not in names and not any(n.startswith("attn_flash_ks") for n in names), names
+
+
+def test_no_key_split_for_block_tilings(tmp_path, rng):
+    # d40 (cross-attention, Sk < 256) has no key-split kernel: a forced split is ignored there.
+    names, _ = _profiled_kernels(tmp_path, rng, 64, 77, 2, 40, attention_key_splits=4)
+    assert names == ["attn_flash_d40"]
+
+
+@pytest.mark.parametrize("value", ["-1", "65", "two"])
+def test_attention_key_splits_option_is_validated(value):
+    with pytest.raises(ValueError, match="attention_key_splits='.*' must be 0..64"):
+        load_delegate(str(native.delegate_path()), {"backend": "opencl", "attention_key_splits": value})
+    with pytest.raises(native.NativeDelegateError, match="attention_key_splits must be an int in 0..64"):
+        native.DelegateOptions(backend="opencl", attention_key_splits=65)
