@@ -75,6 +75,10 @@ constexpr TileConfig kTileConfigs[] = {
 constexpr double kFillThreads = 264.0 * 256.0;
 constexpr int kMaxSplits = 16;
 constexpr int kMinSplitK = 256;  // no split slice shorter than 16 K steps
+// TileTuner free splits (the consumer sums the partials): K slices of at least 8 K steps, for the cheapest
+// kFreeSplitConfigs configs.
+constexpr int kMinFreeSplitK = 128;
+constexpr int kFreeSplitConfigs = 3;
 constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuning candidate may add
 constexpr int kTuneRuns = 3;                           // timed launches per candidate
 
@@ -309,7 +313,7 @@ Status TileTuner::UseGatedTwins(const Device& dev) {
 }
 
 Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key,
-                       bool enabled) {
+                       bool enabled, int free_splits) {
   candidates_.clear();
   if (!enabled) return Status::Ok();
   std::vector<ScoredPlan> scored;  // one entry under SDGPU_GEMM_TILES: nothing to tune
@@ -324,9 +328,23 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
       candidates_.push_back(p);
     }
   }
+  int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
+  bool forced = false;
+  SDGPU_RETURN_IF_ERROR(ForcedTiles(&fbm, &fbn, &fthreads, &fsplits, &forced));
+  if (forced) free_splits = 1;  // SDGPU_GEMM_TILES fixes the split count too
+  for (size_t i = 0; free_splits > 1 && i < seen.size() && static_cast<int>(i) < kFreeSplitConfigs; ++i) {
+    for (int s = 2; s <= free_splits && CeilDiv(K, s) >= kMinFreeSplitK; s *= 2) {
+      TilePlan p;
+      SDGPU_RETURN_IF_ERROR(MakePlan(dev, conv, ScoredPlan{seen[i], s, 0.0}, M, N, K, batch, &p));
+      const bool dup = std::any_of(candidates_.begin(), candidates_.end(), [&](const TilePlan& c) {
+        return c.kernel == p.kernel && c.threads == p.threads && c.splits == p.splits;
+      });
+      if (p.splits > 1 && !dup) candidates_.push_back(p);
+    }
+  }
   if (candidates_.size() < 2) candidates_.clear();
   key_ = dev.name() + "|" + (conv ? "conv|" : "gemm|") + std::to_string(M) + "x" + std::to_string(N) + "x" +
-         std::to_string(K) + "x" + std::to_string(batch) + "|" + key;
+         std::to_string(K) + "x" + std::to_string(batch) + "|" + key + (free_splits > 1 ? "|free" : "");
   return Status::Ok();
 }
 

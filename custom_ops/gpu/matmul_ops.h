@@ -87,8 +87,12 @@ Status GatedTwin(const Device& dev, TilePlan* plan);
 class TileTuner {
  public:
   // The first candidate is PlanTiles' plan for the same problem. `key`: whatever else makes problems of the
-  // same M x N x K x batch run differently (strides, operand storage, conv geometry).
-  Status Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key, bool enabled);
+  // same M x N x K x batch run differently (strides, operand storage, conv geometry). `free_splits` > 1: the
+  // caller sums split-K partials itself (no reduce launch; Tune's `launch` must then leave partials only), so
+  // splits up to that count of the cheapest configs are candidates too, whatever the cost model (which charges
+  // a reduce) says of them.
+  Status Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key, bool enabled,
+              int free_splits = 1);
   // Scratch the op must reserve for the candidates (0 when not tuning).
   size_t scratch_bytes() const;
   bool pending() const { return !candidates_.empty(); }

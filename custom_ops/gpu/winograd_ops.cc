@@ -50,6 +50,10 @@ constexpr size_t kTransformWg = 64;
 constexpr int kMinTiles = 16;          // smallest tile count T run in the Winograd domain (header comment)
 constexpr int kMinTilesNoSkinny = 64;  // the same without the skinny GEMM kernel
 constexpr int kMaxSkinnySplits = 4;    // UseSkinny4's split-K cap (summed by the output transform)
+// The tile tuner's split-K candidates for the batched GEMM (2 and 4 K slices of its cheapest configs; the output
+// transform sums the partials, so a split costs no reduce launch). Grids of a few work-groups per compute unit
+// (32x32 and 16x16 maps at b1: 1 x N/64 tiles x a*a batches) can gain from more, shorter work-groups.
+constexpr int kMaxWinogradTuneSplits = 4;
 
 struct WinogradGeom {
   int m = 0, a = 0, n = 0, h = 0, w = 0, ci = 0, co = 0, ho = 0, wo = 0, pad = 0;
@@ -125,8 +129,14 @@ class WinogradOp final : public GpuOp {
     SDGPU_RETURN_IF_ERROR(dev.Launch(*input_[norm_], in_args,
                                      {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
     if (tuner_.pending()) {  // the input transform above is queued before every candidate
+      // split candidates exist only when the output transform sums partials (TileTuner free_splits): time those
+      // without the reduce launch they will never make
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
-          dev, [&](const TilePlan& p) { return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr); },
+          dev,
+          [&](const TilePlan& p) {
+            return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr, {}, {},
+                                   p.splits > 1 && output_sum_ != nullptr);
+          },
           &plan_));
     }
     // A split plan's partials are summed by the output transform where it can (no reduce launch).
@@ -259,7 +269,8 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
       [g, fdata, tile_major](float* dst) { TransformFilter(g, fdata, dst, tile_major); }, tile_major);
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
-                                       half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major));
+                                       half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
+                                       u->output_sum_ != nullptr ? kMaxWinogradTuneSplits : 1));
   u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
                       std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);

@@ -268,6 +268,27 @@ def test_gemm_autotune_winograd_and_conv(tile):
     assert (np.abs(got.outputs["y"] - direct_conv2d(x, w, b, "SAME")) <= winograd_error_bound(x, w, b, tile, "SAME")).all()
 
 
+def test_gemm_autotune_winograd_times_split_k_candidates():
+    """K = 512 input channels: the Winograd GEMM's tuner also times 2- and 4-way split-K plans of its cheapest
+    configs, launched with partials only (the output transform sums them). Whichever wins, the tuning run and the
+    next one match the direct convolution."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from sdlite import native
+
+    x, w, b = random_problem((1, 24, 24, 512, 64), seed=5)
+    attrs = Conv2DWinogradAttrs(tile=2, padding="SAME", activation="none")
+    interp = Interpreter(model_content=winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)),
+                         experimental_delegates=[native.load(backend="opencl", gemm_autotune=True)])
+    interp.allocate_tensors()
+    bound = winograd_error_bound(x, w, b, 2, "SAME")
+    want = direct_conv2d(x, w, b, "SAME")
+    for _ in range(2):
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        assert (np.abs(interp.get_tensor(interp.get_output_details()[0]["index"]) - want) <= bound).all()
+
+
 def test_gemm_autotune_option_is_validated():
     from ai_edge_litert.interpreter import load_delegate
 
