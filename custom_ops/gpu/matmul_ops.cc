@@ -76,8 +76,8 @@ constexpr TileConfig kTileConfigs[] = {
 constexpr double kFillThreads = 264.0 * 256.0;
 constexpr int kMaxSplits = 16;
 constexpr int kMinSplitK = 256;  // no split slice shorter than 16 K steps
-// TileTuner free splits (the consumer sums the partials): K slices of at least 8 K steps, for the cheapest
-// kFreeSplitConfigs configs.
+// TileTuner's extra candidates: the unsplit plan and (free splits: the consumer sums the partials) K slices of at
+// least 8 K steps, for the cheapest kFreeSplitConfigs configs.
 constexpr int kMinFreeSplitK = 128;
 constexpr int kFreeSplitConfigs = 3;
 constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuning candidate may add
@@ -340,14 +340,18 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
   bool forced = false;
   SDGPU_RETURN_IF_ERROR(ForcedTiles(&fbm, &fbn, &fthreads, &fsplits, &forced));
   if (forced) free_splits = 1;  // SDGPU_GEMM_TILES fixes the split count too
-  for (size_t i = 0; free_splits > 1 && i < seen.size() && static_cast<int>(i) < kFreeSplitConfigs; ++i) {
-    for (int s = 2; s <= free_splits && CeilDiv(K, s) >= kMinFreeSplitK; s *= 2) {
+  // The cheapest configs' unsplit plans (the cost model's split pick for a config can hide its faster unsplit
+  // form: no reduce launch, no partials round trip) and, with free_splits, their 2.. free_splits-way splits.
+  std::vector<int> extra_splits = {1};
+  for (int s = 2; s <= free_splits && CeilDiv(K, s) >= kMinFreeSplitK; s *= 2) extra_splits.push_back(s);
+  for (size_t i = 0; !forced && i < seen.size() && static_cast<int>(i) < kFreeSplitConfigs; ++i) {
+    for (const int s : extra_splits) {
       TilePlan p;
       SDGPU_RETURN_IF_ERROR(MakePlan(dev, conv, ScoredPlan{seen[i], s, 0.0}, M, N, K, batch, &p));
       const bool dup = std::any_of(candidates_.begin(), candidates_.end(), [&](const TilePlan& c) {
         return c.kernel == p.kernel && c.threads == p.threads && c.splits == p.splits;
       });
-      if (p.splits > 1 && !dup) candidates_.push_back(p);
+      if (!dup) candidates_.push_back(p);
     }
   }
   if (candidates_.size() < 2) candidates_.clear();

@@ -86,11 +86,11 @@ Status GatedTwin(const Device& dev, TilePlan* plan);
 // (a forced config) disables it.
 class TileTuner {
  public:
-  // The first candidate is PlanTiles' plan for the same problem. `key`: whatever else makes problems of the
-  // same M x N x K x batch run differently (strides, operand storage, conv geometry). `free_splits` > 1: the
-  // caller sums split-K partials itself (no reduce launch; Tune's `launch` must then leave partials only), so
-  // splits up to that count of the cheapest configs are candidates too, whatever the cost model (which charges
-  // a reduce) says of them.
+  // The first candidate is PlanTiles' plan for the same problem, then each other config's cost-model pick, then
+  // the unsplit plans of the cheapest configs. `key`: whatever else makes problems of the same M x N x K x batch
+  // run differently (strides, operand storage, conv geometry). `free_splits` > 1: the caller sums split-K partials
+  // itself (no reduce launch; Tune's `launch` must then leave partials only), so splits up to that count of the
+  // cheapest configs are candidates too, whatever the cost model (which charges a reduce) says of them.
   Status Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key, bool enabled,
               int free_splits = 1);
   // Scratch the op must reserve for the candidates (0 when not tuning).

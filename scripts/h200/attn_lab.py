@@ -10,6 +10,10 @@ is checked against a float64 numpy reference on the first 256 query rows before 
 --splits 1,2,4: the key split instead (attn_flash_ks_<t> + attn_merge, as the delegate launches them; 1 = the
 plain attn_flash_<t>) at every SD1.5 self/cross-attention shape the row-wise tilings run, b1 and b2; the time is
 the two launches' device time summed.
+
+--small: the short-sequence shapes (cross-attention with 77 keys, the 16x16 / 8x8 levels), b1 and b2, through every
+kernel family that can run them (the tiled d*/r* tilings, "dyn", and the one-row-per-work-group fallback
+attn_flash), to check the op's per-shape pick.
 """
 from __future__ import annotations
 
@@ -114,6 +118,54 @@ def run_splits(lab: Lab, shapes: list, runs: int, splits_list: list[int]) -> lis
     return rows
 
 
+# (name, batch, Sq, Sk, heads, head dim, [(kernel, BQ, NT), ...]); BQ = 1, NT = 64: the fallback (ATT_WG)
+SMALL_KERNELS = {
+    40: [("attn_flash_d40", 64, 128), ("attn_flash_r40", 128, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
+    80: [("attn_flash_d80", 32, 128), ("attn_flash_r80", 64, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
+    160: [("attn_flash_r160", 16, 128), ("attn_flash_d160", 32, 128), ("attn_flash_dyn", 32, 256),
+          ("attn_flash", 1, 64)],
+}
+SMALL_SHAPES = [(f"b{n} {lvl} {kind} {sq}x{sk} d{d}", n, sq, sk, 8, d)
+                for n in (1, 2)
+                for lvl, kind, sq, sk, d in [("64x64", "cross", 4096, 77, 40), ("32x32", "cross", 1024, 77, 80),
+                                             ("16x16", "self", 256, 256, 160), ("16x16", "cross", 256, 77, 160),
+                                             ("8x8", "self", 64, 64, 160), ("8x8", "cross", 64, 77, 160)]]
+QUICK_SMALL_SHAPES = [("quick cross d40", 1, 100, 77, 2, 40), ("quick self d160", 1, 40, 40, 2, 160)]
+
+
+def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
+    prog = lab.program(lib_source())
+    rng = np.random.default_rng(1)
+    i32 = np.int32
+    rows = []
+    for name, n, sq, sk, heads, d in shapes:
+        q = rng.standard_normal((n * sq, heads * d)).astype(np.float32)
+        k, v = (rng.standard_normal((n * sk, heads * d)).astype(np.float32) for _ in range(2))
+        nref = min(sq, 256)
+        ref = reference(q[:sq], k[:sk], v[:sk], heads, d, nref)
+        qd, kd, vd = (lab.buffer(x) for x in (q, k, v))
+        o_d = lab.buffer(nbytes=q.nbytes)
+        for kname, bq, nt in SMALL_KERNELS[d]:
+            kern = lab.cl.Kernel(prog, kname)
+            kern.set_args(o_d, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(sq), i32(sk), i32(heads), i32(d),
+                          np.float32(1.0 / np.sqrt(d)), i32(0))
+            grid = (-(-sq // bq) * heads * n * nt,)
+
+            def launch(kern=kern, grid=grid, nt=nt):
+                return [lab.launch(kern, grid, (nt,))]
+
+            launch()
+            lab.queue.finish()
+            err = rel_err(lab.read(o_d, q.shape)[:nref], ref)
+            if not err < 1e-4:
+                print(f"{name:28s} {kname:18s} wrong result, max rel err {err:.2e}", flush=True)
+                continue
+            ms = lab.timed(launch, runs)
+            rows.append(dict(shape=name, config=kname, ms=ms, err=err))
+            print(f"{name:28s} {kname:18s} {ms:8.4f} ms  err {err:.1e}", flush=True)
+    return rows
+
+
 def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
     src = lib_source()
     extra = "\n".join(f"ATR_INSTANTIATE({line})" for lines in EXTRA.values() for line in lines)
@@ -161,10 +213,13 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--splits", default=None, help="comma-separated key-split counts (1 = unsplit): the split sweep")
+    ap.add_argument("--small", action="store_true", help="short-sequence shapes through every kernel family")
     args = ap.parse_args()
     lab = Lab()
     print(f"device: {lab.describe()}", flush=True)
-    if args.splits:
+    if args.small:
+        rows = run_small(lab, QUICK_SMALL_SHAPES if args.quick else SMALL_SHAPES, args.runs)
+    elif args.splits:
         rows = run_splits(lab, QUICK_SPLIT_SHAPES if args.quick else SPLIT_SHAPES, args.runs,
                           [int(x) for x in args.splits.split(",")])
     else:
