@@ -351,7 +351,11 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
       const bool dup = std::any_of(candidates_.begin(), candidates_.end(), [&](const TilePlan& c) {
         return c.kernel == p.kernel && c.threads == p.threads && c.splits == p.splits;
       });
-      if (!dup) candidates_.push_back(p);
+      // the cost-model candidates' scratch cap: split partials are arena memory for the whole run, and the VAE's
+      // 512x512 Winograd GEMMs at 4 splits took its arena from 1.4 to 2.4 GB (H200 kit, 9617e3c)
+      if (!dup && p.scratch_bytes <= std::max(candidates_.front().scratch_bytes, kTuneScratchCap)) {
+        candidates_.push_back(p);
+      }
     }
   }
   if (candidates_.size() < 2) candidates_.clear();

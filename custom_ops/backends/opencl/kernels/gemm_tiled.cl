@@ -452,9 +452,13 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
   const int nchunks = (kend - kbeg + KC - 1) / KC;
   // the j-th k of this lane: chunk j / KPL, k = kbeg + chunk * KC + lane * KPL + j % KPL
 #define GV_K(j) (kbeg + ((j) / KPL) * KC + lane * KPL + (j) % KPL)
+// Columns n >= N load nothing: in the last 128-column group of an N that is not a multiple of 128 they can lie in
+// a 64-column slab past the last one U has (N = 136: slabs 0..2, columns 192.. would read slab 3, past the buffer
+// for the last batch; PoCL faulted there).
 #define GV_LOAD_B(k) \
-  ((k) < kend ? (half_b ? vload_half4(0, (__global const half*)B + bp + (k) * 64) : vload4(0, B + bp + (k) * 64)) \
-              : (float4)(0.0f))
+  ((k) < kend && n < N                                                                                           \
+       ? (half_b ? vload_half4(0, (__global const half*)B + bp + (k) * 64) : vload4(0, B + bp + (k) * 64))     \
+       : (float4)(0.0f))
   float4 bq[GV_PFMAX];
 #pragma unroll
   for (int j = 0; j < PF; ++j) bq[j] = GV_LOAD_B(GV_K(j));
