@@ -162,6 +162,21 @@ def test_winograd_skinny4_gemm_column_and_k_edges(tmp_path, ci, co):
     assert (np.abs(got - want) <= winograd_error_bound(x, w, b, 2, "SAME")).all()
 
 
+@pytest.mark.parametrize("tile,forced", [(4, 2), (2, 4), (6, 4), (4, 8)])
+def test_winograd_output_transform_sums_any_split_count(tmp_path, monkeypatch, tile, forced):
+    """A forced split-K Winograd GEMM leaves its partials to winograd_output_fM_sum, whose first four splits are
+    unrolled loads and the rest a loop: K = 96 in whole 16-deep steps makes /2 two slices of 48, /4 three of 32 and /8
+    six of 16, and every count sums right (a 30x28 map: 25 tiles at F6)."""
+    monkeypatch.setenv("SDGPU_GEMM_TILES", f"64x64/{forced}")
+    x, w, b = random_problem((1, 30, 28, 96, 40), seed=forced)
+    model = winograd_model(x.shape, w, b, WINOGRAD.encode(Conv2DWinogradAttrs(tile=tile, padding="SAME")))
+    profile = tmp_path / "profile.json"
+    result = run(model, {"x": x}, backend="opencl", profile_path=str(profile))
+    assert _profile_kernels(profile) == [f"winograd_input_f{tile}", "gemm_t64x64", f"winograd_output_f{tile}_sum"]
+    got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
+    assert (np.abs(got - want) <= winograd_error_bound(x, w, b, tile, "SAME")).all()
+
+
 def test_weights_fp16_rounds_weights_to_half_and_keeps_fp32_math(rng):
     """fp16 storage == the fp32 GEMM on half-rounded weights (exactly what vload_half gives back)."""
     x = rng.standard_normal((1, 100, 96)).astype(np.float32)
