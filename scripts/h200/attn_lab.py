@@ -11,10 +11,6 @@ is checked against a float64 numpy reference on the first 256 query rows before 
 plain attn_flash_<t>) at every SD1.5 self/cross-attention shape the row-wise tilings run, b1 and b2; the time is
 the two launches' device time summed.
 
---gemm: the lab's register-blocked flash kernel (scripts/h200/attn_g.cl, attn_flash_g40: 8 x 8 score blocks and
-8 x 5 output blocks per work-item) next to the library's r40 at the 64x64 self-attention shape, b1 and b2 (quick:
-ragged small shapes).
-
 --small: the short-sequence shapes (cross-attention with 77 keys, the 16x16 / 8x8 levels), b1 and b2, through every
 kernel family that can run them (the tiled d*/r* tilings, "dyn", and the one-row-per-work-group fallback
 attn_flash), to check the op's per-shape pick.
@@ -170,57 +166,6 @@ def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
     return rows
 
 
-UNROLLS = [(4, 4), (8, 8), (40, 8), (2, 2)]
-GEMM_SHAPES = [("b1 64x64 self 4096 d40", 1, 4096, 4096, 8), ("b2 64x64 self 4096 d40", 2, 4096, 4096, 8)]
-QUICK_GEMM_SHAPES = [("quick 200x300 d40", 1, 200, 300, 2), ("quick 64x64 d40", 2, 64, 64, 1)]
-
-
-def run_gemm(lab: Lab, shapes: list, runs: int) -> list[dict]:
-    gsrc = (Path(__file__).resolve().parent / "attn_g.cl").read_text()
-    lib = lib_source()
-    # unroll factors of the QK head-dim loop and the PV key loop (the file's `#pragma unroll 4`, in that order)
-    progs = {}
-    for ud, uk in UNROLLS:
-        text = gsrc.replace("#pragma unroll 4\n    for (int d", f"#pragma unroll {ud}\n    for (int d", 1)
-        text = text.replace("#pragma unroll 4\n    for (int k", f"#pragma unroll {uk}\n    for (int k", 1)
-        progs[(ud, uk)] = lab.program(lib + "\n" + text, "-DG_D=40")
-    rng = np.random.default_rng(1)
-    i32 = np.int32
-    rows = []
-    d = 40
-    for name, n, sq, sk, heads in shapes:
-        q = rng.standard_normal((n * sq, heads * d)).astype(np.float32)
-        k, v = (rng.standard_normal((n * sk, heads * d)).astype(np.float32) for _ in range(2))
-        nref = min(sq, 256)
-        refs = [reference(q[b * sq:b * sq + sq], k[b * sk:b * sk + sk], v[b * sk:b * sk + sk], heads, d, nref)
-                for b in range(n)]
-        qd, kd, vd = (lab.buffer(x) for x in (q, k, v))
-        o_d = lab.buffer(nbytes=q.nbytes)
-        variants = [("attn_flash_r40", 128, 128, UNROLLS[0])] + [("attn_flash_g40", 64, 64, u) for u in UNROLLS]
-        for kname, bq, nt, unroll in variants:
-            kern = lab.cl.Kernel(progs[unroll], kname)
-            label = kname if kname.endswith("r40") else f"{kname} u{unroll[0]}/{unroll[1]}"
-            kern.set_args(o_d, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(sq), i32(sk), i32(heads), i32(d),
-                          np.float32(1.0 / np.sqrt(d)), i32(0))
-            grid = (-(-sq // bq) * heads * n * nt,)
-
-            def launch(kern=kern, grid=grid, nt=nt):
-                return [lab.launch(kern, grid, (nt,))]
-
-            launch()
-            lab.queue.finish()
-            out = lab.read(o_d, q.shape)
-            err = max(rel_err(out[b * sq:b * sq + nref], refs[b]) for b in range(n))
-            if not err < 1e-4:
-                print(f"{name:28s} {label:24s} wrong result, max rel err {err:.2e}", flush=True)
-                continue
-            ms = lab.timed(launch, runs)
-            tflops = 4.0 * n * sq * sk * d * heads / ms * 1e-9
-            rows.append(dict(shape=name, config=label, ms=ms, tflops=tflops, err=err))
-            print(f"{name:28s} {label:24s} {ms:8.4f} ms {tflops:6.1f} TFLOP/s  err {err:.1e}", flush=True)
-    return rows
-
-
 def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
     src = lib_source()
     extra = "\n".join(f"ATR_INSTANTIATE({line})" for lines in EXTRA.values() for line in lines)
@@ -268,14 +213,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--splits", default=None, help="comma-separated key-split counts (1 = unsplit): the split sweep")
-    ap.add_argument("--gemm", action="store_true", help="the register-blocked lab kernel (attn_g.cl) vs r40")
     ap.add_argument("--small", action="store_true", help="short-sequence shapes through every kernel family")
     args = ap.parse_args()
     lab = Lab()
     print(f"device: {lab.describe()}", flush=True)
-    if args.gemm:
-        rows = run_gemm(lab, QUICK_GEMM_SHAPES if args.quick else GEMM_SHAPES, args.runs)
-    elif args.small:
+    if args.small:
         rows = run_small(lab, QUICK_SMALL_SHAPES if args.quick else SMALL_SHAPES, args.runs)
     elif args.splits:
         rows = run_splits(lab, QUICK_SPLIT_SHAPES if args.quick else SPLIT_SHAPES, args.runs,

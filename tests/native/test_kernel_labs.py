@@ -65,6 +65,17 @@ def test_attn_lab_key_split_sweep_checks_every_split(tmp_path: Path) -> None:
     assert all(r["err"] < 1e-4 for r in rows)
 
 
+def test_attn_lab_small_runs_every_kernel_family(tmp_path: Path) -> None:
+    # the short-sequence sweep: all four d40 kernels (tiled, row-wise, dyn, fallback) on a cross-attention shape and
+    # all four d160 ones on a self-attention shape, each checked against float64 before it is timed
+    rows = _run(tmp_path, "attn_lab.py", "--small")["rows"]
+    assert {(r["shape"], r["config"]) for r in rows} == {
+        (shape, f"attn_flash{k}") for shape, kernels in (("quick cross d40", ("_d40", "_r40", "_dyn", "")),
+                                                          ("quick self d160", ("_r160", "_d160", "_dyn", "")))
+        for k in kernels}
+    assert all(r["err"] < 1e-4 for r in rows)
+
+
 def test_lds_lab_times_every_load_kind(tmp_path: Path) -> None:
     """The local-memory / FMA microbenchmark (no numerical result to check): every load kind at both quick FMA
     counts builds, runs and reports a positive time and rate."""
