@@ -62,6 +62,26 @@ QUICK_SPLIT_SHAPES = [("quick d80", 1, 64, 300, 2, 80, "r80", 64, 128, 16),
                       ("quick d160", 2, 20, 77, 2, 160, "r160", 16, 128, 16)]
 
 
+def measure(lab: Lab, launch, out: tuple, ref: np.ndarray, runs: int, name: str, label: str, flops: float = 0.0,
+            **extra) -> dict | None:
+    """Run `launch` once, check the first rows of `out` = (buffer, shape) against `ref` (max rel err < 1e-4), then
+    time it: the result row, or None (reported) for a wrong result."""
+    launch()
+    lab.queue.finish()
+    err = rel_err(lab.read(*out)[:len(ref)], ref)
+    if not err < 1e-4:
+        print(f"{name:28s} {label:28s} wrong result, max rel err {err:.2e}", flush=True)
+        return None
+    ms = lab.timed(launch, runs)
+    row = dict(shape=name, config=label, ms=ms, err=err, **extra)
+    rate = ""
+    if flops:
+        row["tflops"] = flops / ms * 1e-9
+        rate = f" {row['tflops']:6.1f} TFLOP/s"
+    print(f"{name:28s} {label:28s} {ms:8.4f} ms{rate}  err {err:.1e}", flush=True)
+    return row
+
+
 def run_splits(lab: Lab, shapes: list, runs: int, splits_list: list[int]) -> list[dict]:
     prog = lab.program(lib_source())
     rng = np.random.default_rng(1)
@@ -103,18 +123,10 @@ def run_splits(lab: Lab, shapes: list, runs: int, splits_list: list[int]) -> lis
                 def launch(ks=ks, mg=mg, used=used, total4=total4):
                     return [lab.launch(ks, (groups * nt, used), (nt, 1)),
                             lab.launch(mg, (-(-total4 // 64) * 64,), (64,))]
-            launch()
-            lab.queue.finish()
-            err = rel_err(lab.read(o_d, q.shape)[:nref], ref)
-            label = f"{tiling} splits {splits}"
-            if not err < 1e-4:
-                print(f"{name:28s} {label:18s} wrong result, max rel err {err:.2e}", flush=True)
-                continue
-            ms = lab.timed(launch, runs)
-            tflops = 4.0 * n * sq * sk * d * heads / ms * 1e-9
-            rows.append(dict(shape=name, config=label, splits=splits, groups=groups, ms=ms, tflops=tflops, err=err))
-            print(f"{name:28s} {label:18s} groups {groups:4d} {ms:8.4f} ms {tflops:6.1f} TFLOP/s  err {err:.1e}",
-                  flush=True)
+            row = measure(lab, launch, (o_d, q.shape), ref, runs, name, f"{tiling} splits {splits} ({groups} wg)",
+                          4.0 * n * sq * sk * d * heads, splits=splits, groups=groups)
+            if row:
+                rows.append(row)
     return rows
 
 
@@ -154,15 +166,9 @@ def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
             def launch(kern=kern, grid=grid, nt=nt):
                 return [lab.launch(kern, grid, (nt,))]
 
-            launch()
-            lab.queue.finish()
-            err = rel_err(lab.read(o_d, q.shape)[:nref], ref)
-            if not err < 1e-4:
-                print(f"{name:28s} {kname:18s} wrong result, max rel err {err:.2e}", flush=True)
-                continue
-            ms = lab.timed(launch, runs)
-            rows.append(dict(shape=name, config=kname, ms=ms, err=err))
-            print(f"{name:28s} {kname:18s} {ms:8.4f} ms  err {err:.1e}", flush=True)
+            row = measure(lab, launch, (o_d, q.shape), ref, runs, name, kname)
+            if row:
+                rows.append(row)
     return rows
 
 
@@ -193,17 +199,10 @@ def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
             def launch(kern=kern, grid=grid, vnt=vnt):
                 return [lab.launch(kern, grid, (vnt,))]
 
-            launch()
-            lab.queue.finish()
-            err = rel_err(lab.read(o_d, q.shape)[:nref], ref)
-            label = f"{build} attn_flash_{suffix}"
-            if not err < 1e-4:
-                print(f"{name:24s} {label:32s} wrong result, max rel err {err:.2e}", flush=True)
-                continue
-            ms = lab.timed(launch, runs)
-            tflops = 4.0 * s * s * d * heads / ms * 1e-9
-            rows.append(dict(shape=name, config=label, ms=ms, tflops=tflops, err=err))
-            print(f"{name:24s} {label:32s} {ms:8.4f} ms {tflops:6.1f} TFLOP/s  err {err:.1e}", flush=True)
+            row = measure(lab, launch, (o_d, q.shape), ref, runs, name, f"{build} attn_flash_{suffix}",
+                          4.0 * s * s * d * heads)
+            if row:
+                rows.append(row)
     return rows
 
 
