@@ -24,10 +24,10 @@
 #include "gpu/matmul_ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <array>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -1,6 +1,7 @@
 // Sd* fused ops and DEQUANTIZE (kernels in ops/<op>/<backend> sources and
 // backends/<backend>/kernels/elementwise.*).
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -465,13 +466,17 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
                              : 1;
       const Kernel* ks = nullptr;
       const Kernel* merge = nullptr;
-      if (splits > 1 && dev.GetKernel("attn_flash_ks" + sfx, &ks).ok() && dev.GetKernel("attn_merge", &merge).ok()) {
-        u->kps_ = (key_tiles + splits - 1) / splits * t->bk;
-        u->splits_ = (u->sk_ + u->kps_ - 1) / u->kps_;  // no empty range
+      const size_t parts = static_cast<size_t>(u->n_) * u->sq_ * attrs.heads * attrs.head_dim;
+      const int kps = splits > 1 ? (key_tiles + splits - 1) / splits * t->bk : 0;
+      const int used = splits > 1 ? (u->sk_ + kps - 1) / kps : 1;  // no empty range
+      const bool fits = static_cast<size_t>(used) * (parts + 2 * rows) <= INT_MAX;  // kernel offsets are int32
+      if (splits > 1 && fits && dev.GetKernel("attn_flash_ks" + sfx, &ks).ok() &&
+          dev.GetKernel("attn_merge", &merge).ok()) {
+        u->kps_ = kps;
+        u->splits_ = used;
         u->k1_ = ks;
         u->k2_ = merge;
-        const size_t parts = static_cast<size_t>(u->n_) * u->sq_ * attrs.heads * attrs.head_dim;
-        u->scratch_bytes_ = static_cast<size_t>(u->splits_) * (parts + 2 * rows) * sizeof(float);
+        u->scratch_bytes_ = static_cast<size_t>(used) * (parts + 2 * rows) * sizeof(float);
       }
       *out = std::move(u);
       return Status::Ok();

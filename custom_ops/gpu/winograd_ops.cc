@@ -129,8 +129,8 @@ class WinogradOp final : public GpuOp {
     SDGPU_RETURN_IF_ERROR(dev.Launch(*input_[norm_], in_args,
                                      {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
     if (tuner_.pending()) {  // the input transform above is queued before every candidate
-      // split candidates exist only when the output transform sums partials (TileTuner free_splits): time those
-      // without the reduce launch they will never make
+      // where the output transform sums split-K partials, a split candidate is timed without the reduce launch it
+      // will never make (elsewhere its reduce is part of its cost)
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
           dev,
           [&](const TilePlan& p) {
