@@ -285,28 +285,30 @@ class SdAttentionOp final : public GpuOp {
   using GpuOp::scratch_bytes_;
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
+    if (splits_ > 1) return EnqueueKeySplit(dev, in, out, scratch, timings);
     const Dim3 global = {groups_ * wg_, 1, 1}, local = {wg_, 1, 1};
     const TensorRef &q = in[0], &k = in[1], &v = in[2];
-    auto tail = [&](Args& a) {
-      a.Int(sq_).Int(sk_).Int(attrs_.heads).Int(attrs_.head_dim).Float(attrs_.scale).Int(attrs_.causal ? 1 : 0);
-    };
-    if (splits_ > 1) return EnqueueKeySplit(dev, in, out, scratch, timings);
     if (attrs_.variant == AttentionVariant::kFlash) {
       Args a;
       a.Buf(out.buffer, out.elem_offset()).Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset());
       a.Buf(v.buffer, v.elem_offset());
-      tail(a);
+      ShapeArgs(&a);
       return dev.Launch(*k1_, a, global, local, timings);
     }
     Args s;
     s.Buf(scratch.buffer, scratch.elem_offset()).Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset());
-    tail(s);
+    ShapeArgs(&s);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*k1_, s, global, local, timings));
     Args a;
     a.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, scratch.elem_offset()).Buf(q.buffer, q.elem_offset());
     a.Buf(k.buffer, k.elem_offset()).Buf(v.buffer, v.elem_offset());
-    tail(a);
+    ShapeArgs(&a);
     return dev.Launch(*k2_, a, global, local, timings);
+  }
+
+  // The trailing parameters every attention kernel takes: int Sq, int Sk, int H, int D, float scale, int causal.
+  void ShapeArgs(Args* a) const {
+    a->Int(sq_).Int(sk_).Int(attrs_.heads).Int(attrs_.head_dim).Float(attrs_.scale).Int(attrs_.causal ? 1 : 0);
   }
 
   // attn_flash_ks_<t> over splits_ key ranges of kps_ keys into the scratch (parts, then stats), then attn_merge.
@@ -319,7 +321,7 @@ class SdAttentionOp final : public GpuOp {
     Args a;
     a.Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
     a.Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset()).Buf(v.buffer, v.elem_offset());
-    a.Int(sq_).Int(sk_).Int(attrs_.heads).Int(attrs_.head_dim).Float(attrs_.scale).Int(attrs_.causal ? 1 : 0);
+    ShapeArgs(&a);
     a.Int(kps_);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*k1_, a, {groups_ * wg_, static_cast<size_t>(splits_), 1}, {wg_, 1, 1}, timings));
     const int total4 = pstride / 4;

@@ -58,6 +58,9 @@ __constant float wino_f6_at[48] = {
 // x are normed. All a*a loads are issued first and the norm applied in a second pass over d: a runtime branch per
 // load measured 2x slower, and the norm inside the load loop (branch-free selects) 1.5-2.4x slower than this
 // (H200, BENCHMARKS session 11), although the second pass repeats the bounds test.
+// Input pixel (yy, xx) lies inside the H x W image (else the tile reads padding: zero).
+inline bool wino_inside(int yy, int xx, int H, int W) { return yy >= 0 && yy < H && xx >= 0 && xx < W; }
+
 inline void wino_input(const int MT, const int A, __constant const float* bt, __global float* V, int vo,
                        __global const float* X, int xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T,
                        int pad, __global const float* NT, int nto, const int NORM) {
@@ -72,7 +75,7 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
 #pragma unroll
     for (int l = 0; l < A; ++l) {
       const int xx = x0 + l;
-      d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? X[xo + ((img * H + yy) * W + xx) * Ci + ci] : 0.0f;
+      d[k][l] = wino_inside(yy, xx, H, W) ? X[xo + ((img * H + yy) * W + xx) * Ci + ci] : 0.0f;
     }
   }
   if (NORM) {
@@ -87,7 +90,7 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
         // SiLU with the fast exp / reciprocal (a few ulp; each x is normed up to (a/m)^2 times, by every tile
         // that overlaps it, so the full-precision pair cost ~25% of the transform on the H200)
         if (NORM == 2) v *= native_recip(1.0f + native_exp(-v));
-        d[k][l] = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? v : 0.0f;
+        d[k][l] = wino_inside(yy, xx, H, W) ? v : 0.0f;
       }
     }
   }
