@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <exception>
 #include <set>
@@ -200,16 +201,62 @@ void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unorde
           NumElements(add.add_in_dims[k]) != NumElements(add.out_dims)) {
         continue;
       }
-      auto rp = producer.find(r);
+      const StridedSource src = StridedResidualSource(r, j, outs, readers, producer);
+      const int read = src.slice_step >= 0 ? src.tensor : r;  // what the epilogue reads
+      auto rp = producer.find(read);
       if (rp != producer.end() && rp->second >= p) continue;  // R must exist when the op runs
-      const Residual spec = ResidualOf(add.add_in_dims[1 - k], add.out_dims);
+      Residual spec = ResidualOf(add.add_in_dims[1 - k], add.out_dims);
+      if (spec.rows > 0 && src.slice_step >= 0) {
+        // R's row i is the SLICE's row i: the same last axis, so a reshape between them keeps rows
+        if (steps_[src.slice_step].out_dims.back() != add.add_in_dims[1 - k].back() || src.row_elems > INT_MAX) continue;
+        if (spec.row_stride != 0) spec.row_stride = static_cast<int>(src.row_elems);
+      }
       if (spec.rows <= 0 || !op.op->FuseResidual(device(), spec)) continue;
-      op.residual = r;
+      op.residual = read;
+      op.residual_offset = src.slice_step >= 0 ? src.offset : 0;
+      if (src.slice_step >= 0) {  // nothing reads the SLICE's or the views' outputs now
+        steps_[src.slice_step].absorbed = true;
+        for (int v : src.views) steps_[v].absorbed = true;
+      }
       op.output = add.output;  // the op now writes the ADD's output; its own output tensor is never read
       add.absorbed = true;
       break;
     }
   }
+}
+
+GpuPartition::StridedSource GpuPartition::StridedResidualSource(
+    int r, int add, const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers,
+    const std::unordered_map<int, int>& producer) const {
+  StridedSource src;
+  int t = r, reader = add;
+  for (int hops = 0; hops < 8; ++hops) {  // RESHAPE views, then the SLICE
+    auto rd = readers.find(t);
+    auto p = producer.find(t);
+    if (t < 0 || outs.count(t) || rd == readers.end() || rd->second.size() != 1 || rd->second[0] != reader ||
+        p == producer.end()) {
+      return src;
+    }
+    const Step& s = steps_[p->second];
+    if (s.absorbed || s.inputs.empty()) return src;
+    if (s.view) {
+      src.views.push_back(p->second);
+      reader = p->second;
+      t = s.inputs[0];
+      continue;
+    }
+    const size_t rank = s.slice_in.size();
+    if (s.code != kSlice || rank < 2 || s.out_dims.size() != rank) return src;
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      if (s.slice_begin[d] != 0 || s.out_dims[d] != s.slice_in[d]) return src;  // whole rows, a column range
+    }
+    src.slice_step = p->second;
+    src.tensor = s.inputs[0];
+    src.offset = static_cast<size_t>(s.slice_begin.back()) * 4;  // the GPU SLICE handles 4-byte elements only
+    src.row_elems = s.slice_in.back();
+    return src;
+  }
+  return src;
 }
 
 void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
@@ -472,6 +519,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     if (step.residual >= 0) {
       TensorRef r;
       SDGPU_RETURN_IF_ERROR(Ref(step.residual, &r));
+      r.offset += step.residual_offset;
       step.op->set_residual_input(r);
     }
     if (step.norm_input >= 0) {

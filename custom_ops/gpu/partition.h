@@ -31,7 +31,13 @@
 //   same shape, or one row per image / one row for all, like SD's time
 //   embedding) launches nothing: the op writes the ADD's output with R added
 //   in its epilogue (GpuOp::FuseResidual; OpenCL kernels only). SD's ResNet
-//   outputs, the time-embedding adds and the transformer residuals.
+//   outputs, the time-embedding adds and the transformer residuals. When R
+//   is a SLICE of the last axis ([B, C] out of [B, Ctot], through RESHAPE
+//   views; each its only reader) the epilogue reads the SLICE's input at the
+//   column offset with row stride Ctot and the SLICE launches nothing: cfg
+//   batch 2's time-embedding projections, which `--fuse` merges into one
+//   [2, 22*C] FULLY_CONNECTED, are strided columns that no byte-offset view
+//   covers (BENCHMARKS session 13: 22 ADD + 22 SLICE launches at b2).
 //   Gated GELUs: an SdGelu(gated) whose input is a FULLY_CONNECTED's output,
 //   directly or through a RESHAPE (each its only reader, not a partition
 //   output; constant weights) launches nothing: the FC's epilogue writes
@@ -104,6 +110,7 @@ class GpuPartition {
     std::vector<std::vector<int64_t>> add_in_dims;  // ADD: the dims of its two inputs
     std::vector<int64_t> out_dims;
     int residual = -1;          // tensor added in this op's epilogue (its output is then the ADD's)
+    size_t residual_offset = 0; // bytes into `residual` where R starts (a strided SLICE's columns, else 0)
     int gated_gelu = -1;        // SdGelu(gated): the kernels' GELU code (12 erf, 13 tanh, 14 quick), else -1
     int group_norm_silu = -1;   // SdGroupNorm: 1 with SiLU, 0 without; else -1
     int norm_input = -1;        // input-norm prologue: the tensor this op normalises as it reads it (FuseInputNorms)
@@ -131,6 +138,18 @@ class GpuPartition {
   // partition's output tensors, `readers` the steps that read each tensor on the device.
   void SplitGemmColumns(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseResidualAdds(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
+  // FuseResidualAdds' strided case: when tensor `r` is a SLICE of the last axis of a [rows, Ctot] tensor (through
+  // RESHAPE views, each tensor of the chain read only by the next step, the last one by `add`), the SLICE's step
+  // index, input tensor, byte offset of its first column, Ctot and the views' step indices; else slice_step -1.
+  struct StridedSource {
+    int slice_step = -1, tensor = -1;
+    size_t offset = 0;
+    int64_t row_elems = 0;
+    std::vector<int> views;
+  };
+  StridedSource StridedResidualSource(int r, int add, const std::set<int>& outs,
+                                      const std::unordered_map<int, std::vector<int>>& readers,
+                                      const std::unordered_map<int, int>& producer) const;
   void FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseInputNorms(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   // Output tensor -> index of the step producing it (the fold passes rebuild it: a fold moves an output).

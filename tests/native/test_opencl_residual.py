@@ -1,8 +1,10 @@
 """Residual ADDs folded into the epilogue of the op that produces one of their operands (OpenCL, PoCL in CI):
 FULLY_CONNECTED, CONV_2D (tiled implicit GEMM) and SdConv2DWinograd write ADD(op output, R) directly, split-K GEMMs
 add R in their reduce, and the ADD launches nothing. R may have the output's shape, one row per image (SD's time
-embedding, [B, 1, 1, C]) or one row ([C]). Cases that must keep their ADD launch: a fused activation on the ADD, an
-op output with a second reader, an R produced after the op."""
+embedding, [B, 1, 1, C]) or one row ([C]), or be a column SLICE of a wider tensor (cfg batch 2's merged
+time-embedding projections: the epilogue reads the SLICE's input with its row stride, the SLICE launches nothing).
+Cases that must keep their ADD launch: a fused activation on the ADD, an op output with a second reader, an R
+produced after the op."""
 from __future__ import annotations
 
 import json
@@ -73,6 +75,22 @@ def _add_launches(nodes) -> list[bool]:
 
 def _kernels(nodes, op: str) -> list[str]:
     return [k["name"] for n in nodes if n["op"] == op for k in n["kernels"]]
+
+
+def _slice(g: OpGraphBuilder, x: int, begin, size, name: str) -> int:
+    y = g.tensor(name, list(size))
+    ins = [x, g.const(f"{name}_begin", np.asarray(begin, np.int32)), g.const(f"{name}_size", np.asarray(size, np.int32))]
+    g.builtin(S.BuiltinOperator.SLICE, S.BuiltinOptions.SliceOptions, S.SliceOptionsT(), ins, [y])
+    return y
+
+
+def _reshape(g: OpGraphBuilder, x: int, shape, name: str) -> int:
+    o = S.ReshapeOptionsT()
+    o.newShape = list(shape)
+    y = g.tensor(name, list(shape))
+    g.builtin(S.BuiltinOperator.RESHAPE, S.BuiltinOptions.ReshapeOptions, o,
+              [x, g.const(f"{name}_shape", np.asarray(shape, np.int32))], [y])
+    return y
 
 
 def _rand(rng, *shape) -> np.ndarray:
@@ -187,3 +205,38 @@ def test_fuse_epilogues_option(rng, tmp_path):
         load_delegate(str(native.delegate_path()), {"backend": "opencl", "fuse_epilogues": "yes"})
     with pytest.raises(native.NativeDelegateError, match="fuse_epilogues must be a bool"):
         native.load(backend="opencl", fuse_epilogues="1")
+
+
+@pytest.mark.parametrize("slice_is_output", [False, True])
+@pytest.mark.parametrize("kind", ["conv", "conv/2", "wino4"])
+def test_strided_slice_residual(rng, tmp_path, monkeypatch, kind, slice_is_output):
+    """cfg batch 2's time embedding: FC [2, 24] -> [2, 96], SLICE columns 32..63 ([2, 32], not one contiguous run),
+    RESHAPE [2, 1, 1, 32], ADD to a conv's [2, H, W, 32] output. The conv's epilogue reads the FC output at column
+    32 with row stride 96: neither the ADD nor the SLICE launches. When the SLICE's output is also a partition
+    output it keeps its launch and the ADD folds with the SLICE's own output as R."""
+    if kind == "conv/2":
+        monkeypatch.setenv("SDGPU_GEMM_TILES", "64x64/2")
+    shape = (2, 12, 10, 32)
+    g = OpGraphBuilder()
+    e, x = g.input("e", [2, 24]), g.input("x", [2, 12, 10, 16])
+    we, be = _rand(rng, 96, 24), _rand(rng, 96)
+    temb = _fc(g, e, we, be, [2, 96], "temb")
+    s = _slice(g, temb, [0, 32], [2, 32], "s")
+    other = _slice(g, temb, [0, 64], [2, 32], "other")  # the FC output's second reader, like SD's 22 slices
+    r = _reshape(g, s, [2, 1, 1, 32], "r")
+    w, b = _rand(rng, 32, 3, 3, 16), _rand(rng, 32)
+    y = _wino(g, x, w, b, shape, "c", 4) if kind == "wino4" else _conv(g, x, w, b, shape, "c")
+    g.output(_add(g, y, r, shape, "y"))
+    g.output(other)
+    if slice_is_output:
+        g.output(s)
+    ev, xv = _rand(rng, 2, 24), _rand(rng, 2, 12, 10, 16)
+    out, nodes = _run(g.build(), tmp_path, e=ev, x=xv)
+    t = ev.astype(np.float64) @ we.T + be
+    assert_close(out["y"], conv2d_ref(xv, w, b) + t[:, None, None, 32:64].astype(np.float32), rtol=1e-4)
+    assert_close(out["other"], t[:, 64:].astype(np.float32), rtol=1e-5)
+    if slice_is_output:
+        assert_close(out["s"], t[:, 32:64].astype(np.float32), rtol=1e-5)
+    assert _add_launches(nodes) == [False]
+    slice_launches = [bool(n["kernels"]) for n in nodes if n["op"] == "SLICE"]
+    assert slice_launches == [slice_is_output, True]  # `other` is a partition output: copied
