@@ -1,4 +1,4 @@
-"""The pyopencl kernel labs of scripts/h200 (skinny_lab.py, attn_lab.py) on this machine's OpenCL (PoCL in CI).
+"""The pyopencl kernel labs of scripts/h200 (skinny_lab.py, attn_lab.py, wino_lab.py) on this machine's OpenCL (PoCL in CI).
 
 They compile the delegate's own kernel source outside the delegate, so a change to the kernel files or to
 CMake's list of them can break them silently; and their candidate kernels must compute what they time. Each lab
@@ -87,3 +87,12 @@ def test_lds_lab_times_every_load_kind(tmp_path: Path) -> None:
     assert {(r["kind"], r["fma_per_load"]) for r in rows} == {
         (k, f) for k in ("lds4_bcast", "lds4_distinct", "l1_4_bcast", "lds1_bcast", "none") for f in (4, 8)}
     assert all(r["ms"] > 0 and r["tfma_s"] > 0 for r in rows)
+
+
+def test_wino_lab_checks_every_split_transform(tmp_path: Path) -> None:
+    """wino_lab.py's split transforms (wino_split.cl) against the library's, every quick shape and transform: the
+    lab exits 1 on a mismatch, and every row here must carry both timings."""
+    rows = _run(tmp_path, "wino_lab.py")["rows"]
+    assert {r["shape"] for r in rows} == {"b1 12x12 40 F6", "b2 9x9 24 F4", "b1 8x8 70 F2"}
+    assert len(rows) == 9 and {r["transform"] for r in rows} == {"input gnsilu", "output", "output + residual"}
+    assert all(r["err"] < 1e-5 and r["lib_ms"] > 0 and r["split_ms"] > 0 for r in rows)
