@@ -10,7 +10,7 @@
 //               int pw, int M, int act, int splits, int k_split)           z = splits; needs Ci % 16 == 0
 //   gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N,
 //                      int act)                                            global = (N, M, batch), local 16 x 16
-// with BMxBN in {64x64, 128x64, 128x128} (256 threads) and {64x64n128, 32x64n128, 128x64n128, 64x128n128} (128 threads,
+// with BMxBN in {64x64, 128x64, 128x128} (256 threads) and {64x64n128, 32x64n128, 128x64n128, 64x128n128, 32x128n128} (128 threads,
 // OpenCL only), plus the GEMM-only skinny gemm_t16x64 (same parameters; rows
 // M <= 16 per tile: the Winograd GEMMs of small maps, where T = 16 tiles would leave 3/4 of a 64-row
 // tile idle, and FCs of a few rows; weight-bandwidth bound by design, see gemm_tiled.cl). A config
@@ -68,6 +68,9 @@ constexpr TileConfig kTileConfigs[] = {
     {64, 128, 128, 0.5, "gemm_t64x128n128", "conv_t64x128n128"},
     {64, 64, 128, 0.5, "gemm_t64x64n128", "conv_t64x64n128"},
     {32, 64, 128, 0.4, "gemm_t32x64n128", nullptr},
+    // 4x8 per work-item: 32 FMAs per 3 local float4 reads (4x4: 16 per 2), for 32-row problems (cfg batch 2's
+    // Winograd GEMMs of the 16x16 and 8x8 maps); ranked below 32x64n128, so only the tuner picks it
+    {32, 128, 128, 0.35, "gemm_t32x128n128", nullptr},
     {16, 64, 256, 0.35, "gemm_t16x64", nullptr},
 };
 // Threads that keep a large GPU busy (two 256-thread work-groups resident per SM on a 132-SM

@@ -21,7 +21,7 @@ from tflite_gemm_models import conv2d_model, conv2d_ref, fully_connected_model, 
 
 # 16x64: the skinny kernel (GEMM only); n128: the 128-thread instances (GL has none)
 TILE_CONFIGS = ("64x64", "128x64", "128x128", "16x64", "64x64n128", "32x64n128", "128x64n128",
-                "64x128n128")
+                "64x128n128", "32x128n128")
 
 
 def _half(a: np.ndarray) -> np.ndarray:

@@ -19,9 +19,9 @@
 // Instances (tile configs are #defines through the macros below, so one source
 // serves PoCL and NVIDIA; gpu/matmul_ops.cc picks one per shape):
 //   gemm_t64x64 / gemm_t128x64 / gemm_t128x128   strided GEMM (FC, BATCH_MATMUL, Winograd's batched GEMM)
-//   gemm_t64x64n128 / gemm_t32x64n128 / gemm_t128x64n128 / gemm_t64x128n128
+//   gemm_t64x64n128 / gemm_t32x64n128 / gemm_t128x64n128 / gemm_t64x128n128 / gemm_t32x128n128
 //                                                 the same with 128 threads (16 x 8): twice the micro-tile
-//                                                 rows per work-item (8x4, 4x4, 16x4, 8x8), more work-groups per SM
+//                                                 rows per work-item (8x4, 4x4, 16x4, 8x8, 4x8), more work-groups per SM
 //   gemm_t16x64                                   the same GEMM for <= 16-row tiles (own loop, see below)
 //   conv_t64x64 / conv_t128x64 / conv_t128x128 / conv_t64x64n128 / conv_t128x64n128 / conv_t64x128n128
 //                                                 NHWC implicit-GEMM conv, needs Ci % 16 == 0
@@ -306,6 +306,7 @@ SD_GEMM_TILED(gemm_t128x64, 128, 64, 256)
 SD_GEMM_TILED(gemm_t128x128, 128, 128, 256)
 SD_GEMM_TILED(gemm_t64x64n128, 64, 64, 128)
 SD_GEMM_TILED(gemm_t32x64n128, 32, 64, 128)
+SD_GEMM_TILED(gemm_t32x128n128, 32, 128, 128)
 SD_GEMM_TILED(gemm_t128x64n128, 128, 64, 128)
 SD_GEMM_TILED(gemm_t64x128n128, 64, 128, 128)
 
