@@ -6,6 +6,18 @@
 // BT d) into local memory; after one barrier work-item (c, i) forms row i of (BT d) BT^T and stores its A values.
 // Output: work-item (c, l) loads column l of M (A values, summing split-K partials), forms AT M[:, l]; after the
 // barrier work-items i < m form row i of (AT M) AT^T, add bias / activation / residual and store m pixels.
+// lt[(i * A + l) * CW + c] = (mat . col)[i] for i < R: column l of the first (row) pass, for the exchange.
+inline void ws_column(const int R, const int A, const int CW, __constant const float* mat, const float* col,
+                      __local float* lt, int l, int c) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < A; ++k) s = mad(mat[i * A + k], col[k], s);
+    lt[(i * A + l) * CW + c] = s;
+  }
+}
+
 inline void ws_input(const int MT, const int A, const int CW, __constant const float* bt, __local float* lt,
                      __global float* V, int vo, __global const float* X, int xo, int H, int W, int Ci, int tiles_h,
                      int tiles_w, int T, int pad, __global const float* NT, int nto, const int NORM) {
@@ -28,13 +40,7 @@ inline void ws_input(const int MT, const int A, const int CW, __constant const f
       d[k] = wino_inside(y0 + k, xx, H, W) ? v : 0.0f;
     }
   }
-#pragma unroll
-  for (int i = 0; i < A; ++i) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < A; ++k) s = mad(bt[i * A + k], d[k], s);
-    lt[(i * A + l) * CW + c] = s;  // (BT d)[i][l]
-  }
+  ws_column(A, A, CW, bt, d, lt, l, c);  // (BT d)[i][l]
   barrier(CLK_LOCAL_MEM_FENCE);
   if (!live) return;
   const int i = l;
@@ -72,13 +78,7 @@ inline void ws_output(const int MT, const int A, const int CW, __constant const 
     }
     mm[k] = v;
   }
-#pragma unroll
-  for (int i = 0; i < MT; ++i) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < A; ++k) s = mad(at[i * A + k], mm[k], s);
-    lt[(i * A + l) * CW + c] = s;  // (AT M)[i][l]
-  }
+  ws_column(MT, A, CW, at, mm, lt, l, c);  // (AT M)[i][l]
   barrier(CLK_LOCAL_MEM_FENCE);
   if (!live || l >= MT) return;
   const int i = l, oy = ty * MT + i;
