@@ -246,7 +246,8 @@ GpuPartition::StridedSource GpuPartition::StridedResidualSource(
       continue;
     }
     const size_t rank = s.slice_in.size();
-    if (s.code != kSlice || rank < 2 || s.out_dims.size() != rank) return src;
+    // a column block of a split GEMM reads a [parts][M][N/parts] output, not the [M, N] rows assumed here
+    if (s.code != kSlice || s.column_block || rank < 2 || s.out_dims.size() != rank) return src;
     for (size_t d = 0; d + 1 < rank; ++d) {
       if (s.slice_begin[d] != 0 || s.out_dims[d] != s.slice_in[d]) return src;  // whole rows, a column range
     }

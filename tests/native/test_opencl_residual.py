@@ -214,29 +214,49 @@ def test_strided_slice_residual(rng, tmp_path, monkeypatch, kind, slice_is_outpu
     RESHAPE [2, 1, 1, 32], ADD to a conv's [2, H, W, 32] output. The conv's epilogue reads the FC output at column
     32 with row stride 96: neither the ADD nor the SLICE launches. When the SLICE's output is also a partition
     output it keeps its launch and the ADD folds with the SLICE's own output as R."""
+    _strided_case(rng, tmp_path, monkeypatch, kind, slice_is_output, blocks=False)
+
+
+def test_column_block_residual_is_not_read_strided(rng, tmp_path, monkeypatch):
+    """A bias-free FC whose readers are all SLICEs of equal column blocks writes [3][2][32] (the split GEMM of
+    `sdconvert --fuse`'s q/k/v), so its block 1 is NOT columns 32..63 of [2, 96] rows: the ADD folds with the
+    block's view as R (a contiguous run), never the strided read of the FC output."""
+    _strided_case(rng, tmp_path, monkeypatch, "conv", False, blocks=True)
+
+
+def _strided_case(rng, tmp_path, monkeypatch, kind, slice_is_output, blocks):
     if kind == "conv/2":
         monkeypatch.setenv("SDGPU_GEMM_TILES", "64x64/2")
     shape = (2, 12, 10, 32)
     g = OpGraphBuilder()
     e, x = g.input("e", [2, 24]), g.input("x", [2, 12, 10, 16])
-    we, be = _rand(rng, 96, 24), _rand(rng, 96)
-    temb = _fc(g, e, we, be, [2, 96], "temb")
+    we, be = _rand(rng, 96, 24), (np.zeros(96, np.float32) if blocks else _rand(rng, 96))
+    temb = _fc(g, e, we, None if blocks else be, [2, 96], "temb")
     s = _slice(g, temb, [0, 32], [2, 32], "s")
     other = _slice(g, temb, [0, 64], [2, 32], "other")  # the FC output's second reader, like SD's 22 slices
+    if blocks:  # every reader a block, none a partition output: the FC's output is split
+        first = _slice(g, temb, [0, 0], [2, 32], "first")
+        other = _add(g, other, first, [2, 32], "other_plus_first")
     r = _reshape(g, s, [2, 1, 1, 32], "r")
     w, b = _rand(rng, 32, 3, 3, 16), _rand(rng, 32)
     y = _wino(g, x, w, b, shape, "c", 4) if kind == "wino4" else _conv(g, x, w, b, shape, "c")
     g.output(_add(g, y, r, shape, "y"))
     g.output(other)
+    other_name = "other_plus_first" if blocks else "other"
     if slice_is_output:
         g.output(s)
     ev, xv = _rand(rng, 2, 24), _rand(rng, 2, 12, 10, 16)
     out, nodes = _run(g.build(), tmp_path, e=ev, x=xv)
     t = ev.astype(np.float64) @ we.T + be
     assert_close(out["y"], conv2d_ref(xv, w, b) + t[:, None, None, 32:64].astype(np.float32), rtol=1e-4)
-    assert_close(out["other"], t[:, 64:].astype(np.float32), rtol=1e-5)
+    want_other = t[:, 64:] + (t[:, :32] if blocks else 0.0)
+    assert_close(out[other_name], want_other.astype(np.float32), rtol=1e-5)
     if slice_is_output:
         assert_close(out["s"], t[:, 32:64].astype(np.float32), rtol=1e-5)
-    assert _add_launches(nodes) == [False]
     slice_launches = [bool(n["kernels"]) for n in nodes if n["op"] == "SLICE"]
-    assert slice_launches == [slice_is_output, True]  # `other` is a partition output: copied
+    if blocks:  # the blocks are views of the split output; R is block 1's view
+        assert _add_launches(nodes) == [True, False]  # other + first, then the residual ADD
+        assert slice_launches == [False, False, False]
+    else:
+        assert _add_launches(nodes) == [False]
+        assert slice_launches == [slice_is_output, True]  # `other` is a partition output: copied
