@@ -81,7 +81,7 @@ inline void ws_output(const int MT, const int A, const int CW, __constant const 
   ws_column(MT, A, CW, at, mm, lt, l, c);  // (AT M)[i][l]
   barrier(CLK_LOCAL_MEM_FENCE);
   if (!live || l >= MT) return;
-  const int i = l, oy = ty * MT + i;
+  const int i = l;
   float row[8];
 #pragma unroll
   for (int q = 0; q < A; ++q) row[q] = lt[(i * A + q) * CW + c];
@@ -89,17 +89,16 @@ inline void ws_output(const int MT, const int A, const int CW, __constant const 
   float rv[6];
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
-    const int ox = tx * MT + j;
-    const int pix = (img * Ho + oy) * Wo + ox;
-    rv[j] = rrows > 0 && oy < Ho && ox < Wo ? R[ro + (pix / rrows) * rsm + co] : 0.0f;
+    const int pix = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
+    rv[j] = rrows > 0 && pix >= 0 ? R[ro + (pix / rrows) * rsm + co] : 0.0f;
   }
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
-    const int ox = tx * MT + j;
     float s = 0.0f;
 #pragma unroll
     for (int q = 0; q < A; ++q) s = mad(row[q], at[j * A + q], s);
-    if (oy < Ho && ox < Wo) Y[yo + ((img * Ho + oy) * Wo + ox) * Co + co] = sd_act(s + b, act) + rv[j];
+    const int pix = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
+    if (pix >= 0) Y[yo + pix * Co + co] = sd_act(s + b, act) + rv[j];
   }
 }
 

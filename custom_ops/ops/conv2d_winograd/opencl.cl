@@ -117,6 +117,11 @@ inline void wino_input(const int MT, const int A, __constant const float* bt, __
   }
 }
 
+// Output pixel (oy, ox) of image img as its NHWC row (img * Ho + oy) * Wo + ox, or -1 when the tile's crop drops it.
+inline int wino_out_pixel(int img, int oy, int ox, int Ho, int Wo) {
+  return oy < Ho && ox < Wo ? (img * Ho + oy) * Wo + ox : -1;
+}
+
 // SUM (a literal per kernel): Mb holds the GEMM's split-K partials [a*a][splits][T][Co] and this sums them (no
 // reduce launch); else Mb is M and splits is ignored.
 inline void wino_output(const int MT, const int A, __constant const float* at, __global float* Y, int yo,
@@ -164,27 +169,22 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
   if (rrows > 0) {
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
-      const int oy = ty * MT + i;
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
-        const int ox = tx * MT + j;
-        const int row = (img * Ho + oy) * Wo + ox;  // the output pixel: the GEMM row of the residual epilogue
-        rv[i][j] = oy < Ho && ox < Wo ? R[ro + (row / rrows) * rsm + co] : 0.0f;
+        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);  // the residual epilogue's GEMM row
+        rv[i][j] = row >= 0 ? R[ro + (row / rrows) * rsm + co] : 0.0f;
       }
     }
   }
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
-    const int oy = ty * MT + i;
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
-      const int ox = tx * MT + j;
       float s = 0.0f;
 #pragma unroll
       for (int l = 0; l < A; ++l) s = mad(tmp[i][l], at[j * A + l], s);
-      if (oy < Ho && ox < Wo) {
-        Y[yo + ((img * Ho + oy) * Wo + ox) * Co + co] = sd_act(s + b, act) + (rrows > 0 ? rv[i][j] : 0.0f);
-      }
+      const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
+      if (row >= 0) Y[yo + row * Co + co] = sd_act(s + b, act) + (rrows > 0 ? rv[i][j] : 0.0f);
     }
   }
 }
