@@ -329,15 +329,19 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
   if (!enabled) return Status::Ok();
   std::vector<ScoredPlan> scored;  // one entry under SDGPU_GEMM_TILES: nothing to tune
   SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
+  // Split partials are arena memory for the whole run: a candidate may add at most kTuneScratchCap beyond the cost
+  // model's plan (the first candidate). The VAE's 512x512 Winograd GEMMs at 4 splits took its arena from 1.4 to
+  // 2.4 GB (H200 kit, 9617e3c).
+  auto within_cap = [&](const TilePlan& p) {
+    return candidates_.empty() || p.scratch_bytes <= std::max(candidates_.front().scratch_bytes, kTuneScratchCap);
+  };
   std::vector<const TileConfig*> seen;
   for (const ScoredPlan& sp : scored) {  // cheapest first: PlanTiles' plan, then each other config's best split
     if (std::find(seen.begin(), seen.end(), sp.config) != seen.end()) continue;
     seen.push_back(sp.config);
     TilePlan p;
     SDGPU_RETURN_IF_ERROR(MakePlan(dev, conv, sp, M, N, K, batch, &p));
-    if (candidates_.empty() || p.scratch_bytes <= std::max(candidates_.front().scratch_bytes, kTuneScratchCap)) {
-      candidates_.push_back(p);
-    }
+    if (within_cap(p)) candidates_.push_back(p);
   }
   int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
   bool forced = false;
@@ -354,11 +358,7 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
       const bool dup = std::any_of(candidates_.begin(), candidates_.end(), [&](const TilePlan& c) {
         return c.kernel == p.kernel && c.threads == p.threads && c.splits == p.splits;
       });
-      // the cost-model candidates' scratch cap: split partials are arena memory for the whole run, and the VAE's
-      // 512x512 Winograd GEMMs at 4 splits took its arena from 1.4 to 2.4 GB (H200 kit, 9617e3c)
-      if (!dup && p.scratch_bytes <= std::max(candidates_.front().scratch_bytes, kTuneScratchCap)) {
-        candidates_.push_back(p);
-      }
+      if (!dup && within_cap(p)) candidates_.push_back(p);
     }
   }
   if (candidates_.size() < 2) candidates_.clear();

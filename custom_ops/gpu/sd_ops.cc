@@ -471,14 +471,15 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
       const size_t parts = static_cast<size_t>(u->n_) * u->sq_ * attrs.heads * attrs.head_dim;
       const int kps = splits > 1 ? (key_tiles + splits - 1) / splits * t->bk : 0;
       const int used = splits > 1 ? (u->sk_ + kps - 1) / kps : 1;  // no empty range
-      const bool fits = static_cast<size_t>(used) * (parts + 2 * rows) <= INT_MAX;  // kernel offsets are int32
+      const size_t scratch_elems = static_cast<size_t>(used) * (parts + 2 * rows);  // O parts, then (m, l) stats
+      const bool fits = scratch_elems <= INT_MAX;                                    // kernel offsets are int32
       if (splits > 1 && fits && dev.GetKernel("attn_flash_ks" + sfx, &ks).ok() &&
           dev.GetKernel("attn_merge", &merge).ok()) {
         u->kps_ = kps;
         u->splits_ = used;
         u->k1_ = ks;
         u->k2_ = merge;
-        u->scratch_bytes_ = static_cast<size_t>(used) * (parts + 2 * rows) * sizeof(float);
+        u->scratch_bytes_ = scratch_elems * sizeof(float);
       }
       *out = std::move(u);
       return Status::Ok();
