@@ -571,7 +571,8 @@ Status GpuPartition::WriteProfile() const {
   const std::string& path = backend_->options().profile_path;
   if (path.empty()) return Status::Ok();
   // Device time of each node (all of its launches) and of each kernel it launched, averaged over invocations.
-  std::string j = "{\"device\":\"" + device().name() + "\",\"method\":\"" + device().timing_method() +
+  std::string j = "{\"device\":\"" + device().name() + "\",\"compute_units\":" +
+                  std::to_string(device().compute_units()) + ",\"method\":\"" + device().timing_method() +
                   "\",\"invocations\":" + std::to_string(invocations_) + ",\"nodes\":[";
   const double runs = static_cast<double>(std::max(1LL, invocations_));
   auto ms_text = [runs](double total) {

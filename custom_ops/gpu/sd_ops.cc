@@ -4,6 +4,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "gpu/builtin_params.h"
 #include "gpu/matmul_ops.h"
@@ -44,7 +46,8 @@ constexpr int64_t kGroupNormNhwcMax = 16384;
 // head_dim 0 = any head dim up to max_head_dim. min_keys: the tiling is picked only for Sk >= min_keys.
 // bk: keys per staged tile (NS * KS) of the row-wise tilings, which also have the key-split kernel
 // attn_flash_ks_<suffix>; 0 = no key split. auto_split: the delegate splits this tiling's keys in 2 on its own
-// when the grid has at most one work-group per compute unit (AttnKeySplits).
+// when the grid has at most one work-group per compute unit (AttnKeySplits). max_groups_per_cu: > 0 = picked only
+// when its grid (batch x heads x query blocks) has at most that many work-groups per compute unit.
 struct AttnTiling {
   const char* suffix;
   int head_dim;
@@ -54,18 +57,24 @@ struct AttnTiling {
   int min_keys;
   int bk;
   bool auto_split;
+  int max_groups_per_cu;
 };
-// The first entry that fits a head dim and key count is used (a fixed-D one before "dyn").
+// Candidates in order (a fixed-D one before "dyn"); the first that fits a head dim, key count and grid, and
+// whose kernel the backend has, is used.
 constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through SDGPU_ATTN_TILING
 constexpr AttnTiling kAttnTilings[] = {
-    {"r40", 40, 40, 128, 128, 256, 16, false},  // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS)
-    {"r80", 80, 80, 64, 128, 256, 16, true},    // self-attention at 32x32
-    {"d40", 40, 40, 64, 128, 0, 0, false},
-    {"d80", 80, 80, 32, 128, 0, 0, false},
-    {"r160", 160, 160, 16, 128, 0, 16, false},  // 16x16 and 8x8 levels, self and cross (faster than d160 at every Sk)
-    {"d160", 160, 160, 32, 128, kForcedOnly, 0, false},
-    {"d512", 512, 512, 32, 256, 0, 0, false},
-    {"dyn", 0, 512, 32, 256, 0, 0, false},  // ATT_DYN_MAXD
+    // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
+    {"r40", 40, 40, 128, 128, 256, 16, false, 0},
+    {"h80", 80, 80, 64, 256, 256, 16, false, 1},  // self-attention at 32x32 when one wave holds it (b1)
+    {"r80", 80, 80, 64, 128, 256, 16, true, 0},   // self-attention at 32x32
+    {"d40", 40, 40, 64, 128, 0, 0, false, 0},
+    {"d80", 80, 80, 32, 128, 0, 0, false, 0},
+    {"h160", 160, 160, 16, 256, 256, 16, false, 1},  // 16x16 self-attention, one wave (b1)
+    {"h160w", 160, 160, 32, 256, 256, 16, false, 1},  // the same with 32-query blocks (b2)
+    {"r160", 160, 160, 16, 128, 0, 16, false, 0},  // 16x16 and 8x8 levels, self and cross (faster than d160 at every Sk)
+    {"d160", 160, 160, 32, 128, kForcedOnly, 0, false, 0},
+    {"d512", 512, 512, 32, 256, 0, 0, false, 0},
+    {"dyn", 0, 512, 32, 256, 0, 0, false, 0},  // ATT_DYN_MAXD
 };
 constexpr int kTiledMaxHeadDim = 512;  // ATT_DYN_MAXD
 
@@ -425,18 +434,26 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
 // the fallback kernels); a forced tiling that cannot run the head dim is ignored.
 const char* ForcedAttnTiling() { return std::getenv("SDGPU_ATTN_TILING"); }
 
-// The tiling for `head_dim` and `keys` (Sk): the first instantiation of its own head dim whose min_keys it
-// reaches, else the any-head-dim one; nullptr when none fits. A forced tiling wins whenever it fits the head dim.
-const AttnTiling* PickAttnTiling(int head_dim, int keys, const char* forced) {
-  const AttnTiling* pick = nullptr;
+// The tilings for `head_dim`, `keys` (Sk) and `blocks_of(bq)` work-groups on `compute_units` CUs, best first: those
+// of its own head dim whose min_keys and max_groups_per_cu it meets, in table order, then the any-head-dim one. A
+// forced tiling is the only candidate whenever it fits the head dim.
+template <typename BlocksOf>
+std::vector<const AttnTiling*> AttnTilingCandidates(int head_dim, int keys, const BlocksOf& blocks_of,
+                                                    int compute_units, const char* forced) {
+  std::vector<const AttnTiling*> own, any;
   for (const AttnTiling& t : kAttnTilings) {
     const bool fits = t.head_dim == 0 ? head_dim <= t.max_head_dim : head_dim == t.head_dim;
     if (!fits) continue;
-    if (forced != nullptr && std::strcmp(forced, t.suffix) == 0) return &t;
+    if (forced != nullptr && std::strcmp(forced, t.suffix) == 0) return {&t};
     if (keys < t.min_keys) continue;
-    if (pick == nullptr || (pick->head_dim == 0 && t.head_dim != 0)) pick = &t;
+    if (t.max_groups_per_cu > 0 &&
+        (compute_units <= 0 || blocks_of(t.bq) > static_cast<size_t>(t.max_groups_per_cu) * compute_units)) {
+      continue;
+    }
+    (t.head_dim == 0 ? any : own).push_back(&t);
   }
-  return pick;
+  own.insert(own.end(), any.begin(), any.end());
+  return own;
 }
 
 Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dims& q, const Dims& k, int key_splits,
@@ -453,14 +470,20 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
 
   const char* forced = ForcedAttnTiling();
   const bool legacy_only = forced != nullptr && std::strcmp(forced, "legacy") == 0;
-  const AttnTiling* t = legacy_only ? nullptr : PickAttnTiling(attrs.head_dim, u->sk_, forced);
-  if (t != nullptr && t->nt <= dev.max_work_group_size()) {
+  const auto blocks_of = [&](size_t bq) {
+    return static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + bq - 1) / bq);
+  };
+  const std::vector<const AttnTiling*> candidates =
+      legacy_only ? std::vector<const AttnTiling*>{}
+                  : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);
+  for (const AttnTiling* t : candidates) {
+    if (t->nt > dev.max_work_group_size()) continue;
     const std::string sfx = std::string("_") + t->suffix;
     const bool found = flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()
                              : dev.GetKernel("attn_stats" + sfx, &u->k1_).ok() &&
                                    dev.GetKernel("attn_pv" + sfx, &u->k2_).ok();
     if (found) {
-      u->groups_ = static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + t->bq - 1) / t->bq);
+      u->groups_ = blocks_of(t->bq);
       u->wg_ = t->nt;
       const int key_tiles = t->bk > 0 ? (u->sk_ + t->bk - 1) / t->bk : 0;
       const int splits = flash && !attrs.causal && t->bk > 0 && attrs.head_dim % 4 == 0

@@ -30,10 +30,22 @@ from cl_lab import Lab, lib_source, rel_err  # noqa: E402
 # (name, S (= Sq = Sk), heads, head dim, the library's tiling, its BQ, its NT)
 SHAPES = [("64x64 self 4096 d40", 4096, 8, 40, "r40", 128, 128), ("32x32 self 1024 d80", 1024, 8, 80, "r80", 64, 128)]
 QUICK_SHAPES = [("quick d40", 256, 2, 40, "r40", 128, 128), ("quick d80", 128, 2, 80, "r80", 64, 128)]
-EXTRA = {
-    "r40": ["x1, 40, 2, 64, 2, 4, 1, 0.0f, 0", "x2, 40, 2, 32, 4, 8, 1, 8.0f, 0", "x3, 40, 2, 64, 2, 8, 1, 8.0f, 0"],
-    "r80": ["y1, 80, 2, 32, 4, 8, 1, 8.0f, 1", "y2, 80, 2, 32, 4, 4, 1, 0.0f, 1"],
+EXTRA = {  # session 14: the head-dim split (DS = 2) at d40 with 4 and 3 rows per work-item (both slower than r40)
+    "r40": ["h2, 40, 4, 32, 2, 4, 1, 0.0f, 0, 2", "h7, 40, 3, 32, 2, 8, 1, 0.0f, 0, 2"],
+    "r80": ["g1, 80, 2, 32, 2, 4, 1, 8.0f, 0, 2"],
 }
+
+
+def extra_source() -> str:
+    """The library source with every EXTRA instantiation appended."""
+    extra = "\n".join(f"ATR_INSTANTIATE({line})" for lines in EXTRA.values() for line in lines)
+    return lib_source().replace("#undef ATR_INSTANTIATE", extra + "\n#undef ATR_INSTANTIATE")
+
+
+def extra_geometry(line: str) -> tuple[str, int, int]:
+    """(suffix, BQ = RW*RM, NT = RW*NS*DS) of an EXTRA line (suffix, D, RM, RW, NS, KS, DB, LZ, QL, DS)."""
+    p = [x.strip() for x in line.split(",")]
+    return p[0], int(p[3]) * int(p[2]), int(p[3]) * int(p[4]) * int(p[9])
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, d: int, rows: int) -> np.ndarray:
@@ -51,6 +63,8 @@ SPLIT_SHAPES = [
     ("b1 64x64 self 4096 d40", 1, 4096, 4096, 8, 40, "r40", 128, 128, 16),
     ("b1 32x32 self 1024 d80", 1, 1024, 1024, 8, 80, "r80", 64, 128, 16),
     ("b2 32x32 self 1024 d80", 2, 1024, 1024, 8, 80, "r80", 64, 128, 16),
+    ("b1 32x32 self 1024 d80", 1, 1024, 1024, 8, 80, "h80", 64, 256, 16),
+    ("b2 32x32 self 1024 d80", 2, 1024, 1024, 8, 80, "h80", 64, 256, 16),
     ("b1 16x16 self 256 d160", 1, 256, 256, 8, 160, "r160", 16, 128, 16),
     ("b2 16x16 self 256 d160", 2, 256, 256, 8, 160, "r160", 16, 128, 16),
     ("b1 16x16 cross 256x77 d160", 1, 256, 77, 8, 160, "r160", 16, 128, 16),
@@ -59,6 +73,7 @@ SPLIT_SHAPES = [
     ("b1 8x8 cross 64x77 d160", 1, 64, 77, 8, 160, "r160", 16, 128, 16),
 ]
 QUICK_SPLIT_SHAPES = [("quick d80", 1, 64, 300, 2, 80, "r80", 64, 128, 16),
+                      ("quick d80 h80", 1, 64, 300, 2, 80, "h80", 64, 256, 16),
                       ("quick d160", 2, 20, 77, 2, 160, "r160", 16, 128, 16)]
 
 
@@ -134,8 +149,8 @@ def run_splits(lab: Lab, shapes: list, runs: int, splits_list: list[int]) -> lis
 SMALL_KERNELS = {
     40: [("attn_flash_d40", 64, 128), ("attn_flash_r40", 128, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
     80: [("attn_flash_d80", 32, 128), ("attn_flash_r80", 64, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
-    160: [("attn_flash_r160", 16, 128), ("attn_flash_d160", 32, 128), ("attn_flash_dyn", 32, 256),
-          ("attn_flash", 1, 64)],
+    160: [("attn_flash_r160", 16, 128), ("attn_flash_h160", 16, 256), ("attn_flash_h160w", 32, 256),
+          ("attn_flash_d160", 32, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
 }
 SMALL_SHAPES = [(f"b{n} {lvl} {kind} {sq}x{sk} d{d}", n, sq, sk, 8, d)
                 for n in (1, 2)
@@ -174,9 +189,7 @@ def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
 
 def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
     src = lib_source()
-    extra = "\n".join(f"ATR_INSTANTIATE({line})" for lines in EXTRA.values() for line in lines)
-    builds = {"lib": (src, ""), "native_exp2": (src, "-Dexp2=native_exp2"),
-              "extra": (src.replace("#undef ATR_INSTANTIATE", extra + "\n#undef ATR_INSTANTIATE"), "")}
+    builds = {"lib": (src, ""), "native_exp2": (src, "-Dexp2=native_exp2"), "extra": (extra_source(), "")}
     rng = np.random.default_rng(1)
     rows = []
     i32 = np.int32
@@ -188,8 +201,7 @@ def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
         o_d = lab.buffer(nbytes=q.nbytes)
         variants = [("lib", tiling, bq, nt), ("native_exp2", tiling, bq, nt)]
         for line in EXTRA[tiling]:
-            p = [x.strip() for x in line.split(",")]  # suffix, D, RM, RW, NS, ...: BQ = RW*RM, NT = RW*NS
-            variants.append(("extra", p[0], int(p[3]) * int(p[2]), int(p[3]) * int(p[4])))
+            variants.append(("extra", *extra_geometry(line)))
         for build, suffix, vbq, vnt in variants:
             kern = lab.cl.Kernel(lab.program(*builds[build]), f"attn_flash_{suffix}")
             kern.set_args(o_d, i32(0), bufs[0], i32(0), bufs[1], i32(0), bufs[2], i32(0), i32(s), i32(s), i32(heads),

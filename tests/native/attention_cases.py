@@ -1,10 +1,15 @@
 """One SdAttention node through the delegate next to the float64 numpy reference (shared by the attention tests)."""
 from __future__ import annotations
 
-import numpy as np
+import json
+from pathlib import Path
 
-from harness import run
+import numpy as np
+from ai_edge_litert.interpreter import load_delegate
+
+from harness import assert_close, make_interpreter, run
 from sdconvert.ops import attention as A
+from sdlite import native
 from tflite_models import attention_model
 
 
@@ -22,3 +27,22 @@ def run_attention(rng: np.random.Generator, variant: str, causal: bool, n: int, 
                  backend=backend, **delegate_opts)
     assert result.stats["claimed_nodes"] == 1 and result.stats["declined_nodes"] == 0
     return result.outputs["o"], A.reference([q, k, v], attrs)
+
+
+def profiled_kernels(tmp_path: Path, rng: np.random.Generator, sq: int, sk: int, heads: int, head_dim: int,
+                     variant: str = "flash", causal: bool = False, **opts) -> tuple[list[str], int]:
+    """The kernels one SdAttention node (batch 1) launched, in profile order, and the device's compute units (from
+    the same profile); the output is checked against the float64 reference first."""
+    attrs = A.AttentionAttrs(heads=heads, head_dim=head_dim, scale=head_dim**-0.5, causal=causal, variant=variant)
+    q, k, v = (rng.standard_normal((1, s, heads * head_dim)).astype(np.float32) for s in (sq, sk, sk))
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()),
+                             {"backend": "opencl", "profile_path": str(profile),
+                              **{key: str(value) for key, value in opts.items()}})
+    runner = make_interpreter(attention_model(1, sq, sk, heads, head_dim, A.SPEC.encode(attrs)),
+                              delegate).get_signature_runner("serving_default")
+    got = runner(q=q, k=k, v=v)["o"]
+    assert_close(got, A.reference([q, k, v], attrs), rtol=1e-5)
+    report = json.loads(profile.read_text())
+    (node,) = report["nodes"]
+    return [kern["name"] for kern in node["kernels"]], int(report["compute_units"])

@@ -9,18 +9,14 @@ several heads, and logits far beyond exp()'s fp32 range (ranges with very differ
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 from ai_edge_litert.interpreter import load_delegate
 
+from attention_cases import profiled_kernels
 from attention_cases import run_attention as _run
-from harness import assert_close, make_interpreter
-from sdconvert.ops import attention as A
+from harness import assert_close
 from sdlite import native
-from tflite_models import attention_model
 
 
 @pytest.mark.parametrize("splits", [2, 3, 7])
@@ -38,7 +34,8 @@ def test_forced_key_splits_match_reference(rng, splits, n, sq, sk, heads, head_d
     assert_close(actual, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("r160", 160)])
+@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("h80", 80), ("r160", 160), ("h160", 160),
+                                             ("h160w", 160)])
 def test_key_split_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim):
     # logits with std ~ 50-70: each range's maximum differs from the row's by far more than fp32's exp range, so
     # the merge must rescale by exp2(m_s - max m), not add raw sums.
@@ -49,44 +46,30 @@ def test_key_split_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim):
     assert_close(actual, expected, rtol=1e-4)
 
 
-def _profiled_kernels(tmp_path: Path, rng: np.random.Generator, sq: int, sk: int, heads: int, head_dim: int,
-                      variant: str = "flash", causal: bool = False, **opts) -> tuple[list[str], float]:
-    """The kernels one SdAttention node launched (profile order) and its max relative error vs the reference."""
-    attrs = A.AttentionAttrs(heads=heads, head_dim=head_dim, scale=head_dim**-0.5, causal=causal, variant=variant)
-    q, k, v = (rng.standard_normal((1, s, heads * head_dim)).astype(np.float32) for s in (sq, sk, sk))
-    profile = tmp_path / "profile.json"
-    delegate = load_delegate(str(native.delegate_path()),
-                             {"backend": "opencl", "profile_path": str(profile),
-                              **{key: str(value) for key, value in opts.items()}})
-    runner = make_interpreter(attention_model(1, sq, sk, heads, head_dim, A.SPEC.encode(attrs)),
-                              delegate).get_signature_runner("serving_default")
-    got = runner(q=q, k=k, v=v)["o"]
-    expected = A.reference([q, k, v], attrs)
-    assert_close(got, expected, rtol=1e-5)
-    (node,) = json.loads(profile.read_text())["nodes"]
-    return [kern["name"] for kern in node["kernels"]], float(np.abs(got - expected).max())
-
-
-def test_auto_splits_a_grid_smaller_than_the_device(tmp_path, rng):
-    # One r80 query block (64 queries, 1 head) is 1 work-group: at most one per compute unit on any device, so
-    # auto splits its 512 keys (32 tiles) in 2 and merges; option 1 turns it off.
-    auto, _ = _profiled_kernels(tmp_path, rng, 64, 512, 1, 80)
-    assert auto == ["attn_flash_ks_r80", "attn_merge"]
-    off, _ = _profiled_kernels(tmp_path, rng, 64, 512, 1, 80, attention_key_splits=1)
+def test_auto_splits_a_grid_smaller_than_the_device(tmp_path, rng, monkeypatch):
+    # One query block (64 queries, 1 head) is 1 work-group: at most one per compute unit on any device. The op's
+    # own pick there is h80 (unsplit, faster than r80 split); r80 (the pick for larger grids, or where a backend
+    # lacks h80) splits its 512 keys (32 tiles) in 2 and merges; option 1 turns that off.
+    auto, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80)
+    assert auto == ["attn_flash_h80"]
+    monkeypatch.setenv("SDGPU_ATTN_TILING", "r80")
+    split, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80)
+    assert split == ["attn_flash_ks_r80", "attn_merge"]
+    off, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80, attention_key_splits=1)
     assert off == ["attn_flash_r80"]
 
 
 @pytest.mark.parametrize("variant,causal", [("partial_softmax", False), ("flash", True)])
 def test_no_key_split_for_partial_softmax_or_causal(tmp_path, rng, variant, causal):
     # The split is a flash-only path; a causal mask would leave late ranges empty for early query blocks.
-    names, _ = _profiled_kernels(tmp_path, rng, 64, 512, 1, 80, variant=variant, causal=causal,
+    names, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80, variant=variant, causal=causal,
                                  attention_key_splits=4)
     assert "attn_merge" not in names and not any(n.startswith("attn_flash_ks") for n in names), names
 
 
 def test_no_key_split_for_block_tilings(tmp_path, rng):
     # d40 (cross-attention, Sk < 256) has no key-split kernel: a forced split is ignored there.
-    names, _ = _profiled_kernels(tmp_path, rng, 64, 77, 2, 40, attention_key_splits=4)
+    names, _ = profiled_kernels(tmp_path, rng, 64, 77, 2, 40, attention_key_splits=4)
     assert names == ["attn_flash_d40"]
 
 

@@ -1,10 +1,13 @@
-"""SdAttention's row-wise tiled OpenCL kernels (tilings r40 / r80 / r160; PoCL in CI) vs the float64 numpy reference.
+"""SdAttention's row-wise tiled OpenCL kernels (tilings r40 / r80 / r160 and the head-dim-split h80 / h160 /
+h160w; PoCL in CI) vs the float64 numpy reference.
 
 The op picks r40 / r80 for self-attention at head dims 40 / 80 once Sk >= 256, and r160 for head dim 160 at any
-Sk (kAttnTilings in gpu/sd_ops.cc; d160 only when forced).
+Sk, except that grids of at most one work-group per compute unit with Sk >= 256 take h80 (head dim 80) and h160
+/ h160w (head dim 160: 16- / 32-query blocks) (kAttnTilings in gpu/sd_ops.cc; d160 only when forced).
 Geometry being exercised: r40 = 128-query blocks, 2 key splits x 8 keys = 16-key tiles, Q in registers;
 r80 = 64-query blocks, 4 key splits x 4 keys = 16-key tiles, Q in local memory, lazy rescaling; r160 = 16-query
-blocks, 8 key splits x 2 keys, Q in local memory, single-buffered tiles. So the shapes
+blocks, 8 key splits x 2 keys, Q in local memory, single-buffered tiles; h* = two work-items per row, each with half
+the head dim, adding their partial scores through local memory. So the shapes
 put partial query blocks and partial key tiles at the ends, causal masks that end inside a tile (whole key
 splits of a tile masked for the first rows), fewer keys than one tile (most splits never see a key: the
 split merge must ignore them), batch > 1 and several heads, and logits far beyond exp()'s fp32 range.
@@ -14,8 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attention_cases import profiled_kernels
 from attention_cases import run_attention as _run
 from harness import assert_close
+
+ROWWISE = [("r40", 40), ("r80", 80), ("h80", 80), ("r160", 160), ("h160", 160), ("h160w", 160), ("d160", 160)]
 
 
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
@@ -37,7 +43,26 @@ def test_long_self_attention_matches_reference(rng, variant, causal, n, sq, sk, 
     assert_close(actual, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("r160", 160), ("d160", 160)])
+@pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "tiling,n,sq,sk,heads,head_dim",
+    [
+        ("h80", 2, 70, 260, 2, 80),     # query blocks 64 + 6, key tiles 16 x 16 + 4, batch 2
+        ("h80", 1, 130, 257, 3, 80),    # one key past the last full tile
+        ("h160", 1, 45, 256, 2, 160),   # query blocks 16 x 2 + 13, 8 splits x 4 keys, single-buffered
+        ("h160w", 1, 45, 256, 2, 160),  # query blocks 32 + 13, 4 splits x 4 keys, double-buffered
+        ("h160w", 2, 20, 77, 3, 160),   # the text length: 4 full key tiles + 13 keys
+    ],
+)
+def test_head_dim_split_tilings_match_reference(rng, monkeypatch, tiling, variant, causal, n, sq, sk, heads,
+                                                head_dim):
+    monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
+    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim)
+    assert_close(actual, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tiling,head_dim", ROWWISE)
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq,sk", [(1, 1), (3, 5), (33, 13), (129, 77)])
@@ -49,7 +74,7 @@ def test_forced_tiling_short_sequences(rng, monkeypatch, tiling, head_dim, varia
     assert_close(actual, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("r160", 160), ("d160", 160)])
+@pytest.mark.parametrize("tiling,head_dim", ROWWISE)
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
 def test_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim, variant):
     # logits with std ~ 50-70: exp() without a running max overflows fp32, the row max jumps between tiles
@@ -61,36 +86,37 @@ def test_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim, variant):
 
 
 @pytest.mark.parametrize("head_dim,rowwise,tiled", [(40, "r40", "d40"), (80, "r80", "d80")])
-def test_selection_by_key_count(rng, monkeypatch, head_dim, rowwise, tiled):
+def test_selection_by_key_count(tmp_path, rng, head_dim, rowwise, tiled):
     # The op's own pick: the row-wise tiling for Sk >= 256 (self-attention), the block-tiled one below
-    # (cross-attention with 77 text tokens). Same kernel => bit-identical output.
-    def outputs(sk):
-        q, k, v = (rng.standard_normal((1, s, 2 * head_dim)).astype(np.float32) for s in (40, sk, sk))
-        got = {}
-        for tiling in (None, rowwise, tiled):
-            if tiling is None:
-                monkeypatch.delenv("SDGPU_ATTN_TILING", raising=False)
-            else:
-                monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
-            got[tiling] = _run(rng, "flash", False, 1, 40, sk, 2, head_dim, q=q, k=k, v=v)[0]
-        return got
+    # (cross-attention with 77 text tokens). One query block per head and more heads than compute units: a grid
+    # past the one-wave rule of h80.
+    _, cus = profiled_kernels(tmp_path, rng, 8, 8, 1, head_dim)
+    assert profiled_kernels(tmp_path, rng, 40, 256, cus + 1, head_dim)[0] == [f"attn_flash_{rowwise}"]
+    assert profiled_kernels(tmp_path, rng, 40, 255, cus + 1, head_dim)[0] == [f"attn_flash_{tiled}"]
 
-    long = outputs(256)
-    assert np.array_equal(long[None], long[rowwise]) and not np.array_equal(long[None], long[tiled])
-    short = outputs(255)
-    assert np.array_equal(short[None], short[tiled]) and not np.array_equal(short[None], short[rowwise])
+
+def test_head_dim_split_tilings_take_grids_of_one_wave(tmp_path, rng):
+    # Sk >= 256 and at most one work-group per compute unit: h80 for head dim 80; for head dim 160 h160 (16-query
+    # blocks) while its grid fits, else h160w (32-query blocks) while that one fits, else r160.
+    _, cus = profiled_kernels(tmp_path, rng, 8, 8, 1, 80)
+    assert profiled_kernels(tmp_path, rng, 64, 256, 1, 80)[0] == ["attn_flash_h80"]
+    assert profiled_kernels(tmp_path, rng, 16, 256, 1, 160)[0] == ["attn_flash_h160"]
+    heads = cus // 2 + 1  # 32 queries: 2 * heads > cus blocks of 16, heads <= cus blocks of 32
+    assert profiled_kernels(tmp_path, rng, 32, 256, heads, 160)[0] == ["attn_flash_h160w"]
+    assert profiled_kernels(tmp_path, rng, 32, 256, cus + 1, 160)[0] == ["attn_flash_r160"]
+    assert profiled_kernels(tmp_path, rng, 16, 255, 1, 160)[0] == ["attn_flash_r160"]  # fewer keys: r160
 
 
 @pytest.mark.parametrize("sk", [77, 256])
-def test_head_dim_160_picks_r160_at_any_key_count(rng, monkeypatch, sk):
-    # r160 is the op's own pick for head dim 160 (cross and self); d160 runs only when forced. Same kernel =>
-    # bit-identical output; the two tilings sum in different orders, so they differ in the last bits.
+def test_head_dim_160_forced_tilings_differ_in_summation_order(rng, monkeypatch, sk):
+    # The op's own pick for 1 x 40 queries and 2 heads is r160 at 77 keys on any device; forcing r160 gives
+    # bit-identical output, forcing d160 or h160 (other summation orders) differs in the last bits.
     q, k, v = (rng.standard_normal((1, s, 2 * 160)).astype(np.float32) for s in (40, sk, sk))
     got = {}
-    for tiling in (None, "r160", "d160"):
-        if tiling is None:
-            monkeypatch.delenv("SDGPU_ATTN_TILING", raising=False)
-        else:
-            monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
+    for tiling in ("r160", "d160", "h160"):
+        monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
         got[tiling] = _run(rng, "flash", False, 1, 40, sk, 2, 160, q=q, k=k, v=v)[0]
-    assert np.array_equal(got[None], got["r160"]) and not np.array_equal(got[None], got["d160"])
+    if sk == 77:
+        monkeypatch.delenv("SDGPU_ATTN_TILING")
+        assert np.array_equal(_run(rng, "flash", False, 1, 40, sk, 2, 160, q=q, k=k, v=v)[0], got["r160"])
+    assert not np.array_equal(got["r160"], got["d160"]) and not np.array_equal(got["r160"], got["h160"])

@@ -659,11 +659,14 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
                           __global const float* Q, int qo, __global const float* K, int ko, __global const float* V,
                           int vo, int Sq, int Sk, int H, const int D, float scale, int causal, __local float4* lds,
                           const int RM, const int RW, const int NS, const int KS, const int DB, const float LZ,
-                          const int QL, int kb, int ke) {
-  const int NT = RW * NS, BQ = RW * RM, BK = NS * KS, D4 = D / 4;
+                          const int QL, const int DS, int kb, int ke) {
+  const int NT = RW * NS * DS, BQ = RW * RM, BK = NS * KS, D4 = D / 4, E4 = D4 / DS;
   const int WITH_V = MODE != 1, FLASH = MODE == 0 || MODE == 3;
   const int TILE4 = BK * D4 * (WITH_V ? 2 : 1);  // float4 of one staged buffer: K tile [+ V tile]
-  const int lid = get_local_id(0), sp = lid / RW, w = lid - sp * RW;
+  const int SX4 = RM * KS / 4;                    // DS > 1: float4 of one work-item's partial scores per tile
+  // work-item lid = (sp * DS + hf) * RW + w: key split sp, head-dim part hf (float4 columns c4o .. c4o+E4-1)
+  const int lid = get_local_id(0), g = lid / RW, sp = g / DS, hf = g - sp * DS, w = lid - g * RW;
+  const int c4o = hf * E4;
   int n, h, q0;
   att_block_coords(Sq, H, BQ, &n, &h, &q0);
   const int HD = H * D, col0 = h * D;
@@ -672,6 +675,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
   __global const float* Vb = V + vo;
   __local float4* qs = lds;                      // QL: [D4][BQ]
   __local float4* tiles = lds + (QL ? BQ * D4 : 0);
+  __local float4* xch = tiles + (1 + DB) * TILE4;  // DS > 1: [NS*DS][SX4][RW] partial scores
 
   float4 q[ATR_Q4MAX], o[ATR_O4MAX];
   float m[ATT_RMAX], l[ATT_RMAX];
@@ -687,7 +691,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
     if (!QL) {
       __global const float* qp = Q + qo + (n * Sq + r) * HD + col0;
 #pragma unroll
-      for (int d4 = 0; d4 < D4; ++d4) q[i * D4 + d4] = vload4(d4, qp) * sl2;
+      for (int d4 = 0; d4 < E4; ++d4) q[i * E4 + d4] = vload4(c4o + d4, qp) * sl2;
     }
     if (MODE == 2) {
       const int row = (n * H + h) * Sq + r;
@@ -699,7 +703,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
     }
   }
 #pragma unroll
-  for (int e = 0; e < RM * D4; ++e) o[e] = (float4)(0.0f);
+  for (int e = 0; e < RM * E4; ++e) o[e] = (float4)(0.0f);
 
   // keys [kb, kend) (kb a multiple of BK); rows past kend are staged as zeros and masked below
   const int kend = min(ke, causal ? min(Sk, q0 + BQ) : Sk);
@@ -732,13 +736,13 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
     for (int e = 0; e < RM * KS; ++e) s[e] = 0.0f;
     if (QL) {  // d outer: RM Q reads per step, each used for KS keys; RM*KS independent accumulator chains
 #pragma unroll
-      for (int d4 = 0; d4 < D4; ++d4) {
+      for (int d4 = 0; d4 < E4; ++d4) {
         float4 qv[ATT_RMAX];
 #pragma unroll
-        for (int i = 0; i < RM; ++i) qv[i] = qs[d4 * BQ + w + RW * i];
+        for (int i = 0; i < RM; ++i) qv[i] = qs[(c4o + d4) * BQ + w + RW * i];
 #pragma unroll
         for (int u = 0; u < KS; ++u) {
-          const float4 kv = kt[u * D4 + d4];
+          const float4 kv = kt[u * D4 + c4o + d4];
 #pragma unroll
           for (int i = 0; i < RM; ++i) {
             float a = s[i * KS + u];
@@ -754,11 +758,11 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #pragma unroll
       for (int u = 0; u < KS; ++u) {
 #pragma unroll
-        for (int d4 = 0; d4 < D4; ++d4) {
-          const float4 kv = kt[u * D4 + d4];
+        for (int d4 = 0; d4 < E4; ++d4) {
+          const float4 kv = kt[u * D4 + c4o + d4];
 #pragma unroll
           for (int i = 0; i < RM; ++i) {
-            const float4 qv = q[i * D4 + d4];
+            const float4 qv = q[i * E4 + d4];
             float a = s[i * KS + u];
             a = mad(qv.s0, kv.s0, a);
             a = mad(qv.s1, kv.s1, a);
@@ -767,6 +771,25 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
             s[i * KS + u] = a;
           }
         }
+      }
+    }
+    if (DS > 1) {  // head-dim parts: every part sums all DS partial dot products in part order (its own from
+                   // registers), so the DS work-items of a row hold bit-identical scores and run the same softmax
+      __local float4* xw = xch + g * SX4 * RW + w;
+#pragma unroll
+      for (int c = 0; c < SX4; ++c) xw[c * RW] = (float4)(s[4 * c], s[4 * c + 1], s[4 * c + 2], s[4 * c + 3]);
+      barrier(CLK_LOCAL_MEM_FENCE);
+      __local const float4* xr = xch + sp * DS * SX4 * RW + w;
+#pragma unroll
+      for (int c = 0; c < SX4; ++c) {
+        const float4 own = (float4)(s[4 * c], s[4 * c + 1], s[4 * c + 2], s[4 * c + 3]);
+        float4 t = hf == 0 ? own : xr[c * RW];
+#pragma unroll
+        for (int k = 1; k < DS; ++k) t += hf == k ? own : xr[(k * SX4 + c) * RW];
+        s[4 * c] = t.s0;
+        s[4 * c + 1] = t.s1;
+        s[4 * c + 2] = t.s2;
+        s[4 * c + 3] = t.s3;
       }
     }
     if (causal || j0 + BK > kend) {  // uniform: only the last tile, or causal blocks, have masked keys
@@ -797,7 +820,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
           m[i] = mx;
           l[i] *= corr;
 #pragma unroll
-          for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= corr;
+          for (int d4 = 0; d4 < E4; ++d4) o[i * E4 + d4] *= corr;
         }
         mref = m[i] == -INFINITY ? 0.0f : m[i];
       } else {
@@ -808,7 +831,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
         l[i] *= corr;
         if (FLASH) {
 #pragma unroll
-          for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= corr;
+          for (int d4 = 0; d4 < E4; ++d4) o[i * E4 + d4] *= corr;
         }
       }
       float sum = l[i];
@@ -824,10 +847,10 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #pragma unroll
       for (int u = 0; u < KS; ++u) {
 #pragma unroll
-        for (int d4 = 0; d4 < D4; ++d4) {
-          const float4 vv = vt[u * D4 + d4];
+        for (int d4 = 0; d4 < E4; ++d4) {
+          const float4 vv = vt[u * D4 + c4o + d4];
 #pragma unroll
-          for (int i = 0; i < RM; ++i) o[i * D4 + d4] = mad((float4)(s[i * KS + u]), vv, o[i * D4 + d4]);
+          for (int i = 0; i < RM; ++i) o[i * E4 + d4] = mad((float4)(s[i * KS + u]), vv, o[i * E4 + d4]);
         }
       }
     }
@@ -847,10 +870,12 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
   __local float* redl = redm + NS * BQ;
   __local float4* ob = (__local float4*)(redl + NS * BQ);  // [NS/2][D4][BQ]
   if (MODE != 2) {
+    if (hf == 0) {  // the DS parts of a row hold the same (m, l)
 #pragma unroll
-    for (int i = 0; i < RM; ++i) {
-      redm[sp * BQ + w + RW * i] = m[i];
-      redl[sp * BQ + w + RW * i] = l[i];
+      for (int i = 0; i < RM; ++i) {
+        redm[sp * BQ + w + RW * i] = m[i];
+        redl[sp * BQ + w + RW * i] = l[i];
+      }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
@@ -867,7 +892,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
       } else {
         const float f = sum > 0.0f ? exp2(m[i] - mref) / sum : 0.0f;
 #pragma unroll
-        for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] *= f;
+        for (int d4 = 0; d4 < E4; ++d4) o[i * E4 + d4] *= f;
         if (MODE == 3) {  // the range's stats: any reference works (attn_merge rescales by exp2(m - max m))
           m[i] = mref;
           l[i] = sum;
@@ -881,7 +906,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #pragma unroll
         for (int i = 0; i < RM; ++i) {
 #pragma unroll
-          for (int d4 = 0; d4 < D4; ++d4) ob[((sp - hs) * D4 + d4) * BQ + w + RW * i] = o[i * D4 + d4];
+          for (int d4 = 0; d4 < E4; ++d4) ob[((sp - hs) * D4 + c4o + d4) * BQ + w + RW * i] = o[i * E4 + d4];
         }
       }
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -889,7 +914,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #pragma unroll
         for (int i = 0; i < RM; ++i) {
 #pragma unroll
-          for (int d4 = 0; d4 < D4; ++d4) o[i * D4 + d4] += ob[(sp * D4 + d4) * BQ + w + RW * i];
+          for (int d4 = 0; d4 < E4; ++d4) o[i * E4 + d4] += ob[(sp * D4 + c4o + d4) * BQ + w + RW * i];
         }
       }
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -900,7 +925,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
   for (int i = 0; i < RM; ++i) {
     const int r = q0 + w + RW * i;
     if (r >= Sq) continue;
-    if (MODE == 1 || MODE == 3) {
+    if ((MODE == 1 || MODE == 3) && hf == 0) {
       const int row = (n * H + h) * Sq + r;
       stats[so + 2 * row] = m[i];
       stats[so + 2 * row + 1] = l[i];
@@ -908,47 +933,49 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
     if (MODE != 1) {
       __global float* dst = O + oo + (n * Sq + r) * HD + col0;
 #pragma unroll
-      for (int d4 = 0; d4 < D4; ++d4) vstore4(o[i * D4 + d4], d4, dst);
+      for (int d4 = 0; d4 < E4; ++d4) vstore4(o[i * E4 + d4], c4o + d4, dst);
     }
   }
 }
 
-// Instantiations: suffix, D, RM, RW, NS, KS, DB, LZ, QL. Local memory (float4): [the Q block BQ*D/4 (QL)] +
-// the staged tile(s) (1 + DB) * BK * D/4 * (K + V); the merge reuses it: 2*NS*BQ/4 (m, l) + (NS/2)*BQ*D/4 (O).
+// Instantiations: suffix, D, RM, RW, NS, KS, DB, LZ, QL, DS. Local memory (float4): [the Q block BQ*D/4 (QL)] +
+// the staged tile(s) (1 + DB) * BK * D/4 * (K + V) [+ DS > 1: the partial scores NT*RM*KS/4]; the merge reuses
+// it: 2*NS*BQ/4 (m, l) + (NS/2)*BQ*D/4 (O).
 #define ATR_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define ATR_LDS4(D, RM, RW, NS, KS, DB, QL, KV)                                                      \
-  ATR_MAX((QL) * (RW) * (RM) * ((D) / 4) + (1 + (DB)) * (NS) * (KS) * ((D) / 4) * (KV),               \
+#define ATR_LDS4(D, RM, RW, NS, KS, DB, QL, KV, DS)                                                  \
+  ATR_MAX((QL) * (RW) * (RM) * ((D) / 4) + (1 + (DB)) * (NS) * (KS) * ((D) / 4) * (KV) +             \
+              ((DS) > 1 ? (RW) * (NS) * (DS) * (RM) * (KS) / 4 : 0),                                  \
           (2 * (NS) * (RW) * (RM)) / 4 + ((NS) / 2) * (RW) * (RM) * ((D) / 4))
-#define ATR_INSTANTIATE(T, D, RM, RW, NS, KS, DB, LZ, QL)                                                            \
+#define ATR_INSTANTIATE(T, D, RM, RW, NS, KS, DB, LZ, QL, DS)                                                           \
   __kernel void attn_flash_##T(__global float* O, int oo, __global const float* Q, int qo, __global const float* K, \
                                int ko, __global const float* V, int vo, int Sq, int Sk, int H, int Dr, float scale, \
                                int causal) {                                                                         \
-    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
-    atr_tiled(0, O, oo, O, 0, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, QL, 0, \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2, DS)];                                                      \
+    atr_tiled(0, O, oo, O, 0, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, QL, DS, 0, \
               Sk);                                                                                                   \
   }                                                                                                                  \
   __kernel void attn_stats_##T(__global float* stats, int so, __global const float* Q, int qo,                      \
                                __global const float* K, int ko, int Sq, int Sk, int H, int Dr, float scale,         \
                                int causal) {                                                                         \
-    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 1)];                                                      \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 1, DS)];                                                      \
     atr_tiled(1, stats, 0, stats, so, Q, qo, K, ko, K, ko, Sq, Sk, H, D, scale, causal, lds, RM, RW, NS, KS, DB, LZ, \
-              QL, 0, Sk);                                                                                              \
+              QL, DS, 0, Sk);                                                                                          \
   }                                                                                                                  \
   __kernel void attn_pv_##T(__global float* O, int oo, __global const float* stats, int so, __global const float* Q, \
                             int qo, __global const float* K, int ko, __global const float* V, int vo, int Sq, int Sk, \
                             int H, int Dr, float scale, int causal) {                                                \
-    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2, DS)];                                                      \
     atr_tiled(2, O, oo, (__global float*)stats, so, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, lds, RM, RW,  \
-              NS, KS, DB, LZ, QL, 0, Sk);                                                                              \
+              NS, KS, DB, LZ, QL, DS, 0, Sk);                                                                              \
   }                                                                                                                  \
   __kernel void attn_flash_ks_##T(__global float* Op, int oo, int ostride, __global float* stats, int so,           \
                                   int sstride, __global const float* Q, int qo, __global const float* K, int ko,    \
                                   __global const float* V, int vo, int Sq, int Sk, int H, int Dr, float scale,      \
                                   int causal, int kps) {                                                            \
-    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2)];                                                      \
+    __local float4 lds[ATR_LDS4(D, RM, RW, NS, KS, DB, QL, 2, DS)];                                                      \
     const int sk = get_group_id(1);                                                                                  \
     atr_tiled(3, Op, oo + sk * ostride, stats, so + sk * sstride, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal,  \
-              lds, RM, RW, NS, KS, DB, LZ, QL, sk * kps, sk * kps + kps);                                            \
+              lds, RM, RW, NS, KS, DB, LZ, QL, DS, sk * kps, sk * kps + kps);                                            \
   }
 
 // SD1.x self-attention at the 64x64 and 32x32 levels (host: picked for Sk >= 256). Cross-attention (77 keys)
@@ -966,14 +993,24 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 // Q in local memory for d40 (2 rows 0.72 - 0.82, 4 rows 0.82); 8 splits for d80 (0.150 - 0.186); the d-outer
 // product order with Q in registers (0.664 / 0.159; 6% faster for d40 partial_softmax, which SD does not
 // pick at these shapes).
-ATR_INSTANTIATE(r40, 40, 2, 64, 2, 8, 1, 0.0f, 0)
-ATR_INSTANTIATE(r80, 80, 2, 32, 4, 4, 1, 8.0f, 1)
+ATR_INSTANTIATE(r40, 40, 2, 64, 2, 8, 1, 0.0f, 0, 1)
+ATR_INSTANTIATE(r80, 80, 2, 32, 4, 4, 1, 8.0f, 1, 1)
+// h80 / h160 / h160w: the head dim split over DS = 2 work-items (each holds Q and O for half of it, in registers
+// for any of these; the two add their partial dot products through local memory once per key tile, one more
+// barrier). H200 (BENCHMARKS session 14, attn_lab.py), flash, 8 heads: 1024 x 1024 d80 at b1 h80 0.127 ms vs
+// r80 0.134 (its key split) but at b2 0.246 vs 0.229; 256 x 256 d160 at b1 h160 0.043 vs r160 0.051, at b2 h160w
+// 0.064 vs 0.075; shorter key ranges (77 / 64 keys) gain nothing. The host picks them only where they won (Sk >=
+// 256, grids of at most one work-group per compute unit). For d40 the same split lost (RM 3 or 4 rows: 0.72 -
+// 1.20 ms vs r40 0.657; RM 4 with KS 8 spills).
+ATR_INSTANTIATE(h80, 80, 2, 32, 4, 4, 1, 8.0f, 0, 2)
 // r160: the 16x16 / 8x8 levels (D 160: 256 / 64 tokens, self and cross), every Sk: one row x 160 per
 // work-item, Q in local memory, 16-query blocks, 8 key splits x 2 keys (16-key tiles, single-buffered), 42 KB
 // local (the split merge). H200, flash, 8 heads: 256 x 256 0.054 ms vs d160 0.079; 256 x 77 0.023 vs 0.029;
 // 64 x 64 0.020 vs 0.024. Tried there: 32-query blocks with 4 splits x 4 keys (0.087 / 0.035 / 0.030) and
 // d160 with 16-query blocks (0.083 / 0.029 / 0.024).
-ATR_INSTANTIATE(r160, 160, 1, 16, 8, 2, 0, 0.0f, 1)
+ATR_INSTANTIATE(r160, 160, 1, 16, 8, 2, 0, 0.0f, 1, 1)
+ATR_INSTANTIATE(h160, 160, 1, 16, 8, 4, 0, 0.0f, 0, 2)
+ATR_INSTANTIATE(h160w, 160, 1, 32, 4, 4, 1, 0.0f, 0, 2)
 #undef ATR_INSTANTIATE
 
 // Key split ("flash-decoding"): when (batch x heads x query blocks) leaves most compute units idle (SD1.5 at b1:
