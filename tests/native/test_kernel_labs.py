@@ -1,4 +1,5 @@
-"""The pyopencl kernel labs of scripts/h200 (skinny_lab.py, attn_lab.py, wino_lab.py) on this machine's OpenCL (PoCL in CI).
+"""The pyopencl kernel labs of scripts/h200 (skinny_lab.py, attn_lab.py, wino_lab.py, lds_lab.py; ptx_probe.py and
+mma_lab.py, NVIDIA only) on this machine's OpenCL (PoCL in CI).
 
 They compile the delegate's own kernel source outside the delegate, so a change to the kernel files or to
 CMake's list of them can break them silently; and their candidate kernels must compute what they time. Each lab
@@ -98,3 +99,21 @@ def test_wino_lab_checks_every_split_transform(tmp_path: Path) -> None:
     assert {r["shape"] for r in rows} == {"b1 12x12 40 F6", "b2 9x9 24 F4", "b1 8x8 70 F2"}
     assert len(rows) == 9 and {r["transform"] for r in rows} == {"input gnsilu", "output", "output + residual"}
     assert all(r["err"] < 1e-5 and r["lib_ms"] > 0 and r["split_ms"] > 0 for r in rows)
+
+
+def test_tensor_core_labs_need_nvidia_opencl(tmp_path: Path) -> None:
+    """ptx_probe.py / mma_lab.py use inline PTX (mma.sync), which only NVIDIA's OpenCL compiles. Elsewhere (PoCL
+    in CI) the probe reports the refused build in its JSON and exits 1, and the GEMM lab refuses before building;
+    neither reports a number."""
+    out = tmp_path / "ptx.json"
+    probe = subprocess.run([sys.executable, str(LABS / "ptx_probe.py"), "--out", str(out)], capture_output=True,
+                           text=True, timeout=600)
+    report = json.loads(out.read_text())
+    if "NVIDIA" in report["device"]:
+        pytest.fail("this test expects a non-NVIDIA OpenCL device (PoCL in CI)")
+    assert probe.returncode == 1 and "build failed" in probe.stdout
+    assert report["build"] != "ok" and "mma_rate" not in report
+    lab = subprocess.run([sys.executable, str(LABS / "mma_lab.py"), "--out", str(tmp_path / "mma.json")],
+                         capture_output=True, text=True, timeout=600)
+    assert lab.returncode == 2 and "needs NVIDIA's OpenCL" in lab.stdout
+    assert not (tmp_path / "mma.json").exists()
