@@ -311,6 +311,18 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
   return MakePlan(dev, conv, scored.front(), M, N, K, batch, out);
 }
 
+Status PlanLnTiles(const Device& dev, int M, int N, int K, TilePlan* out) {
+  std::vector<ScoredPlan> scored;
+  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, false, M, N, K, 1, &scored));
+  for (const ScoredPlan& sp : scored) {
+    const Kernel* twin = nullptr;
+    if (sp.splits != 1 || !dev.GetKernel(std::string(sp.config->gemm) + "_ln", &twin).ok()) continue;
+    SDGPU_RETURN_IF_ERROR(MakePlan(dev, false, sp, M, N, K, 1, out));
+    return LnTwin(dev, out);
+  }
+  return Status::Error("no unsplit tile plan with a LayerNorm twin");
+}
+
 Status GatedTwin(const Device& dev, TilePlan* plan) {
   if (plan->kernel == nullptr) return Status::Error("no kernel planned");
   SDGPU_RETURN_IF_ERROR(dev.GetKernel(plan->kernel->name() + "_gg", &plan->kernel));
@@ -321,6 +333,22 @@ Status GatedTwin(const Device& dev, TilePlan* plan) {
 Status TileTuner::UseGatedTwins(const Device& dev) {
   for (TilePlan& p : candidates_) SDGPU_RETURN_IF_ERROR(GatedTwin(dev, &p));
   return Status::Ok();
+}
+
+Status LnTwin(const Device& dev, TilePlan* plan) {
+  if (plan->kernel == nullptr) return Status::Error("no kernel planned");
+  if (plan->splits > 1 || plan->ln) return Status::Error("no LayerNorm twin for this plan");
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel(plan->kernel->name() + "_ln", &plan->kernel));
+  plan->ln = true;
+  return Status::Ok();
+}
+
+void TileTuner::UseLnTwins(const Device& dev) {
+  std::vector<TilePlan> kept;
+  for (TilePlan p : candidates_) {
+    if (LnTwin(dev, &p).ok()) kept.push_back(p);
+  }
+  candidates_ = kept.size() < 2 ? std::vector<TilePlan>{} : std::move(kept);
 }
 
 Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key,
@@ -444,7 +472,8 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
 Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual, const TensorRef& residual_input,
-                       bool partials_only) {
+                       bool partials_only, const TensorRef* ln_colsum, float ln_eps) {
+  if (p.ln && (ln_colsum == nullptr || p.splits > 1)) return Status::Error("a LayerNorm GEMM needs its column sums");
   if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
   if (b.tile_major && !ReadsTileMajorB(*p.kernel)) {
     return Status::Error("a tile-major B operand needs the gemm_t16x64 or gemm_s16x128 kernel, the plan has " +
@@ -463,6 +492,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
   AddResidualArgs(dev, split ? Residual() : residual, residual_input, a, &g);
+  if (p.ln) g.Buf(ln_colsum->buffer, ln_colsum->elem_offset()).Float(ln_eps);
   const size_t ty = static_cast<size_t>(p.threads / 16);
   SDGPU_RETURN_IF_ERROR(dev.Launch(*p.kernel, g,
                                    {static_cast<size_t>(CeilDiv(s.N, p.bn) * 16),
@@ -575,17 +605,25 @@ class TiledGemmOp final : public GpuOp {
       packed_bias.buffer = packed_bias_->operand().buffer;
     }
     const TensorRef* bias = packed_bias_ ? &packed_bias : s_.bias_input >= 0 ? &in[s_.bias_input] : nullptr;
+    TensorRef colsum;
+    const TensorRef* colsum_ref = nullptr;
+    if (ln_colsum_) {
+      SDGPU_RETURN_IF_ERROR(ln_colsum_->Ensure(dev));
+      colsum.buffer = ln_colsum_->operand().buffer;
+      colsum_ref = &colsum;
+      if (in[s_.a_input].elem_offset() % 4 != 0) return Status::Error("LayerNorm GEMM input not 16-byte aligned");
+    }
     if (tuner_.pending()) {
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
           dev,
           [&](const TilePlan& p) {
             return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, nullptr, residual_,
-                                   residual_input_);
+                                   residual_input_, false, colsum_ref, ln_eps_);
           },
           &plan_));
     }
     return LaunchTiledGemm(dev, plan_, s_, out, in[s_.a_input], b, bias, scratch, timings, residual_,
-                           residual_input_);
+                           residual_input_, false, colsum_ref, ln_eps_);
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override {
@@ -650,11 +688,91 @@ class TiledGemmOp final : public GpuOp {
     return true;
   }
 
+  // The LayerNorm's gamma scales W's rows (k) wherever the packing put its columns (after FuseGatedGelu too), its
+  // beta becomes bias + beta W, and the _ln kernels normalise each row of A inside the GEMM (gemm_tiled.cl). Needs
+  // the packed constant weights, a constant or no bias, one GEMM over K-contiguous rows of A, and an unsplit plan
+  // (the op re-plans among unsplit ones; the tuner tries only those).
+  bool FuseLayerNorm(const Device& dev, float eps, const float* gamma, const float* beta, int k) override {
+    if (!dev.residual_epilogue() || packed_ == nullptr || ln_colsum_ != nullptr || s_.batch != 1 || s_.sak != 1 ||
+        s_.sam != s_.K || s_.K != k || s_.K % 4 != 0 || s_.sbk != s_.N || s_.sbn != 1 ||
+        (s_.bias_input >= 0 && packed_bias_ == nullptr && bias_const_ == nullptr)) {
+      return false;
+    }
+    const bool gated = s_.act >= kGeluKernelErf;
+    TilePlan plan = plan_;
+    if (!LnTwin(dev, &plan).ok()) {
+      // split, or a kernel without the twin: the cheapest unsplit plan with one, when it still fills the device
+      // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less; H200, SD's
+      // 8x8-level projections)
+      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, &plan).ok() ||
+          static_cast<int64_t>(CeilDiv(s_.M, plan.bm)) * CeilDiv(s_.N, plan.bn) < dev.compute_units()) {
+        return false;
+      }
+      if (gated && !dev.GetKernel(plan.kernel->name().substr(0, plan.kernel->name().size() - 3) + "_gg_ln",
+                                  &plan.kernel).ok()) {
+        return false;
+      }
+    }
+    TileTuner tuner;
+    if (!tuner.Init(dev, false, s_.M, s_.N, s_.K, 1, GemmTuneKey(s_, b_half_) + ",ln", autotune_).ok() ||
+        (gated && !tuner.UseGatedTwins(dev).ok())) {
+      return false;
+    }
+    tuner.UseLnTwins(dev);
+    const int N = s_.N, K = s_.K;
+    const std::function<void(float*)> weights = packed_->producer();  // K x N, before the gamma scaling
+    std::function<void(float*)> base_bias;
+    if (packed_bias_) {
+      base_bias = packed_bias_->producer();
+    } else if (bias_const_ != nullptr) {
+      base_bias = [b = bias_const_, N](float* dst) { std::memcpy(dst, b, sizeof(float) * static_cast<size_t>(N)); };
+    }
+    const std::vector<float> g(gamma, gamma + K), be(beta, beta + K);
+    packed_bias_ = std::make_unique<PackedWeights>(static_cast<size_t>(N), false,
+                                                   [weights, base_bias, be, N, K](float* dst) {
+                                                     std::vector<float> w(static_cast<size_t>(N) * K);
+                                                     weights(w.data());
+                                                     std::vector<double> acc(static_cast<size_t>(N), 0.0);
+                                                     for (int kk = 0; kk < K; ++kk) {
+                                                       const float* row = w.data() + static_cast<size_t>(kk) * N;
+                                                       for (int n = 0; n < N; ++n) acc[n] += double(be[kk]) * row[n];
+                                                     }
+                                                     if (base_bias) base_bias(dst);
+                                                     for (int n = 0; n < N; ++n) {
+                                                       dst[n] = static_cast<float>((base_bias ? dst[n] : 0.0) + acc[n]);
+                                                     }
+                                                   });
+    packed_->Then([g, N, K](float* dst) {
+      for (int kk = 0; kk < K; ++kk) {
+        float* row = dst + static_cast<size_t>(kk) * N;
+        for (int n = 0; n < N; ++n) row[n] *= g[kk];
+      }
+    });
+    ln_colsum_ = std::make_unique<PackedWeights>(static_cast<size_t>(N), false,
+                                                 [scaled = packed_->producer(), N, K](float* dst) {
+                                                   std::vector<float> w(static_cast<size_t>(N) * K);
+                                                   scaled(w.data());
+                                                   std::vector<double> acc(static_cast<size_t>(N), 0.0);
+                                                   for (int kk = 0; kk < K; ++kk) {
+                                                     const float* row = w.data() + static_cast<size_t>(kk) * N;
+                                                     for (int n = 0; n < N; ++n) acc[n] += row[n];
+                                                   }
+                                                   for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(acc[n]);
+                                                 });
+    ln_eps_ = eps;
+    plan_ = plan;
+    tuner_ = std::move(tuner);
+    scratch_bytes_ = std::max(plan_.scratch_bytes, tuner_.scratch_bytes());
+    return true;
+  }
+
   TilePlan plan_;
   TileTuner tuner_;
   GemmShape s_;
   std::unique_ptr<PackedWeights> packed_;
-  std::unique_ptr<PackedWeights> packed_bias_;  // the bias re-packed for the gated-GELU epilogue
+  std::unique_ptr<PackedWeights> packed_bias_;  // the bias re-packed (gated-GELU epilogue) or LayerNorm-folded
+  std::unique_ptr<PackedWeights> ln_colsum_;    // FuseLayerNorm: the column sums of the gamma-scaled weights
+  float ln_eps_ = 0.0f;
   const float* b_const_ = nullptr;     // FULLY_CONNECTED's constant N x K weights (host, interpreter lifetime)
   const float* bias_const_ = nullptr;  // and its constant bias, when it has one
   bool b_half_ = false;

@@ -48,6 +48,7 @@ struct TilePlan {
   const Kernel* kernel = nullptr;  // gemm_tBMxBN or conv_tBMxBN
   const Kernel* reduce = nullptr;  // gemm_splitk_reduce when splits > 1
   size_t scratch_bytes = 0;        // split-K partials
+  bool ln = false;                 // the kernel is a LayerNorm twin (NAME_ln / NAME_gg_ln, gemm_tiled.cl)
 };
 
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
@@ -57,6 +58,8 @@ struct TilePlan {
 // (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
 Status CheckForcedTiles();
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
+// The cheapest unsplit GEMM plan (same cost model) among the configs with a LayerNorm twin, already swapped to it.
+Status PlanLnTiles(const Device& dev, int M, int N, int K, TilePlan* out);
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
 // local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
 // which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs
@@ -73,6 +76,9 @@ bool ReadsTileMajorB(const Kernel& kernel);
 // The plan with its GEMM and reduce kernels swapped for their gated-GELU twins (NAME_gg, gemm_tiled.cl); an error
 // when the device lacks one.
 Status GatedTwin(const Device& dev, TilePlan* plan);
+// The plan with its GEMM kernel swapped for its LayerNorm twin (NAME_ln, gemm_tiled.cl); an error for a split plan
+// (the twins need all of K in one work-group) or when the device lacks the twin.
+Status LnTwin(const Device& dev, TilePlan* plan);
 
 // Measured tile choice (delegate option gemm_autotune, GPU backends): the cost model above ranks configs from
 // a coarse occupancy/padding model fitted on one GPU, and on the H200 its pick was up to 1.3x slower than the
@@ -101,6 +107,8 @@ class TileTuner {
   Status Tune(const Device& dev, const std::function<Status(const TilePlan&)>& launch, TilePlan* plan);
   // GatedTwin on every candidate (before Tune).
   Status UseGatedTwins(const Device& dev);
+  // LnTwin on every candidate that has one; the others (split plans, configs without the twin) are dropped.
+  void UseLnTwins(const Device& dev);
 
  private:
   std::vector<TilePlan> candidates_;
@@ -120,10 +128,12 @@ struct BOperand {
 // input) is the epilogue of GpuOp::FuseResidual (batch 1 only; the split-K reduce applies it when splitting).
 // `partials_only`: a split plan leaves its partials [batch][split][M][N] in `scratch` for the caller to sum
 // (no reduce launch, no bias / activation / residual: the caller's next kernel applies them).
+// A LayerNorm plan (TilePlan::ln) takes `ln_colsum` (the column sums of its gamma-scaled B) and `ln_eps`.
 Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual = Residual(),
-                       const TensorRef& residual_input = TensorRef(), bool partials_only = false);
+                       const TensorRef& residual_input = TensorRef(), bool partials_only = false,
+                       const TensorRef* ln_colsum = nullptr, float ln_eps = 0.0f);
 
 // A constant GEMM operand owned by its op: produced on the host and uploaded once,
 // as float32 or (delegate option weights_fp16) as half, at the op's first Enqueue.
@@ -138,6 +148,14 @@ class PackedWeights {
       : elements_(elements), half_(half), tile_major_(tile_major), produce_(std::move(produce)) {}
   Status Ensure(const Device& dev);
   BOperand operand() const { return BOperand{buffer_.get(), 0, half_, tile_major_}; }
+  // The host data's producer, and a step appended to it (before the first Ensure).
+  const std::function<void(float*)>& producer() const { return produce_; }
+  void Then(std::function<void(float*)> post) {
+    produce_ = [first = std::move(produce_), post = std::move(post)](float* dst) {
+      first(dst);
+      post(dst);
+    };
+  }
 
  private:
   size_t elements_;

@@ -105,6 +105,25 @@ class GpuOp {
     return false;
   }
   void set_norm_input(const TensorRef& x) { norm_input_ = x; }
+  // LayerNorm folded into the GEMM that reads it (GpuPartition::FuseLayerNorms), consumer side: from now on the op's
+  // first input is the LayerNorm's input x (not its output) and the op computes act(LN(x) W + b) with LN's `eps`,
+  // `gamma` and `beta` (host data of `k` floats, valid for the interpreter's lifetime). FULLY_CONNECTEDs with
+  // constant weights on the tiled GEMM kernels with the _ln twins return true; false (the default) leaves the op
+  // unchanged.
+  virtual bool FuseLayerNorm(const Device& dev, float eps, const float* gamma, const float* beta, int k) {
+    (void)dev;
+    (void)eps;
+    (void)gamma;
+    (void)beta;
+    (void)k;
+    return false;
+  }
+  // Producer side: true (and its eps) for a plain LayerNorm over the last axis (SdGroupNorm's [rows, 1, C] view,
+  // no SiLU).
+  virtual bool LayerNormEps(float* eps) const {
+    (void)eps;
+    return false;
+  }
   // Producer side: the bytes of the norm table this op can write instead of its output (table[2*(n*C + c)] = scale,
   // [+1] = shift; 0: it cannot), and the switch to writing it (SdGroupNorm on channels-last groups).
   virtual size_t NormTableBytes(const Device& dev) const {

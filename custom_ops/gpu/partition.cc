@@ -137,6 +137,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     FuseGatedGelus(outs, readers);  // first: a gated FC takes no residual
     FuseResidualAdds(outs, readers);
     FuseInputNorms(outs, readers);
+    FuseLayerNorms(context, outs, readers);  // last: it changes what an FC reads
   }
   return Status::Ok();
 }
@@ -301,6 +302,43 @@ void GpuPartition::FuseInputNorms(const std::set<int>& outs, const std::unordere
     gn.op->EmitNormTable();
     gn.table_bytes = table;  // its output tensor now holds the table (the conv's first input, unchanged)
     conv.norm_input = gn.inputs[0];
+  }
+}
+
+void GpuPartition::FuseLayerNorms(abi::TfLiteContext* context, const std::set<int>& outs,
+                                  const std::unordered_map<int, std::vector<int>>& readers) {
+  const std::unordered_map<int, int> producer = ProducerIndex();
+  auto host_floats = [&](int t, int64_t n) -> const float* {
+    abi::TfLiteTensor* tensor = nullptr;
+    if (t < 0 || !GetTensor(context, t, &tensor).ok() || tensor == nullptr || !IsConstant(tensor) ||
+        tensor->type != abi::kTfLiteFloat32 || tensor->data.raw == nullptr ||
+        tensor->bytes != static_cast<size_t>(n) * sizeof(float)) {
+      return nullptr;
+    }
+    return reinterpret_cast<const float*>(tensor->data.raw);
+  };
+  for (Step& fc : steps_) {
+    if (fc.code != kFullyConnected || fc.inputs.empty() || fc.absorbed) continue;
+    int p = SoleProducer(fc.inputs[0], outs, readers, producer);
+    Step* view = nullptr;  // a RESHAPE between them (SD: the LayerNorm's [rows, 1, C] view -> [1, rows, C])
+    if (p >= 0 && steps_[p].view && !steps_[p].absorbed && !steps_[p].inputs.empty()) {
+      view = &steps_[p];
+      p = SoleProducer(view->inputs[0], outs, readers, producer);
+    }
+    if (p < 0) continue;
+    Step& ln = steps_[p];
+    float eps = 0.0f;
+    if (ln.absorbed || ln.inputs.size() < 3 || ln.inputs[0] < 0 || !ln.op->LayerNormEps(&eps)) continue;
+    const int64_t k = ln.out_dims.empty() ? 0 : ln.out_dims.back();
+    const float* gamma = host_floats(ln.inputs[1], k);
+    const float* beta = host_floats(ln.inputs[2], k);
+    if (gamma == nullptr || beta == nullptr || k > INT_MAX ||
+        !fc.op->FuseLayerNorm(device(), eps, gamma, beta, static_cast<int>(k))) {
+      continue;
+    }
+    ln.absorbed = true;  // nothing reads its output (or the view's) now
+    if (view != nullptr) view->absorbed = true;
+    fc.inputs[0] = ln.inputs[0];  // the FC normalises x's rows as it reads them (same bytes as the view)
   }
 }
 

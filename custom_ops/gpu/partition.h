@@ -50,7 +50,13 @@
 //   reads it (GpuOp::FuseInputNorm / EmitNormTable; OpenCL kernels only):
 //   no apply pass, and the GroupNorm's output shrinks to the table in the
 //   arena. SD's ResNet norm1/norm2 -> conv1/conv2.
-//   Delegate option fuse_epilogues=0 turns these three folds off (A/B
+//   LayerNorms: an SdGroupNorm LayerNorm (no SiLU, constant gamma / beta)
+//   whose output only a FULLY_CONNECTED reads launches nothing: gamma and
+//   beta are folded into the FC's packed weights and bias, and its GEMM
+//   (the _ln kernel twins) normalises each row of the LayerNorm's input as
+//   it reads it (GpuOp::FuseLayerNorm; OpenCL kernels only, unsplit plans).
+//   SD's transformer norm1/2/3 -> QKV / attn2 Q / GEGLU projections.
+//   Delegate option fuse_epilogues=0 turns these four folds off (A/B
 //   benchmarks).
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
@@ -115,7 +121,7 @@ class GpuPartition {
     int group_norm_silu = -1;   // SdGroupNorm: 1 with SiLU, 0 without; else -1
     int norm_input = -1;        // input-norm prologue: the tensor this op normalises as it reads it (FuseInputNorms)
     size_t table_bytes = 0;     // an SdGroupNorm writing its norm table instead of its output: the table's bytes
-    bool absorbed = false;      // an ADD or gated GELU (and a RESHAPE before it) folded into an epilogue: no launch
+    bool absorbed = false;      // an ADD, gated GELU (and a RESHAPE before it) or LayerNorm folded into a GEMM: no launch
     bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
     size_t alias_offset = 0;    // bytes into the input, when aliased
     int scratch_request = -1;
@@ -152,6 +158,12 @@ class GpuPartition {
                                       const std::unordered_map<int, int>& producer) const;
   void FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseInputNorms(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
+  // A LayerNorm (SdGroupNorm's [rows, 1, C] view) read only by a FULLY_CONNECTED, directly or through a RESHAPE: the
+  // FC reads the LayerNorm's input
+  // and normalises it inside its GEMM (GpuOp::FuseLayerNorm); the LayerNorm launches nothing. Runs last: it changes
+  // the FC's first input, so `readers` no longer describes the graph after it.
+  void FuseLayerNorms(abi::TfLiteContext* context, const std::set<int>& outs,
+                      const std::unordered_map<int, std::vector<int>>& readers);
   // Output tensor -> index of the step producing it (the fold passes rebuild it: a fold moves an output).
   std::unordered_map<int, int> ProducerIndex() const;
   // The index of the step producing tensor t when t is not a partition output and exactly one step reads it on the

@@ -187,6 +187,11 @@ class SdGroupNormOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
   using GpuOp::scratch_bytes_;
+  bool LayerNormEps(float* eps) const override {
+    if (g_.groups != 1 || g_.a != 1 || g_.b != 1 || silu_ != 0 || table_) return false;
+    *eps = eps_;
+    return true;
+  }
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
     const int A = static_cast<int>(g_.a), C = static_cast<int>(g_.c), B = static_cast<int>(g_.b);

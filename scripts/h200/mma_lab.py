@@ -20,9 +20,11 @@ from cl_lab import Lab, lib_source  # noqa: E402
 # (name, M, N, K): UNet b1 FCs (64x64 level: 4096 tokens x 320; 32x32: 1024 x 640; 16x16: 256 x 1280)
 SHAPES = [("ff out 64x64", 4096, 320, 1280), ("geglu proj 64x64", 4096, 2560, 320), ("qkv 64x64", 4096, 960, 320),
           ("attn out 64x64", 4096, 320, 320), ("ff out 32x32", 1024, 640, 2560), ("geglu proj 16x16", 256, 10240, 1280)]
-# (BM, BN, WM, WN, SPLIT)
-CONFIGS = [(128, 64, 64, 32, 3), (64, 64, 32, 32, 3), (128, 128, 64, 32, 3), (128, 128, 64, 64, 3),
-           (128, 64, 64, 32, 1)]
+# (BM, BN, WM, WN, SPLIT, BK, PRESPLIT, TRUNC): see mma_gemm.cl
+CONFIGS = [(128, 64, 64, 32, 3, 16, 0, 0), (128, 128, 64, 32, 3, 16, 0, 0), (128, 64, 64, 32, 1, 16, 0, 0),
+           (128, 64, 64, 32, 3, 16, 0, 1), (64, 64, 32, 32, 3, 16, 0, 1), (128, 128, 64, 32, 3, 16, 0, 1),
+           (128, 64, 64, 32, 3, 16, 1, 1), (128, 128, 64, 32, 3, 16, 1, 1), (128, 64, 64, 32, 1, 16, 0, 1),
+           (128, 64, 64, 32, 3, 32, 0, 1)]
 LIB = [("gemm_t64x64n128", 64, 64, 128), ("gemm_t128x64", 128, 64, 256), ("gemm_t64x128n128", 64, 128, 128),
        ("gemm_t32x64n128", 32, 64, 128)]
 
@@ -49,12 +51,13 @@ def main() -> int:
         ad, bd, cd = lab.buffer(A), lab.buffer(B), lab.buffer(nbytes=M * N * 4)
         flops = 2.0 * M * N * K
         variants = []
-        for bm, bn, wm, wn, split in CONFIGS:
-            prog = lab.program(src, f"-DBM={bm} -DBN={bn} -DWM={wm} -DWN={wn} -DSPLIT={split}")
+        for bm, bn, wm, wn, split, bk, pre, trunc in CONFIGS:
+            prog = lab.program(src, f"-DBM={bm} -DBN={bn} -DWM={wm} -DWN={wn} -DSPLIT={split} -DBK={bk} "
+                                    f"-DPRESPLIT={pre} -DTRUNC={trunc}")
             k = lab.cl.Kernel(prog, "gemm_mma")
             k.set_args(cd, ad, bd, i32(M), i32(N), i32(K))
             nt = 32 * (bm // wm) * (bn // wn)
-            variants.append((f"mma {bm}x{bn} w{wm}x{wn} x{split}", k, (-(-N // bn) * nt, -(-M // bm)), (nt, 1)))
+            variants.append((f"mma {bm}x{bn} w{wm}x{wn} x{split} k{bk}{' pre' if pre else ''}{' trunc' if trunc else ''}", k, (-(-N // bn) * nt, -(-M // bm)), (nt, 1)))
         for kname, bm, bn, nt in LIB:
             k = lab.cl.Kernel(lib, kname)
             ks = -(-K // 16) * 16

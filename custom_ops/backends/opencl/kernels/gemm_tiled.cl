@@ -193,23 +193,35 @@
 
 // C[m, n] = act(alpha * acc + bias[n]) for the in-range part of the micro-tile.
 // GATED (literal 0/1): the _gg instances' gated-GELU branch (act >= 12), compiled out of the others.
-#define GT_EPILOGUE(BM, BN, NT, C, cbase, ldc, NCOLS, GATED)                              \
+#define GT_EPILOGUE(BM, BN, NT, C, cbase, ldc, NCOLS, GATED) GT_EPILOGUE_LN(BM, BN, NT, C, cbase, ldc, NCOLS, GATED, 0)
+#define GT_LN_COLSUM_0(n, NCOLS)
+#define GT_LN_COLSUM_1(n, NCOLS)                   \
+  cj.x = lnc[lnco + (n)];                          \
+  if ((n) + 1 < (NCOLS)) cj.y = lnc[lnco + (n) + 1]; \
+  if ((n) + 2 < (NCOLS)) cj.z = lnc[lnco + (n) + 2]; \
+  if ((n) + 3 < (NCOLS)) cj.w = lnc[lnco + (n) + 3];
+#define GT_LN_ACC_0(i, j) acc[i][j]
+#define GT_LN_ACC_1(i, j) (ln_r[i] * (acc[i][j] - ln_d[i] * cj))
+// LN (literal 0/1): the _ln twins' LayerNorm epilogue (GT_LN_STATS): acc holds sum_k (x - x0) W'; the
+// normalised product is rstd * (acc - (mean - x0) * c[n]), c = the column sums of W' (lnc at lnco).
+#define GT_EPILOGUE_LN(BM, BN, NT, C, cbase, ldc, NCOLS, GATED, LN)                       \
   _Pragma("unroll")                                                                       \
   for (int j = 0; j < (BN) / 64; ++j) {                                                   \
     const int n = n0 + j * 64 + tx * 4;                                                   \
     if (n >= (NCOLS)) continue;                                                           \
-    float4 bj = (float4)(0.0f);                                                           \
+    float4 bj = (float4)(0.0f), cj = (float4)(0.0f);                                      \
     if (has_bias) {                                                                       \
       bj.x = bias[biaso + n];                                                             \
       if (n + 1 < (NCOLS)) bj.y = bias[biaso + n + 1];                                    \
       if (n + 2 < (NCOLS)) bj.z = bias[biaso + n + 2];                                    \
       if (n + 3 < (NCOLS)) bj.w = bias[biaso + n + 3];                                    \
     }                                                                                     \
+    GT_LN_COLSUM_##LN(n, NCOLS)                                                           \
     _Pragma("unroll")                                                                     \
     for (int i = 0; i < 16 * (BM) / (NT); ++i) {                                          \
       const int m = m0 + (i >> 2) * ((NT) / 4) + ty * 4 + (i & 3);                        \
       if (m >= M) continue;                                                               \
-      const float4 v = alpha * acc[i][j] + bj;                                            \
+      const float4 v = alpha * GT_LN_ACC_##LN(i, j) + bj;                                 \
       if ((GATED) && act >= SD_GELU_OP_ERF) { /* pairs (n, n+1), (n+2, n+3) -> columns n/2, n/2+1 */ \
         __global float* d2 = (C) + (cbase) + m * (ldc) + n / 2;                           \
         d2[0] = v.x * sd_gelu_mode(v.y, act);                                             \
@@ -297,9 +309,79 @@
     GT_MAIN_LOOP(BM, BN, NT, a_mode, STRIDED, )                                                   \
     GT_EPILOGUE(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N, GATED)                           \
   }
-#define SD_GEMM_TILED(NAME, BM, BN, NT)      \
-  SD_GEMM_TILED_G(NAME, BM, BN, NT, 0)       \
-  SD_GEMM_TILED_G(NAME##_gg, BM, BN, NT, 1)
+// LayerNorm twins (NAME_ln, NAME_gg_ln): C = act(alpha * LN(A) W + bias) where LN(A) = (A - mean) * rstd per row
+// over all K (mean, variance and eps of SdGroupNorm's LayerNorm view; the host folds its gamma into W' = diag(gamma)
+// W and its beta into the bias). The GEMM runs on x - x0 (x0 = the row's first element: a shift within about one
+// standard deviation of the mean, so neither the variance nor the epilogue cancels badly) and sums that shifted
+// row and its squares as it loads A; the epilogue applies rstd * (acc - (mean - x0) * c[n]) with c = the column
+// sums of W' (lnc). Needs a single K slice (splits = 1) and rows of A along k 16-byte aligned (the float4 loader).
+// Extra trailing parameters: __global const float* lnc, int lnco, float ln_eps.
+#define GT_FETCH_A_LN(BM, NT, kt)                                                         \
+  _Pragma("unroll")                                                                       \
+  for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                             \
+    const int r = (lid >> 2) + p * ((NT) / 4), k = (kt) + (lid & 3) * 4, m = m0 + r;      \
+    const int i = abase + m * sam + k;                                                    \
+    float4 v = (float4)(0.0f);                                                            \
+    if (m < M && k + 3 < kend) {                                                          \
+      v = *(__global const float4*)(A + i) - (float4)(ln_x0[p]);                          \
+    } else if (m < M && k < kend) {                                                       \
+      v.x = A[i] - ln_x0[p];                                                              \
+      if (k + 1 < kend) v.y = A[i + 1] - ln_x0[p];                                        \
+      if (k + 2 < kend) v.z = A[i + 2] - ln_x0[p];                                        \
+    }                                                                                     \
+    ln_s1[p] += (v.x + v.y) + (v.z + v.w);                                                \
+    ln_s2[p] = fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, fma(v.w, v.w, ln_s2[p]))));      \
+    ra4[p] = v;                                                                           \
+  }
+// After the main loop (whose last barrier freed As): the four k-lanes' sums of each row through As, then each
+// work-item's epilogue rows' (mean - x0, rstd).
+#define GT_LN_STATS(BM, NT)                                                               \
+  _Pragma("unroll")                                                                       \
+  for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                             \
+    const int r = (lid >> 2) + p * ((NT) / 4);                                            \
+    As[(r * 4 + (lid & 3)) * 2] = ln_s1[p];                                               \
+    As[(r * 4 + (lid & 3)) * 2 + 1] = ln_s2[p];                                           \
+  }                                                                                       \
+  barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+  float ln_d[16 * (BM) / (NT)], ln_r[16 * (BM) / (NT)];                                   \
+  _Pragma("unroll")                                                                       \
+  for (int i = 0; i < 16 * (BM) / (NT); ++i) {                                            \
+    const int r = (i >> 2) * ((NT) / 4) + ty * 4 + (i & 3);                               \
+    const float s1 = (As[r * 8] + As[r * 8 + 2]) + (As[r * 8 + 4] + As[r * 8 + 6]);       \
+    const float s2 = (As[r * 8 + 1] + As[r * 8 + 3]) + (As[r * 8 + 5] + As[r * 8 + 7]);   \
+    const float d = s1 / (float)K;                                                        \
+    ln_d[i] = d;                                                                          \
+    ln_r[i] = rsqrt(fmax(s2 / (float)K - d * d, 0.0f) + ln_eps);                          \
+  }
+
+#define SD_GEMM_TILED_LN(NAME, BM, BN, NT, GATED)                                                 \
+  __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
+      __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, \
+      int sam, int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,   \
+      __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act, \
+      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm,               \
+      __global const float* lnc, int lnco, float ln_eps) {                                        \
+    GT_DECLS(BM, BN, NT)                                                                          \
+    const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                       \
+    const int b_mode = GT_B_MODE(bo | sbb | sbk);                                                 \
+    float ln_x0[4 * (BM) / (NT)], ln_s1[4 * (BM) / (NT)], ln_s2[4 * (BM) / (NT)];                 \
+    _Pragma("unroll")                                                                             \
+    for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                                   \
+      const int m = m0 + (lid >> 2) + p * ((NT) / 4);                                             \
+      ln_x0[p] = m < M ? A[abase + m * sam] : 0.0f;                                               \
+      ln_s1[p] = 0.0f;                                                                            \
+      ln_s2[p] = 0.0f;                                                                            \
+    }                                                                                             \
+    GT_MAIN_LOOP(BM, BN, NT, GT_KC_VEC, LN, )                                                     \
+    GT_LN_STATS(BM, NT)                                                                           \
+    GT_EPILOGUE_LN(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N, GATED, 1)                    \
+  }
+
+#define SD_GEMM_TILED(NAME, BM, BN, NT)            \
+  SD_GEMM_TILED_G(NAME, BM, BN, NT, 0)             \
+  SD_GEMM_TILED_G(NAME##_gg, BM, BN, NT, 1)        \
+  SD_GEMM_TILED_LN(NAME##_ln, BM, BN, NT, 0)       \
+  SD_GEMM_TILED_LN(NAME##_gg_ln, BM, BN, NT, 1)
 
 SD_GEMM_TILED(gemm_t64x64, 64, 64, 256)
 SD_GEMM_TILED(gemm_t128x64, 128, 64, 256)

@@ -1,0 +1,111 @@
+"""LayerNorm folded into the FULLY_CONNECTED that reads it (OpenCL, PoCL in CI): an SdGroupNorm LayerNorm ([rows, 1, C]
+view, no SiLU, constant gamma / beta) whose output only an FC reads, directly or through a RESHAPE (SD's transformer
+norm1/2/3 -> QKV / attn2 Q / GEGLU projections), launches nothing: the FC's weights are scaled by gamma, beta goes
+into its bias, and the LayerNorm twins of the tiled GEMM kernels (NAME_ln, NAME_gg_ln) normalise each row of the
+LayerNorm's input inside the GEMM. Rows with a mean far from zero check the shifted statistics; K = 100 leaves a
+partial k step; 200 rows leave a partial row tile. Cases that keep the LayerNorm launch: a second reader of its
+output, K % 4 != 0, a forced split-K plan, fuse_epilogues=0."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import load_delegate
+
+from harness import assert_close, make_interpreter
+from sdconvert.ops import gelu as G
+from sdconvert.ops import group_norm as GN
+from sdlite import native
+from tflite_gemm_models import OpGraphBuilder
+from test_opencl_residual import _fc, _rand, _reshape
+
+
+def _model(rng, m: int, k: int, n: int, bias: bool, gated: bool, also_output_norm: bool = False):
+    g = OpGraphBuilder()
+    x = g.input("x", [m, 1, k])
+    h = g.tensor("h", [m, 1, k])
+    gamma, beta = (_rand(rng, k) * 0.5 + 1.0).astype(np.float32), (_rand(rng, k) * 0.3).astype(np.float32)
+    g.custom("SdGroupNorm", [x, g.const("gamma", gamma), g.const("beta", beta)], [h],
+             GN.SPEC.encode(GN.GroupNormAttrs(groups=1, activation="none")))
+    hv = _reshape(g, h, [1, m, k], "hv")
+    w = _rand(rng, n, k) * 0.2
+    b = _rand(rng, n) if bias else None
+    y = _fc(g, hv, w, b, [1, m, n], "ff")
+    if gated:
+        out = g.tensor("y", [1, m, n // 2])
+        g.custom("SdGelu", [y], [out], G.SPEC.encode(G.GeluAttrs(approximate="none", gated=True)))
+        y = out
+    g.output(y)
+    if also_output_norm:
+        g.output(h)
+    return g.build(), gamma, beta, w, b
+
+
+def _want(xv, gamma, beta, w, b, gated: bool) -> np.ndarray:
+    x = xv.astype(np.float64)[:, 0, :]
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    h = ((x - mu) / np.sqrt(var + 1e-5) * gamma + beta) @ w.T.astype(np.float64) + (0.0 if b is None else b)
+    if gated:
+        return G.reference([h[None].astype(np.float32)], G.GeluAttrs(approximate="none", gated=True))[0]
+    return h
+
+
+def _run(tmp_path, model: bytes, xv: np.ndarray, **options):
+    profile = tmp_path / "profile.json"
+    delegate = load_delegate(str(native.delegate_path()),
+                             {"backend": "opencl", "profile_path": str(profile), "gemm_autotune": "0",
+                              **{key: str(value) for key, value in options.items()}})
+    runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
+    out = runner(x=xv)
+    assert native.stats(delegate)["partitions"] == 1 and native.stats(delegate)["declined_nodes"] == 0
+    report = json.loads(profile.read_text())
+    nodes = report["nodes"]
+    kernels = {op: [kk["name"] for nd in nodes if nd["op"] == op for kk in nd["kernels"]]
+               for op in ("SdGroupNorm", "FULLY_CONNECTED", "SdGelu")}
+    return out, kernels, int(report["compute_units"])
+
+
+@pytest.mark.parametrize("offset", [0.0, 1000.0])
+@pytest.mark.parametrize("m,k,n,bias,gated", [
+    (200, 96, 72, True, False),    # the cost model's plan already has a twin
+    (200, 100, 40, False, False),  # K = 100: a partial k step; no bias of its own (beta makes one)
+    (130, 64, 96, True, True),     # + the gated GELU epilogue: NAME_gg_ln
+])
+def test_layer_norm_runs_inside_the_gemm(rng, tmp_path, offset, m, k, n, bias, gated):
+    model, gamma, beta, w, b = _model(rng, m, k, n, bias, gated)
+    xv = (_rand(rng, m, 1, k) * 2.0 + offset).astype(np.float32)
+    out, kernels, _ = _run(tmp_path, model, xv)
+    assert kernels["SdGroupNorm"] == [] and kernels["SdGelu"] == []
+    assert kernels["FULLY_CONNECTED"] and all(name.endswith("_gg_ln" if gated else "_ln")
+                                              for name in kernels["FULLY_CONNECTED"])
+    assert_close(out["y" if gated else "ff"][0], _want(xv, gamma, beta, w, b, gated), rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["second_reader", "k_not_multiple_of_4", "forced_split", "fuse_epilogues_off"])
+def test_layer_norm_keeps_its_launch(rng, tmp_path, monkeypatch, case):
+    k = 30 if case == "k_not_multiple_of_4" else 64
+    model, gamma, beta, w, b = _model(rng, 200, k, 48, True, False, also_output_norm=case == "second_reader")
+    if case == "forced_split":
+        monkeypatch.setenv("SDGPU_GEMM_TILES", "64x64/2")
+    options = {"fuse_epilogues": "0"} if case == "fuse_epilogues_off" else {}
+    xv = _rand(rng, 200, 1, k) + 3.0
+    out, kernels, _ = _run(tmp_path, model, xv, **options)
+    assert kernels["SdGroupNorm"] == ["layer_norm_rows"] or (kernels["SdGroupNorm"] and case == "k_not_multiple_of_4")
+    assert not any(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"])
+    assert_close(out["ff"][0], _want(xv, gamma, beta, w, b, False), rtol=1e-5)
+
+
+def test_few_rows_replan_only_when_the_grid_fills_the_device(rng, tmp_path):
+    # 40 rows plan on gemm_t16x64, which has no twin: the fold re-plans on the cheapest unsplit tiled config with
+    # one, but only while that grid has at least one work-group per compute unit (else the LayerNorm launch is
+    # cheaper than an idle device): n = 128 * (CUs + 1) columns fold; 48 columns (one tile) fold only on 1 CU.
+    k = 64
+    _, _, cus = _run(tmp_path, _model(rng, 8, 16, 8, False, False)[0], _rand(rng, 8, 1, 16))
+    for n, folds in ((128 * (cus + 1), True), (48, cus <= 1)):
+        model, gamma, beta, w, b = _model(rng, 40, k, n, True, False)
+        xv = _rand(rng, 40, 1, k) + 2.0
+        out, kernels, _ = _run(tmp_path, model, xv)
+        assert (kernels["SdGroupNorm"] == []) == folds, (n, kernels)
+        assert all(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"]) == folds, (n, kernels)
+        assert_close(out["ff"][0], _want(xv, gamma, beta, w, b, False), rtol=1e-5)
