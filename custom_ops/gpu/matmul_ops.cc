@@ -311,13 +311,13 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
   return MakePlan(dev, conv, scored.front(), M, N, K, batch, out);
 }
 
-Status PlanLnTiles(const Device& dev, int M, int N, int K, TilePlan* out) {
+Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, TilePlan* out) {
   std::vector<ScoredPlan> scored;
-  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, false, M, N, K, 1, &scored));
+  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, false, M, N, K, batch, &scored));
   for (const ScoredPlan& sp : scored) {
     const Kernel* twin = nullptr;
     if (sp.splits != 1 || !dev.GetKernel(std::string(sp.config->gemm) + "_ln", &twin).ok()) continue;
-    SDGPU_RETURN_IF_ERROR(MakePlan(dev, false, sp, M, N, K, 1, out));
+    SDGPU_RETURN_IF_ERROR(MakePlan(dev, false, sp, M, N, K, batch, out));
     return LnTwin(dev, out);
   }
   return Status::Error("no unsplit tile plan with a LayerNorm twin");
@@ -693,9 +693,11 @@ class TiledGemmOp final : public GpuOp {
   // the packed constant weights, a constant or no bias, one GEMM over K-contiguous rows of A, and an unsplit plan
   // (the op re-plans among unsplit ones; the tuner tries only those).
   bool FuseLayerNorm(const Device& dev, float eps, const float* gamma, const float* beta, int k) override {
-    if (!dev.residual_epilogue() || packed_ == nullptr || ln_colsum_ != nullptr || s_.batch != 1 || s_.sak != 1 ||
-        s_.sam != s_.K || s_.K != k || s_.K % 4 != 0 || s_.sbk != s_.N || s_.sbn != 1 ||
-        (s_.bias_input >= 0 && packed_bias_ == nullptr && bias_const_ == nullptr)) {
+    // one GEMM, or the column blocks of one (SplitColumns: A shared, block b reads packed columns [b*N, (b+1)*N))
+    const bool blocks = s_.batch > 1 && s_.sab == 0 && s_.sbb == s_.N && s_.scb == s_.M * s_.N;
+    if (!dev.residual_epilogue() || packed_ == nullptr || ln_colsum_ != nullptr || (s_.batch != 1 && !blocks) ||
+        s_.sak != 1 || s_.sam != s_.K || s_.K != k || s_.K % 4 != 0 || s_.sbn != 1 ||
+        (s_.sbk != s_.N * s_.batch) || (s_.bias_input >= 0 && packed_bias_ == nullptr && bias_const_ == nullptr)) {
       return false;
     }
     const bool gated = s_.act >= kGeluKernelErf;
@@ -704,8 +706,8 @@ class TiledGemmOp final : public GpuOp {
       // split, or a kernel without the twin: the cheapest unsplit plan with one, when it still fills the device
       // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less; H200, SD's
       // 8x8-level projections)
-      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, &plan).ok() ||
-          static_cast<int64_t>(CeilDiv(s_.M, plan.bm)) * CeilDiv(s_.N, plan.bn) < dev.compute_units()) {
+      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, &plan).ok() ||
+          static_cast<int64_t>(s_.batch) * CeilDiv(s_.M, plan.bm) * CeilDiv(s_.N, plan.bn) < dev.compute_units()) {
         return false;
       }
       if (gated && !dev.GetKernel(plan.kernel->name().substr(0, plan.kernel->name().size() - 3) + "_gg_ln",
@@ -714,12 +716,12 @@ class TiledGemmOp final : public GpuOp {
       }
     }
     TileTuner tuner;
-    if (!tuner.Init(dev, false, s_.M, s_.N, s_.K, 1, GemmTuneKey(s_, b_half_) + ",ln", autotune_).ok() ||
+    if (!tuner.Init(dev, false, s_.M, s_.N, s_.K, s_.batch, GemmTuneKey(s_, b_half_) + ",ln", autotune_).ok() ||
         (gated && !tuner.UseGatedTwins(dev).ok())) {
       return false;
     }
     tuner.UseLnTwins(dev);
-    const int N = s_.N, K = s_.K;
+    const int N = s_.N * s_.batch, K = s_.K;  // packed columns (all blocks)
     const std::function<void(float*)> weights = packed_->producer();  // K x N, before the gamma scaling
     std::function<void(float*)> base_bias;
     if (packed_bias_) {

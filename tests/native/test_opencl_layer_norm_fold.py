@@ -18,7 +18,7 @@ from sdconvert.ops import gelu as G
 from sdconvert.ops import group_norm as GN
 from sdlite import native
 from tflite_gemm_models import OpGraphBuilder
-from test_opencl_residual import _fc, _rand, _reshape
+from test_opencl_residual import _fc, _rand, _reshape, _slice
 
 
 def _model(rng, m: int, k: int, n: int, bias: bool, gated: bool, also_output_norm: bool = False):
@@ -109,3 +109,29 @@ def test_few_rows_replan_only_when_the_grid_fills_the_device(rng, tmp_path):
         assert (kernels["SdGroupNorm"] == []) == folds, (n, kernels)
         assert all(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"]) == folds, (n, kernels)
         assert_close(out["ff"][0], _want(xv, gamma, beta, w, b, False), rtol=1e-5)
+
+
+def test_column_split_fc_folds_per_block(rng, tmp_path):
+    # SD's merged QKV projection: one FC read only through three column SLICEs runs as a GEMM batched over the column
+    # blocks (zero-copy SLICEs); the LayerNorm twins read each block's bias (beta W) and column sums at its offset.
+    m, k, w = 150, 64, 40
+    g = OpGraphBuilder()
+    x = g.input("x", [m, 1, k])
+    h = g.tensor("h", [m, 1, k])
+    gamma, beta = (_rand(rng, k) * 0.5 + 1.0).astype(np.float32), (_rand(rng, k) * 0.3).astype(np.float32)
+    g.custom("SdGroupNorm", [x, g.const("gamma", gamma), g.const("beta", beta)], [h],
+             GN.SPEC.encode(GN.GroupNormAttrs(groups=1, activation="none")))
+    wt = _rand(rng, 3 * w, k) * 0.2
+    qkv = _fc(g, _reshape(g, h, [1, m, k], "hv"), wt, None, [1, m, 3 * w], "qkv")
+    parts = [_slice(g, qkv, [0, 0, i * w], [1, m, w], f"s{i}") for i in range(3)]
+    s01 = g.tensor("s01", [1, m, w])
+    g.add(parts[0], parts[1], s01)
+    y = g.tensor("y", [1, m, w])
+    g.mul(s01, parts[2], y)
+    g.output(y)
+    xv = _rand(rng, m, 1, k) * 3.0 + 50.0
+    out, kernels, _ = _run(tmp_path, g.build(), xv)
+    assert kernels["SdGroupNorm"] == [] and kernels["FULLY_CONNECTED"]
+    assert all(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"])
+    full = _want(xv, gamma, beta, wt, None, False)
+    assert_close(out["y"][0], (full[:, :w] + full[:, w:2 * w]) * full[:, 2 * w:], rtol=1e-5)

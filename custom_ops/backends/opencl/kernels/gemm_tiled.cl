@@ -195,11 +195,13 @@
 // GATED (literal 0/1): the _gg instances' gated-GELU branch (act >= 12), compiled out of the others.
 #define GT_EPILOGUE(BM, BN, NT, C, cbase, ldc, NCOLS, GATED) GT_EPILOGUE_LN(BM, BN, NT, C, cbase, ldc, NCOLS, GATED, 0)
 #define GT_LN_COLSUM_0(n, NCOLS)
-#define GT_LN_COLSUM_1(n, NCOLS)                   \
-  cj.x = lnc[lnco + (n)];                          \
-  if ((n) + 1 < (NCOLS)) cj.y = lnc[lnco + (n) + 1]; \
-  if ((n) + 2 < (NCOLS)) cj.z = lnc[lnco + (n) + 2]; \
-  if ((n) + 3 < (NCOLS)) cj.w = lnc[lnco + (n) + 3];
+#define GT_LN_COLSUM_1(n, NCOLS)                                 \
+  cj.x = lnc[lnco + bz * (NCOLS) + (n)];                         \
+  if ((n) + 1 < (NCOLS)) cj.y = lnc[lnco + bz * (NCOLS) + (n) + 1]; \
+  if ((n) + 2 < (NCOLS)) cj.z = lnc[lnco + bz * (NCOLS) + (n) + 2]; \
+  if ((n) + 3 < (NCOLS)) cj.w = lnc[lnco + bz * (NCOLS) + (n) + 3];
+#define GT_LN_BIAS_0(NCOLS) 0
+#define GT_LN_BIAS_1(NCOLS) (bz * (NCOLS))
 #define GT_LN_ACC_0(i, j) acc[i][j]
 #define GT_LN_ACC_1(i, j) (ln_r[i] * (acc[i][j] - ln_d[i] * cj))
 // LN (literal 0/1): the _ln twins' LayerNorm epilogue (GT_LN_STATS): acc holds sum_k (x - x0) W'; the
@@ -211,10 +213,11 @@
     if (n >= (NCOLS)) continue;                                                           \
     float4 bj = (float4)(0.0f), cj = (float4)(0.0f);                                      \
     if (has_bias) {                                                                       \
-      bj.x = bias[biaso + n];                                                             \
-      if (n + 1 < (NCOLS)) bj.y = bias[biaso + n + 1];                                    \
-      if (n + 2 < (NCOLS)) bj.z = bias[biaso + n + 2];                                    \
-      if (n + 3 < (NCOLS)) bj.w = bias[biaso + n + 3];                                    \
+      const int bo_ = biaso + GT_LN_BIAS_##LN(NCOLS);                                     \
+      bj.x = bias[bo_ + n];                                                               \
+      if (n + 1 < (NCOLS)) bj.y = bias[bo_ + n + 1];                                      \
+      if (n + 2 < (NCOLS)) bj.z = bias[bo_ + n + 2];                                      \
+      if (n + 3 < (NCOLS)) bj.w = bias[bo_ + n + 3];                                      \
     }                                                                                     \
     GT_LN_COLSUM_##LN(n, NCOLS)                                                           \
     _Pragma("unroll")                                                                     \
@@ -244,11 +247,14 @@
 
 // The k-loop with register double buffering; GT_FETCH_A_<KIND>(BM, kt) fills ra for the
 // tile at kt, ADVANCE (may be empty) runs before each prefetch.
-#define GT_MAIN_LOOP(BM, BN, NT, a_mode, KIND, ADVANCE)                                   \
+#define GT_MAIN_LOOP(BM, BN, NT, a_mode, KIND, ADVANCE) GT_MAIN_LOOP_S(BM, BN, NT, a_mode, KIND, ADVANCE, )
+// SHIFT (may be empty) runs on the landed A registers before each store (the LayerNorm twins' GT_LN_SHIFT).
+#define GT_MAIN_LOOP_S(BM, BN, NT, a_mode, KIND, ADVANCE, SHIFT)                          \
   if (kbeg < kend) {                                                                      \
     GT_FETCH_A_##KIND(BM, NT, kbeg)                                                       \
     GT_FETCH_B(BN, NT, kbeg)                                                              \
     for (int kt = kbeg; kt < kend; kt += GT_BK) {                                         \
+      SHIFT                                                                               \
       GT_STORE(BM, BN, NT, a_mode)                                                        \
       barrier(CLK_LOCAL_MEM_FENCE);                                                       \
       if (kt + GT_BK < kend) {                                                            \
@@ -315,19 +321,22 @@
 // standard deviation of the mean, so neither the variance nor the epilogue cancels badly) and sums that shifted
 // row and its squares as it loads A; the epilogue applies rstd * (acc - (mean - x0) * c[n]) with c = the column
 // sums of W' (lnc). Needs a single K slice (splits = 1) and rows of A along k 16-byte aligned (the float4 loader).
+// Batches are column blocks of one FC (GpuOp::SplitColumns: A shared): bias and lnc are read at bz * N + n.
 // Extra trailing parameters: __global const float* lnc, int lnco, float ln_eps.
-#define GT_FETCH_A_LN(BM, NT, kt)                                                         \
+#define GT_FETCH_A_LN(BM, NT, kt) GT_FETCH_A_STRIDED(BM, NT, kt)
+// Before a step's A tile is stored (its loads have landed by then; shifting at load time would stall on them):
+// the in-range elements become x - x0 and enter the row sums; padding stays 0.
+#define GT_LN_SHIFT(BM, NT, kt)                                                           \
   _Pragma("unroll")                                                                       \
   for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                             \
-    const int r = (lid >> 2) + p * ((NT) / 4), k = (kt) + (lid & 3) * 4, m = m0 + r;      \
-    const int i = abase + m * sam + k;                                                    \
-    float4 v = (float4)(0.0f);                                                            \
-    if (m < M && k + 3 < kend) {                                                          \
-      v = *(__global const float4*)(A + i) - (float4)(ln_x0[p]);                          \
-    } else if (m < M && k < kend) {                                                       \
-      v.x = A[i] - ln_x0[p];                                                              \
-      if (k + 1 < kend) v.y = A[i + 1] - ln_x0[p];                                        \
-      if (k + 2 < kend) v.z = A[i + 2] - ln_x0[p];                                        \
+    const int k = (kt) + (lid & 3) * 4, m = m0 + (lid >> 2) + p * ((NT) / 4);             \
+    const int valid = m < M ? min(4, kend - k) : 0;                                       \
+    float4 v = ra4[p] - (float4)(ln_x0[p]);                                               \
+    if (valid < 4) {                                                                      \
+      v.x = valid > 0 ? v.x : 0.0f;                                                       \
+      v.y = valid > 1 ? v.y : 0.0f;                                                       \
+      v.z = valid > 2 ? v.z : 0.0f;                                                       \
+      v.w = 0.0f;                                                                         \
     }                                                                                     \
     ln_s1[p] += (v.x + v.y) + (v.z + v.w);                                                \
     ln_s2[p] = fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, fma(v.w, v.w, ln_s2[p]))));      \
@@ -364,6 +373,7 @@
     GT_DECLS(BM, BN, NT)                                                                          \
     const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                       \
     const int b_mode = GT_B_MODE(bo | sbb | sbk);                                                 \
+    const int a_mode = GT_KC_VEC;                                                                 \
     float ln_x0[4 * (BM) / (NT)], ln_s1[4 * (BM) / (NT)], ln_s2[4 * (BM) / (NT)];                 \
     _Pragma("unroll")                                                                             \
     for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                                   \
@@ -372,7 +382,7 @@
       ln_s1[p] = 0.0f;                                                                            \
       ln_s2[p] = 0.0f;                                                                            \
     }                                                                                             \
-    GT_MAIN_LOOP(BM, BN, NT, GT_KC_VEC, LN, )                                                     \
+    GT_MAIN_LOOP_S(BM, BN, NT, GT_KC_VEC, LN, , GT_LN_SHIFT(BM, NT, kt))                         \
     GT_LN_STATS(BM, NT)                                                                           \
     GT_EPILOGUE_LN(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N, GATED, 1)                    \
   }
