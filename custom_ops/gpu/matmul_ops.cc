@@ -701,11 +701,13 @@ class TiledGemmOp final : public GpuOp {
       return false;
     }
     const bool gated = s_.act >= kGeluKernelErf;
+    // A split plan stays as it is: its unsplit replacement cost more than the LayerNorm launch it saves (H200,
+    // BENCHMARKS session 14: SD's 32x32-level attn2 Q 45 -> 58 us, 8x8 GEGLU 79 -> 94 us, vs ~7 us of LayerNorm).
+    if (plan_.splits > 1) return false;
     TilePlan plan = plan_;
     if (!LnTwin(dev, &plan).ok()) {
-      // split, or a kernel without the twin: the cheapest unsplit plan with one, when it still fills the device
-      // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less; H200, SD's
-      // 8x8-level projections)
+      // a kernel without the twin (gemm_t16x64): the cheapest unsplit plan with one, when it still fills the device
+      // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less)
       if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, &plan).ok() ||
           static_cast<int64_t>(s_.batch) * CeilDiv(s_.M, plan.bm) * CeilDiv(s_.N, plan.bn) < dev.compute_units()) {
         return false;
