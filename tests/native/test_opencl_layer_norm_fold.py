@@ -21,14 +21,20 @@ from tflite_gemm_models import OpGraphBuilder
 from test_opencl_residual import _fc, _rand, _reshape, _slice
 
 
-def _model(rng, m: int, k: int, n: int, bias: bool, gated: bool, also_output_norm: bool = False):
-    g = OpGraphBuilder()
+def _layer_norm(rng, g: OpGraphBuilder, m: int, k: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """Input x [m, 1, k] -> SdGroupNorm's LayerNorm view -> RESHAPE [1, m, k] (as the converter emits it): (the LayerNorm's
+    output, the reshaped tensor, gamma, beta)."""
     x = g.input("x", [m, 1, k])
     h = g.tensor("h", [m, 1, k])
     gamma, beta = (_rand(rng, k) * 0.5 + 1.0).astype(np.float32), (_rand(rng, k) * 0.3).astype(np.float32)
     g.custom("SdGroupNorm", [x, g.const("gamma", gamma), g.const("beta", beta)], [h],
              GN.SPEC.encode(GN.GroupNormAttrs(groups=1, activation="none")))
-    hv = _reshape(g, h, [1, m, k], "hv")
+    return h, _reshape(g, h, [1, m, k], "hv"), gamma, beta
+
+
+def _model(rng, m: int, k: int, n: int, bias: bool, gated: bool, also_output_norm: bool = False):
+    g = OpGraphBuilder()
+    h, hv, gamma, beta = _layer_norm(rng, g, m, k)
     w = _rand(rng, n, k) * 0.2
     b = _rand(rng, n) if bias else None
     y = _fc(g, hv, w, b, [1, m, n], "ff")
@@ -116,13 +122,9 @@ def test_column_split_fc_folds_per_block(rng, tmp_path):
     # blocks (zero-copy SLICEs); the LayerNorm twins read each block's bias (beta W) and column sums at its offset.
     m, k, w = 150, 64, 40
     g = OpGraphBuilder()
-    x = g.input("x", [m, 1, k])
-    h = g.tensor("h", [m, 1, k])
-    gamma, beta = (_rand(rng, k) * 0.5 + 1.0).astype(np.float32), (_rand(rng, k) * 0.3).astype(np.float32)
-    g.custom("SdGroupNorm", [x, g.const("gamma", gamma), g.const("beta", beta)], [h],
-             GN.SPEC.encode(GN.GroupNormAttrs(groups=1, activation="none")))
+    _, hv, gamma, beta = _layer_norm(rng, g, m, k)
     wt = _rand(rng, 3 * w, k) * 0.2
-    qkv = _fc(g, _reshape(g, h, [1, m, k], "hv"), wt, None, [1, m, 3 * w], "qkv")
+    qkv = _fc(g, hv, wt, None, [1, m, 3 * w], "qkv")
     parts = [_slice(g, qkv, [0, 0, i * w], [1, m, w], f"s{i}") for i in range(3)]
     s01 = g.tensor("s01", [1, m, w])
     g.add(parts[0], parts[1], s01)
