@@ -690,13 +690,14 @@ class TiledGemmOp final : public GpuOp {
 
   // The LayerNorm's gamma scales W's rows (k) wherever the packing put its columns (after FuseGatedGelu too), its
   // beta becomes bias + beta W, and the _ln kernels normalise each row of A inside the GEMM (gemm_tiled.cl). Needs
-  // the packed constant weights, a constant or no bias, one GEMM over K-contiguous rows of A, and an unsplit plan
-  // (the op re-plans among unsplit ones; the tuner tries only those).
+  // the packed fp32 constant weights (with weights_fp16 the column sums would not match the rounded weights), a
+  // constant or no bias, one GEMM (or SplitColumns' blocks of one) over K-contiguous rows of A, and an unsplit
+  // plan; a kernel without a twin re-plans on the cheapest config with one, and the tuner tries only twins.
   bool FuseLayerNorm(const Device& dev, float eps, const float* gamma, const float* beta, int k) override {
     // one GEMM, or the column blocks of one (SplitColumns: A shared, block b reads packed columns [b*N, (b+1)*N))
     const bool blocks = s_.batch > 1 && s_.sab == 0 && s_.sbb == s_.N && s_.scb == s_.M * s_.N;
-    if (!dev.residual_epilogue() || packed_ == nullptr || ln_colsum_ != nullptr || (s_.batch != 1 && !blocks) ||
-        s_.sak != 1 || s_.sam != s_.K || s_.K != k || s_.K % 4 != 0 || s_.sbn != 1 ||
+    if (!dev.residual_epilogue() || packed_ == nullptr || b_half_ || ln_colsum_ != nullptr ||
+        (s_.batch != 1 && !blocks) || s_.sak != 1 || s_.sam != s_.K || s_.K != k || s_.K % 4 != 0 || s_.sbn != 1 ||
         (s_.sbk != s_.N * s_.batch) || (s_.bias_input >= 0 && packed_bias_ == nullptr && bias_const_ == nullptr)) {
       return false;
     }
