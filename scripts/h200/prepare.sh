@@ -55,6 +55,7 @@ if [ -z "$LIB" ]; then
 fi
 mkdir -p "$DEST/lib"
 cp -f "$LIB" "$DEST/lib/libsdgpu_delegate.so"
+cp -f "$(dirname "$0")/setup.sh" "$DEST/setup.sh"  # `source .h200/setup.sh` on the device (labs, helpers)
 NEEDS=$(objdump -T "$DEST/lib/libsdgpu_delegate.so" 2>/dev/null | grep -o 'GLIBC_[0-9.]*\|GLIBCXX_[0-9.]*' | sort -uV \
   | awk -F_ '{v[$1]=$2} END {for (k in v) printf "%s_%s ", k, v[k]}' || true)
 say "delegate: $LIB -> $DEST/lib ($(du -h "$DEST/lib/libsdgpu_delegate.so" | cut -f1); needs ${NEEDS:-?})"

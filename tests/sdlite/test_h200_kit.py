@@ -63,6 +63,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     assert kit["config"] == "tiny" and list(kit["models"]) == ["unet_b1"]
     assert (dest / "models" / "unet_b1.tflite.gz").is_file() and (dest / "models" / "manifest_b1.json").is_file()
     assert (dest / "lib" / "libsdgpu_delegate.so").stat().st_size == native.delegate_path().stat().st_size
+    assert (dest / "setup.sh").read_text() == (KIT / "setup.sh").read_text()  # `source .h200/setup.sh` on the device
 
     work, out = tmp_path / "work", tmp_path / "out"
     args = ["--models-dir", dest / "models", "--work", work, "--out", out, "--quick", "--torch-device", "cpu",
