@@ -261,20 +261,24 @@ GpuPartition::StridedSource GpuPartition::StridedResidualSource(
   return src;
 }
 
+int GpuPartition::SoleProducerPastView(int t, const std::set<int>& outs,
+                                       const std::unordered_map<int, std::vector<int>>& readers,
+                                       const std::unordered_map<int, int>& producer, int* view) const {
+  *view = -1;
+  const int p = SoleProducer(t, outs, readers, producer);
+  if (p < 0 || !steps_[p].view || steps_[p].absorbed || steps_[p].inputs.empty()) return p;
+  *view = p;
+  return SoleProducer(steps_[p].inputs[0], outs, readers, producer);
+}
+
 void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers) {
   const std::unordered_map<int, int> producer = ProducerIndex();
-  auto sole_producer = [&](int t) -> Step* {
-    const int p = SoleProducer(t, outs, readers, producer);
-    return p < 0 ? nullptr : &steps_[p];
-  };
   for (Step& gelu : steps_) {
     if (gelu.gated_gelu < 0 || gelu.inputs.empty()) continue;
-    Step* fc = sole_producer(gelu.inputs[0]);
-    Step* view = nullptr;  // a RESHAPE between them (cfg batch 2: [2*S, 2F] -> [2, S, 2F]): the same bytes
-    if (fc != nullptr && fc->view && !fc->inputs.empty()) {
-      view = fc;
-      fc = sole_producer(view->inputs[0]);
-    }
+    int v = -1;  // a RESHAPE between them (cfg batch 2: [2*S, 2F] -> [2, S, 2F]): the same bytes
+    const int p = SoleProducerPastView(gelu.inputs[0], outs, readers, producer, &v);
+    Step* fc = p < 0 ? nullptr : &steps_[p];
+    Step* view = v < 0 ? nullptr : &steps_[v];
     if (fc == nullptr || fc->code != kFullyConnected || fc->residual >= 0 ||
         !fc->op->FuseGatedGelu(device(), gelu.gated_gelu)) {
       continue;
@@ -319,12 +323,8 @@ void GpuPartition::FuseLayerNorms(abi::TfLiteContext* context, const std::set<in
   };
   for (Step& fc : steps_) {
     if (fc.code != kFullyConnected || fc.inputs.empty() || fc.absorbed) continue;
-    int p = SoleProducer(fc.inputs[0], outs, readers, producer);
-    Step* view = nullptr;  // a RESHAPE between them (SD: the LayerNorm's [rows, 1, C] view -> [1, rows, C])
-    if (p >= 0 && steps_[p].view && !steps_[p].absorbed && !steps_[p].inputs.empty()) {
-      view = &steps_[p];
-      p = SoleProducer(view->inputs[0], outs, readers, producer);
-    }
+    int view = -1;  // a RESHAPE between them (SD: the LayerNorm's [rows, 1, C] view -> [1, rows, C])
+    const int p = SoleProducerPastView(fc.inputs[0], outs, readers, producer, &view);
     if (p < 0) continue;
     Step& ln = steps_[p];
     float eps = 0.0f;
@@ -337,7 +337,7 @@ void GpuPartition::FuseLayerNorms(abi::TfLiteContext* context, const std::set<in
       continue;
     }
     ln.absorbed = true;  // nothing reads its output (or the view's) now
-    if (view != nullptr) view->absorbed = true;
+    if (view >= 0) steps_[view].absorbed = true;
     fc.inputs[0] = ln.inputs[0];  // the FC normalises x's rows as it reads them (same bytes as the view)
   }
 }

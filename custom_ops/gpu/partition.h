@@ -170,6 +170,10 @@ class GpuPartition {
   // device, else -1 (`producer`: ProducerIndex()).
   static int SoleProducer(int t, const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers,
                           const std::unordered_map<int, int>& producer);
+  // SoleProducer, looking through one RESHAPE view whose output tensor t is (it too read only by the next step);
+  // *view: that view's step index, else -1.
+  int SoleProducerPastView(int t, const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers,
+                           const std::unordered_map<int, int>& producer, int* view) const;
   // The tensors a step's launches read: its op's device inputs, its residual and its norm input.
   static std::vector<int> DeviceReads(const Step& step);
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.
