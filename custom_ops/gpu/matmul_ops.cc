@@ -311,13 +311,16 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
   return MakePlan(dev, conv, scored.front(), M, N, K, batch, out);
 }
 
-Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, TilePlan* out) {
+Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated, TilePlan* out) {
   std::vector<ScoredPlan> scored;
   SDGPU_RETURN_IF_ERROR(ScorePlans(dev, false, M, N, K, batch, &scored));
   for (const ScoredPlan& sp : scored) {
     const Kernel* twin = nullptr;
-    if (sp.splits != 1 || !dev.GetKernel(std::string(sp.config->gemm) + "_ln", &twin).ok()) continue;
+    if (sp.splits != 1 || !dev.GetKernel(std::string(sp.config->gemm) + (gated ? "_gg_ln" : "_ln"), &twin).ok()) {
+      continue;
+    }
     SDGPU_RETURN_IF_ERROR(MakePlan(dev, false, sp, M, N, K, batch, out));
+    if (gated) SDGPU_RETURN_IF_ERROR(GatedTwin(dev, out));
     return LnTwin(dev, out);
   }
   return Status::Error("no unsplit tile plan with a LayerNorm twin");
@@ -505,6 +508,19 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
 }
 
 namespace {
+
+// sum_k w[k] * B[k][n] (w null: all ones) of the K x N row-major matrix `produce` writes, in double.
+std::vector<double> WeightedColumnSums(const std::function<void(float*)>& produce, int K, int N, const float* w) {
+  std::vector<float> b(static_cast<size_t>(N) * K);
+  produce(b.data());
+  std::vector<double> sums(static_cast<size_t>(N), 0.0);
+  for (int k = 0; k < K; ++k) {
+    const float* row = b.data() + static_cast<size_t>(k) * N;
+    const double wk = w != nullptr ? static_cast<double>(w[k]) : 1.0;
+    for (int n = 0; n < N; ++n) sums[n] += wk * row[n];
+  }
+  return sums;
+}
 
 // The TileTuner key of a GEMM: the strides and operand storage (TileTuner::Init).
 std::string GemmTuneKey(const GemmShape& g, bool b_half) {
@@ -709,12 +725,8 @@ class TiledGemmOp final : public GpuOp {
     if (!LnTwin(dev, &plan).ok()) {
       // a kernel without the twin (gemm_t16x64): the cheapest unsplit plan with one, when it still fills the device
       // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less)
-      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, &plan).ok() ||
+      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, gated, &plan).ok() ||
           static_cast<int64_t>(s_.batch) * CeilDiv(s_.M, plan.bm) * CeilDiv(s_.N, plan.bn) < dev.compute_units()) {
-        return false;
-      }
-      if (gated && !dev.GetKernel(plan.kernel->name().substr(0, plan.kernel->name().size() - 3) + "_gg_ln",
-                                  &plan.kernel).ok()) {
         return false;
       }
     }
@@ -733,37 +745,23 @@ class TiledGemmOp final : public GpuOp {
       base_bias = [b = bias_const_, N](float* dst) { std::memcpy(dst, b, sizeof(float) * static_cast<size_t>(N)); };
     }
     const std::vector<float> g(gamma, gamma + K), be(beta, beta + K);
-    packed_bias_ = std::make_unique<PackedWeights>(static_cast<size_t>(N), false,
-                                                   [weights, base_bias, be, N, K](float* dst) {
-                                                     std::vector<float> w(static_cast<size_t>(N) * K);
-                                                     weights(w.data());
-                                                     std::vector<double> acc(static_cast<size_t>(N), 0.0);
-                                                     for (int kk = 0; kk < K; ++kk) {
-                                                       const float* row = w.data() + static_cast<size_t>(kk) * N;
-                                                       for (int n = 0; n < N; ++n) acc[n] += double(be[kk]) * row[n];
-                                                     }
-                                                     if (base_bias) base_bias(dst);
-                                                     for (int n = 0; n < N; ++n) {
-                                                       dst[n] = static_cast<float>((base_bias ? dst[n] : 0.0) + acc[n]);
-                                                     }
-                                                   });
+    packed_bias_ = std::make_unique<PackedWeights>(
+        static_cast<size_t>(N), false, [weights, base_bias, be, N, K](float* dst) {
+          const std::vector<double> beta_w = WeightedColumnSums(weights, K, N, be.data());
+          if (base_bias) base_bias(dst);
+          for (int n = 0; n < N; ++n) dst[n] = static_cast<float>((base_bias ? dst[n] : 0.0) + beta_w[n]);
+        });
     packed_->Then([g, N, K](float* dst) {
       for (int kk = 0; kk < K; ++kk) {
         float* row = dst + static_cast<size_t>(kk) * N;
         for (int n = 0; n < N; ++n) row[n] *= g[kk];
       }
     });
-    ln_colsum_ = std::make_unique<PackedWeights>(static_cast<size_t>(N), false,
-                                                 [scaled = packed_->producer(), N, K](float* dst) {
-                                                   std::vector<float> w(static_cast<size_t>(N) * K);
-                                                   scaled(w.data());
-                                                   std::vector<double> acc(static_cast<size_t>(N), 0.0);
-                                                   for (int kk = 0; kk < K; ++kk) {
-                                                     const float* row = w.data() + static_cast<size_t>(kk) * N;
-                                                     for (int n = 0; n < N; ++n) acc[n] += row[n];
-                                                   }
-                                                   for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(acc[n]);
-                                                 });
+    ln_colsum_ = std::make_unique<PackedWeights>(
+        static_cast<size_t>(N), false, [scaled = packed_->producer(), N, K](float* dst) {
+          const std::vector<double> sums = WeightedColumnSums(scaled, K, N, nullptr);
+          for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(sums[n]);
+        });
     ln_eps_ = eps;
     plan_ = plan;
     tuner_ = std::move(tuner);

@@ -58,8 +58,9 @@ struct TilePlan {
 // (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
 Status CheckForcedTiles();
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
-// The cheapest unsplit GEMM plan (same cost model) among the configs with a LayerNorm twin, already swapped to it.
-Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, TilePlan* out);
+// The cheapest unsplit GEMM plan (same cost model) among the configs with a LayerNorm twin (`gated`: a gated one,
+// NAME_gg_ln), already swapped to it.
+Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated, TilePlan* out);
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
 // local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
 // which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs
