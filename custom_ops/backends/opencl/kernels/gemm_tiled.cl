@@ -204,7 +204,7 @@
 #define GT_LN_BIAS_1(NCOLS) (bz * (NCOLS))
 #define GT_LN_ACC_0(i, j) acc[i][j]
 #define GT_LN_ACC_1(i, j) (ln_r[i] * (acc[i][j] - ln_d[i] * cj))
-// LN (literal 0/1): the _ln twins' LayerNorm epilogue (GT_LN_STATS): acc holds sum_k (x - x0) W'; the
+// LN (literal 0/1): the _ln twins' LayerNorm epilogue (GT_LN_STATS_1): acc holds sum_k (x - x0) W'; the
 // normalised product is rstd * (acc - (mean - x0) * c[n]), c = the column sums of W' (lnc at lnco).
 #define GT_EPILOGUE_LN(BM, BN, NT, C, cbase, ldc, NCOLS, GATED, LN)                       \
   _Pragma("unroll")                                                                       \
@@ -248,7 +248,7 @@
 // The k-loop with register double buffering; GT_FETCH_A_<KIND>(BM, kt) fills ra for the
 // tile at kt, ADVANCE (may be empty) runs before each prefetch.
 #define GT_MAIN_LOOP(BM, BN, NT, a_mode, KIND, ADVANCE) GT_MAIN_LOOP_S(BM, BN, NT, a_mode, KIND, ADVANCE, )
-// SHIFT (may be empty) runs on the landed A registers before each store (the LayerNorm twins' GT_LN_SHIFT).
+// SHIFT (may be empty) runs on the landed A registers before each store (the LayerNorm twins' GT_LN_SHIFT_1).
 #define GT_MAIN_LOOP_S(BM, BN, NT, a_mode, KIND, ADVANCE, SHIFT)                          \
   if (kbeg < kend) {                                                                      \
     GT_FETCH_A_##KIND(BM, NT, kbeg)                                                       \
@@ -301,32 +301,31 @@
     }                                                                                     \
   }
 
-#define SD_GEMM_TILED_G(NAME, BM, BN, NT, GATED)                                                  \
-  __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
-      __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, \
-      int sam, int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,   \
-      __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act, \
-      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {             \
-    GT_DECLS(BM, BN, NT)                                                                          \
-    const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                       \
-    const int b_mode = GT_B_MODE(bo | sbb | sbk);                                                 \
-    /* A loader along m when m is the contiguous axis; float4 along k for aligned rows */        \
-    const int a_mode = sak != 1 && sam == 1 ? GT_MNC : sak == 1 && ((ao | sab | sam) & 3) == 0 ? GT_KC_VEC : GT_KC; \
-    GT_MAIN_LOOP(BM, BN, NT, a_mode, STRIDED, )                                                   \
-    GT_EPILOGUE(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N, GATED)                           \
+// LayerNorm twins (NAME_ln, NAME_gg_ln; LN = 1 below): C = act(alpha * LN(A) W + bias) where LN(A) = (A - mean) * rstd
+// per row over all K (mean, variance and eps of SdGroupNorm's LayerNorm view; the host folds its gamma into
+// W' = diag(gamma) W and its beta into the bias). The GEMM runs on x - x0 (x0 = the row's first element: a shift
+// within about one standard deviation of the mean, so neither the variance nor the epilogue cancels badly) and sums
+// that shifted row and its squares as it stores each A tile; the epilogue applies rstd * (acc - (mean - x0) * c[n])
+// with c = the column sums of W' (lnc). Needs a single K slice (splits = 1) and rows of A along k 16-byte aligned
+// (the float4 loader). Batches are column blocks of one FC (GpuOp::SplitColumns: A shared): bias and lnc are read at
+// bz * N + n. Extra trailing parameters: __global const float* lnc, int lnco, float ln_eps.
+#define GT_LN_PARAMS_0
+#define GT_LN_PARAMS_1 , __global const float *lnc, int lnco, float ln_eps
+// The row shifts x0 and the shifted row sums of each A row this work-item loads (GT_KC_VEC's rows).
+#define GT_LN_PROLOGUE_0(BM, NT)
+#define GT_LN_PROLOGUE_1(BM, NT)                                                          \
+  float ln_x0[4 * (BM) / (NT)], ln_s1[4 * (BM) / (NT)], ln_s2[4 * (BM) / (NT)];           \
+  _Pragma("unroll")                                                                       \
+  for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                             \
+    const int m = m0 + (lid >> 2) + p * ((NT) / 4);                                       \
+    ln_x0[p] = m < M ? A[abase + m * sam] : 0.0f;                                         \
+    ln_s1[p] = 0.0f;                                                                      \
+    ln_s2[p] = 0.0f;                                                                      \
   }
-// LayerNorm twins (NAME_ln, NAME_gg_ln): C = act(alpha * LN(A) W + bias) where LN(A) = (A - mean) * rstd per row
-// over all K (mean, variance and eps of SdGroupNorm's LayerNorm view; the host folds its gamma into W' = diag(gamma)
-// W and its beta into the bias). The GEMM runs on x - x0 (x0 = the row's first element: a shift within about one
-// standard deviation of the mean, so neither the variance nor the epilogue cancels badly) and sums that shifted
-// row and its squares as it loads A; the epilogue applies rstd * (acc - (mean - x0) * c[n]) with c = the column
-// sums of W' (lnc). Needs a single K slice (splits = 1) and rows of A along k 16-byte aligned (the float4 loader).
-// Batches are column blocks of one FC (GpuOp::SplitColumns: A shared): bias and lnc are read at bz * N + n.
-// Extra trailing parameters: __global const float* lnc, int lnco, float ln_eps.
-#define GT_FETCH_A_LN(BM, NT, kt) GT_FETCH_A_STRIDED(BM, NT, kt)
 // Before a step's A tile is stored (its loads have landed by then; shifting at load time would stall on them):
 // the in-range elements become x - x0 and enter the row sums; padding stays 0.
-#define GT_LN_SHIFT(BM, NT, kt)                                                           \
+#define GT_LN_SHIFT_0(BM, NT, kt)
+#define GT_LN_SHIFT_1(BM, NT, kt)                                                         \
   _Pragma("unroll")                                                                       \
   for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                             \
     const int k = (kt) + (lid & 3) * 4, m = m0 + (lid >> 2) + p * ((NT) / 4);             \
@@ -344,7 +343,8 @@
   }
 // After the main loop (whose last barrier freed As): the four k-lanes' sums of each row through As, then each
 // work-item's epilogue rows' (mean - x0, rstd).
-#define GT_LN_STATS(BM, NT)                                                               \
+#define GT_LN_STATS_0(BM, NT)
+#define GT_LN_STATS_1(BM, NT)                                                             \
   _Pragma("unroll")                                                                       \
   for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                             \
     const int r = (lid >> 2) + p * ((NT) / 4);                                            \
@@ -363,35 +363,29 @@
     ln_r[i] = rsqrt(fmax(s2 / (float)K - d * d, 0.0f) + ln_eps);                          \
   }
 
-#define SD_GEMM_TILED_LN(NAME, BM, BN, NT, GATED)                                                 \
+// GATED, LN: literal 0/1 (the _gg and _ln twins).
+#define SD_GEMM_TILED_G(NAME, BM, BN, NT, GATED, LN)                                              \
   __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, \
       int sam, int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,   \
       __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act, \
-      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm,               \
-      __global const float* lnc, int lnco, float ln_eps) {                                        \
+      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm GT_LN_PARAMS_##LN) { \
     GT_DECLS(BM, BN, NT)                                                                          \
     const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                       \
     const int b_mode = GT_B_MODE(bo | sbb | sbk);                                                 \
-    const int a_mode = GT_KC_VEC;                                                                 \
-    float ln_x0[4 * (BM) / (NT)], ln_s1[4 * (BM) / (NT)], ln_s2[4 * (BM) / (NT)];                 \
-    _Pragma("unroll")                                                                             \
-    for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                                   \
-      const int m = m0 + (lid >> 2) + p * ((NT) / 4);                                             \
-      ln_x0[p] = m < M ? A[abase + m * sam] : 0.0f;                                               \
-      ln_s1[p] = 0.0f;                                                                            \
-      ln_s2[p] = 0.0f;                                                                            \
-    }                                                                                             \
-    GT_MAIN_LOOP_S(BM, BN, NT, GT_KC_VEC, LN, , GT_LN_SHIFT(BM, NT, kt))                         \
-    GT_LN_STATS(BM, NT)                                                                           \
-    GT_EPILOGUE_LN(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N, GATED, 1)                    \
+    /* A loader along m when m is the contiguous axis; float4 along k for aligned rows (always for LN) */ \
+    const int a_mode = (LN) ? GT_KC_VEC                                                           \
+                     : sak != 1 && sam == 1 ? GT_MNC : sak == 1 && ((ao | sab | sam) & 3) == 0 ? GT_KC_VEC : GT_KC; \
+    GT_LN_PROLOGUE_##LN(BM, NT)                                                                   \
+    GT_MAIN_LOOP_S(BM, BN, NT, a_mode, STRIDED, , GT_LN_SHIFT_##LN(BM, NT, kt))                  \
+    GT_LN_STATS_##LN(BM, NT)                                                                      \
+    GT_EPILOGUE_LN(BM, BN, NT, C, co + bz * scb + sz * scs, scm, N, GATED, LN)                   \
   }
-
 #define SD_GEMM_TILED(NAME, BM, BN, NT)            \
-  SD_GEMM_TILED_G(NAME, BM, BN, NT, 0)             \
-  SD_GEMM_TILED_G(NAME##_gg, BM, BN, NT, 1)        \
-  SD_GEMM_TILED_LN(NAME##_ln, BM, BN, NT, 0)       \
-  SD_GEMM_TILED_LN(NAME##_gg_ln, BM, BN, NT, 1)
+  SD_GEMM_TILED_G(NAME, BM, BN, NT, 0, 0)          \
+  SD_GEMM_TILED_G(NAME##_gg, BM, BN, NT, 1, 0)     \
+  SD_GEMM_TILED_G(NAME##_ln, BM, BN, NT, 0, 1)     \
+  SD_GEMM_TILED_G(NAME##_gg_ln, BM, BN, NT, 1, 1)
 
 SD_GEMM_TILED(gemm_t64x64, 64, 64, 256)
 SD_GEMM_TILED(gemm_t128x64, 128, 64, 256)
