@@ -70,6 +70,7 @@ constexpr AttnTiling kAttnTilings[] = {
     {"d40", 40, 40, 64, 128, 0, 0, false, 0},
     {"d80", 80, 80, 32, 128, 0, 0, false, 0},
     {"h160", 160, 160, 16, 256, 256, 16, false, 1},  // 16x16 self-attention, one wave (b1)
+    {"h160x", 160, 160, 32, 256, 256, 16, false, 1},  // NVIDIA only (ATR_XS): 32-query blocks, 4 rows x 8 lanes (b2)
     {"h160w", 160, 160, 32, 256, 256, 16, false, 1},  // the same with 32-query blocks (b2)
     {"r160", 160, 160, 16, 128, 0, 16, false, 0},  // 16x16 and 8x8 levels, self and cross (faster than d160 at every Sk)
     {"d160", 160, 160, 32, 128, kForcedOnly, 0, false, 0},

@@ -218,6 +218,65 @@ def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
     return rows
 
 
+# --xs (session 15): the head-dim split with the parts of a row in adjacent lanes, exchanging partial scores by
+# shfl.sync (ATR_XS, built with -DSDGPU_NV_PTX=1 as the delegate does on NVIDIA) against the library's builds.
+XS_EXTRA = {
+    40: ["x1, 40, 4, 32, 2, 4, 1, 0.0f, 0, 2", "x2, 40, 4, 32, 2, 8, 1, 0.0f, 0, 2", "x3, 40, 4, 16, 4, 4, 1, 0.0f, 0, 2",
+         "x4, 40, 3, 32, 2, 8, 1, 0.0f, 0, 2", "x5, 40, 4, 32, 2, 4, 1, 8.0f, 0, 2", "x6, 40, 4, 32, 1, 8, 1, 0.0f, 0, 2",
+         "x7, 40, 4, 32, 4, 4, 1, 0.0f, 0, 2"],
+    80: ["y1, 80, 4, 32, 2, 4, 1, 8.0f, 0, 4", "y2, 80, 4, 16, 2, 4, 1, 8.0f, 0, 4", "y4, 80, 4, 16, 4, 4, 1, 8.0f, 0, 4",
+         "y5, 80, 4, 8, 4, 4, 1, 8.0f, 0, 4", "y6, 80, 4, 16, 2, 4, 1, 0.0f, 0, 4"],
+    160: ["z1, 160, 2, 16, 4, 4, 1, 0.0f, 0, 4", "z2, 160, 2, 8, 4, 4, 1, 0.0f, 0, 4",
+          "z3, 160, 4, 8, 4, 4, 1, 0.0f, 0, 8"],
+}
+# library tilings per head dim: (suffix, BQ, NT)
+XS_LIB = {40: [("r40", 128, 128)], 80: [("r80", 64, 128), ("h80", 64, 256)],
+          160: [("r160", 16, 128), ("h160", 16, 256), ("h160w", 32, 256)]}
+XS_SHAPES = [(f"b{n} {s}x{s} d{d}", s, 8 * n, d) for d, s in ((40, 4096), (80, 1024), (160, 256)) for n in (1, 2)]
+QUICK_XS_SHAPES = [("quick d40", 256, 2, 40), ("quick d80", 128, 2, 80), ("quick d160", 64, 2, 160)]
+
+
+def run_xs(lab: Lab, shapes: list, runs: int, nv: bool) -> list[dict]:
+    """Library tilings (local-memory exchange, and with -DSDGPU_NV_PTX=1 when `nv`) and XS_EXTRA (the NV build when
+    `nv`, else the local-memory build: PoCL checks the instantiations' results)."""
+    src = lib_source()
+    extra = src.replace("#undef ATR_INSTANTIATE", "\n".join(f"ATR_INSTANTIATE({x})" for v in XS_EXTRA.values()
+                                                              for x in v) + "\n#undef ATR_INSTANTIATE")
+    nvopt = "-DSDGPU_NV_PTX=1"
+    rng = np.random.default_rng(1)
+    rows = []
+    i32 = np.int32
+    for name, s, heads, d in shapes:
+        q, k, v = (rng.standard_normal((s, heads * d)).astype(np.float32) for _ in range(3))
+        ref = reference(q, k, v, heads, d, min(s, 256))
+        bufs = [lab.buffer(x) for x in (q, k, v)]
+        o_d = lab.buffer(nbytes=q.nbytes)
+        variants = [(f"lib {t}", src, "", t, bq, nt) for t, bq, nt in XS_LIB[d]]
+        if nv:
+            variants += [(f"nv {t}", src, nvopt, t, bq, nt) for t, bq, nt in XS_LIB[d] if t.startswith("h")]
+        for line in XS_EXTRA[d]:
+            t, bq, nt = extra_geometry(line)
+            variants.append((f"{'nv' if nv else 'local'} {t} ({line.split(',', 1)[1].strip()})", extra,
+                             nvopt if nv else "", t, bq, nt))
+        for label, source, opt, t, vbq, vnt in variants:
+            try:
+                kern = lab.cl.Kernel(lab.program(source, opt), f"attn_flash_{t}")
+            except Exception as e:  # noqa: BLE001 - a build failure is a result here
+                print(f"{name:20s} {label:40s} build failed: {str(e)[:300]}", flush=True)
+                continue
+            kern.set_args(o_d, i32(0), bufs[0], i32(0), bufs[1], i32(0), bufs[2], i32(0), i32(s), i32(s), i32(heads),
+                          i32(d), np.float32(1.0 / np.sqrt(d)), i32(0))
+            grid = (-(-s // vbq) * heads * vnt,)
+
+            def launch(kern=kern, grid=grid, vnt=vnt):
+                return [lab.launch(kern, grid, (vnt,))]
+
+            row = measure(lab, launch, (o_d, q.shape), ref, runs, name, label, 4.0 * s * s * d * heads)
+            if row:
+                rows.append(row)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None)
@@ -225,10 +284,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--splits", default=None, help="comma-separated key-split counts (1 = unsplit): the split sweep")
     ap.add_argument("--small", action="store_true", help="short-sequence shapes through every kernel family")
+    ap.add_argument("--xs", action="store_true", help="head-dim split with shfl.sync exchange (NVIDIA) vs the library")
     args = ap.parse_args()
     lab = Lab()
     print(f"device: {lab.describe()}", flush=True)
-    if args.small:
+    if args.xs:
+        rows = run_xs(lab, QUICK_XS_SHAPES if args.quick else XS_SHAPES, args.runs,
+                      nv="NVIDIA" in lab.dev.platform.name)
+    elif args.small:
         rows = run_small(lab, QUICK_SMALL_SHAPES if args.quick else SMALL_SHAPES, args.runs)
     elif args.splits:
         rows = run_splits(lab, QUICK_SPLIT_SHAPES if args.quick else SPLIT_SHAPES, args.runs,

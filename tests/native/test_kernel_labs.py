@@ -79,6 +79,19 @@ def test_attn_lab_small_runs_every_kernel_family(tmp_path: Path) -> None:
     assert all(r["err"] < 1e-4 for r in rows)
 
 
+def test_attn_lab_xs_checks_every_head_dim_split(tmp_path: Path) -> None:
+    # --xs on PoCL: the library's row-wise tilings and every XS_EXTRA instantiation (4 / 8 lanes per row, built with
+    # the local-memory exchange here; the shfl.sync build needs NVIDIA) checked against float64 before timing
+    rows = _run(tmp_path, "attn_lab.py", "--xs")["rows"]
+    labels = {(r["shape"], r["config"].split(" (")[0]) for r in rows}
+    assert labels == ({("quick d40", "lib r40")} | {("quick d40", f"local x{i}") for i in (1, 2, 3, 4, 5, 6, 7)}
+                      | {("quick d80", f"lib {t}") for t in ("r80", "h80")}
+                      | {("quick d80", f"local y{i}") for i in (1, 2, 4, 5, 6)}
+                      | {("quick d160", f"lib {t}") for t in ("r160", "h160", "h160w")}
+                      | {("quick d160", f"local z{i}") for i in (1, 2, 3)})
+    assert all(r["err"] < 1e-4 for r in rows)
+
+
 def test_lds_lab_times_every_load_kind(tmp_path: Path) -> None:
     """The local-memory / FMA microbenchmark (no numerical result to check): every load kind at both quick FMA
     counts builds, runs and reports a positive time and rate."""

@@ -9,6 +9,8 @@ namespace sdgpu::ocl {
 namespace {
 
 constexpr const char* kBuildOptions = "-cl-std=CL1.2";
+// NVIDIA's compiler takes inline PTX: the kernels' SDGPU_NV_PTX paths (attention's shfl.sync exchange, ATR_XS).
+constexpr const char* kNvidiaBuildOptions = "-cl-std=CL1.2 -DSDGPU_NV_PTX=1";
 
 std::string DeviceString(const ClApi& api, cl_device_id d, cl_device_info what) {
   size_t n = 0;
@@ -123,6 +125,9 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   rt->device_key_ = PlatformString(api, rt->platform_, CL_PLATFORM_NAME) + "|" +
                     PlatformString(api, rt->platform_, CL_PLATFORM_VERSION) + "|" + rt->device_name_ + "|" +
                     DeviceString(api, rt->device_, CL_DRIVER_VERSION);
+  rt->build_options_ = PlatformString(api, rt->platform_, CL_PLATFORM_NAME).find("NVIDIA") != std::string::npos
+                           ? kNvidiaBuildOptions
+                           : kBuildOptions;
   SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t),
                                                      &rt->max_wg_, nullptr),
                                 "clGetDeviceInfo(MAX_WORK_GROUP_SIZE)"));
@@ -140,7 +145,8 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue"));
   rt->queue_ = ClQueueHandle(&api, q);
   SDGPU_RETURN_IF_ERROR(rt->BuildProgram(logger));
-  logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), program " +
+  logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
+              "', program " +
               (rt->program_from_cache_ ? "loaded from the binary cache" : "compiled from source"));
   *out = std::move(rt);
   return Status::Ok();
@@ -151,7 +157,7 @@ Status OpenClDevice::BuildProgram(const Logger& logger) {
   const std::string source = KernelSource();
   char key[32];
   std::snprintf(key, sizeof(key), "%016llx",
-                static_cast<unsigned long long>(Fnv1a(device_key_, Fnv1a(kBuildOptions, Fnv1a(source)))));
+                static_cast<unsigned long long>(Fnv1a(device_key_, Fnv1a(build_options_, Fnv1a(source)))));
   const std::string cache_file = options_.cache_dir.empty() ? "" : options_.cache_dir + "/sdgpu-" + key + ".clbin";
   cl_int err = CL_SUCCESS;
 
@@ -165,7 +171,7 @@ Status OpenClDevice::BuildProgram(const Logger& logger) {
       cl_program p = api.clCreateProgramWithBinary(context(), 1, &device_, &len, &ptr, &bin_status, &err);
       if (err == CL_SUCCESS && bin_status == CL_SUCCESS) {
         ClProgramHandle prog(&api, p);
-        if (api.clBuildProgram(p, 1, &device_, kBuildOptions, nullptr, nullptr) == CL_SUCCESS) {
+        if (api.clBuildProgram(p, 1, &device_, build_options_.c_str(), nullptr, nullptr) == CL_SUCCESS) {
           program_ = std::move(prog);
           program_from_cache_ = true;
           return Status::Ok();
@@ -182,7 +188,7 @@ Status OpenClDevice::BuildProgram(const Logger& logger) {
   cl_program p = api.clCreateProgramWithSource(context(), 1, &src, &len, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateProgramWithSource"));
   program_ = ClProgramHandle(&api, p);
-  err = api.clBuildProgram(p, 1, &device_, kBuildOptions, nullptr, nullptr);
+  err = api.clBuildProgram(p, 1, &device_, build_options_.c_str(), nullptr, nullptr);
   if (err != CL_SUCCESS) {
     size_t n = 0;
     api.clGetProgramBuildInfo(p, device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);

@@ -613,6 +613,19 @@ ATT_INSTANTIATE(dyn, 0, 32, 32, 2, 16, 32, 8, ATT_DYN_MAXD)
 // kAttnTilings in gpu/sd_ops.cc mirrors BQ and NT): attn_flash_<t>, attn_stats_<t>, attn_pv_<t> with
 // <t> = the suffix of an ATR_INSTANTIATE line; D is fixed per instantiation (multiple of 4).
 // ===========================================================================
+// ATR_XS (NVIDIA: the host builds with -DSDGPU_NV_PTX=1 there): the DS head-dim parts of a row (DS > 1) are
+// adjacent lanes of one warp and add their partial dot products with shfl.sync butterflies (inline PTX): no local
+// memory and no barrier per key tile. Elsewhere they are DS warps apart and exchange through local memory.
+#if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
+#define ATR_XS 1
+ATT_INLINE float atr_shfl_xor(float v, int mask) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+  return r;
+}
+#else
+#define ATR_XS 0
+#endif
 #define ATR_Q4MAX 20  // >= RM*D/4 with Q in registers (QL = 0)
 #define ATR_O4MAX 40  // >= RM*D/4
 #define ATR_SMAX 32   // >= RM*KS
@@ -664,8 +677,12 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
   const int WITH_V = MODE != 1, FLASH = MODE == 0 || MODE == 3;
   const int TILE4 = BK * D4 * (WITH_V ? 2 : 1);  // float4 of one staged buffer: K tile [+ V tile]
   const int SX4 = RM * KS / 4;                    // DS > 1: float4 of one work-item's partial scores per tile
-  // work-item lid = (sp * DS + hf) * RW + w: key split sp, head-dim part hf (float4 columns c4o .. c4o+E4-1)
-  const int lid = get_local_id(0), g = lid / RW, sp = g / DS, hf = g - sp * DS, w = lid - g * RW;
+  // work-item lid = (sp * DS + hf) * RW + w: key split sp, head-dim part hf (float4 columns c4o .. c4o+E4-1);
+  // with ATR_XS and DS > 1, lid = (sp * RW + w) * DS + hf (the parts of a row in adjacent lanes)
+  const int lid = get_local_id(0), XS = ATR_XS && DS > 1;
+  const int hf = XS ? lid % DS : (lid / RW) % DS;
+  const int w = XS ? (lid / DS) % RW : lid % RW;
+  const int sp = lid / (RW * DS), g = sp * DS + hf;
   const int c4o = hf * E4;
   int n, h, q0;
   att_block_coords(Sq, H, BQ, &n, &h, &q0);
@@ -773,6 +790,17 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
         }
       }
     }
+#if ATR_XS
+    if (DS > 1) {  // butterfly over the DS lanes of a row: both operands of every add are the same pair of partial
+                   // sums, so the lanes end with bit-identical scores and run the same softmax
+#pragma unroll
+      for (int e = 0; e < RM * KS; ++e) {
+        float t = s[e];
+        for (int k = 1; k < DS; k <<= 1) t += atr_shfl_xor(t, k);
+        s[e] = t;
+      }
+    }
+#else
     if (DS > 1) {  // head-dim parts: every part sums all DS partial dot products in part order (its own from
                    // registers), so the DS work-items of a row hold bit-identical scores and run the same softmax
       __local float4* xw = xch + g * SX4 * RW + w;
@@ -792,6 +820,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
         s[4 * c + 3] = t.s3;
       }
     }
+#endif
     if (causal || j0 + BK > kend) {  // uniform: only the last tile, or causal blocks, have masked keys
 #pragma unroll
       for (int u = 0; u < KS; ++u) {
@@ -944,7 +973,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #define ATR_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ATR_LDS4(D, RM, RW, NS, KS, DB, QL, KV, DS)                                                  \
   ATR_MAX((QL) * (RW) * (RM) * ((D) / 4) + (1 + (DB)) * (NS) * (KS) * ((D) / 4) * (KV) +             \
-              ((DS) > 1 ? (RW) * (NS) * (DS) * (RM) * (KS) / 4 : 0),                                  \
+              ((DS) > 1 && !ATR_XS ? (RW) * (NS) * (DS) * (RM) * (KS) / 4 : 0),                       \
           (2 * (NS) * (RW) * (RM)) / 4 + ((NS) / 2) * (RW) * (RM) * ((D) / 4))
 #define ATR_INSTANTIATE(T, D, RM, RW, NS, KS, DB, LZ, QL, DS)                                                           \
   __kernel void attn_flash_##T(__global float* O, int oo, __global const float* Q, int qo, __global const float* K, \
@@ -1011,6 +1040,14 @@ ATR_INSTANTIATE(h80, 80, 2, 32, 4, 4, 1, 8.0f, 0, 2)
 ATR_INSTANTIATE(r160, 160, 1, 16, 8, 2, 0, 0.0f, 1, 1)
 ATR_INSTANTIATE(h160, 160, 1, 16, 8, 4, 0, 0.0f, 0, 2)
 ATR_INSTANTIATE(h160w, 160, 1, 32, 4, 4, 1, 0.0f, 0, 2)
+#if ATR_XS
+// h160x (NVIDIA only): h160w's geometry (32-query blocks, 256 work-items) with 4 rows per work-item and the head dim
+// split over 8 lanes (20 floats of Q and O per row), exchanged by shfl.sync. H200, flash, 8 heads, 256 x 256 d160
+// (BENCHMARKS session 15, attn_lab.py --xs): b2 0.0565 ms vs h160w 0.0649 (0.0692 with the local-memory
+// exchange); at b1 0.0527 vs h160 0.0446, so the host keeps h160 there. Without ATR_XS its exchange buffer would
+// take local memory past 48 KB, hence not instantiated.
+ATR_INSTANTIATE(h160x, 160, 4, 8, 4, 4, 1, 0.0f, 0, 8)
+#endif
 #undef ATR_INSTANTIATE
 
 // Key split ("flash-decoding"): when (batch x heads x query blocks) leaves most compute units idle (SD1.5 at b1:
