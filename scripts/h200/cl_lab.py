@@ -14,7 +14,9 @@ from typing import Any, Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD_OPTIONS = "-cl-std=CL1.2"  # the delegate's (backends/opencl/opencl_device.cc)
+# the delegate's on non-NVIDIA platforms (backends/opencl/opencl_device.cc); on NVIDIA it adds -DSDGPU_NV_PTX=1,
+# which a lab passes as `options` where it matters (attn_lab.py --xs)
+BUILD_OPTIONS = "-cl-std=CL1.2"
 
 
 def lib_source() -> str:

@@ -1025,8 +1025,8 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 ATR_INSTANTIATE(r40, 40, 2, 64, 2, 8, 1, 0.0f, 0, 1)
 ATR_INSTANTIATE(r80, 80, 2, 32, 4, 4, 1, 8.0f, 1, 1)
 // h80 / h160 / h160w: the head dim split over DS = 2 work-items (each holds Q and O for half of it, in registers
-// for any of these; the two add their partial dot products through local memory once per key tile, one more
-// barrier). H200 (BENCHMARKS session 14, attn_lab.py), flash, 8 heads: 1024 x 1024 d80 at b1 h80 0.127 ms vs
+// for any of these; the two add their partial dot products once per key tile: through local memory with one more
+// barrier, or on NVIDIA by shfl.sync (ATR_XS; h80 at b1 0.119 vs 0.129 ms, BENCHMARKS session 15)). H200 (BENCHMARKS session 14, attn_lab.py), flash, 8 heads: 1024 x 1024 d80 at b1 h80 0.127 ms vs
 // r80 0.134 (its key split) but at b2 0.246 vs 0.229; 256 x 256 d160 at b1 h160 0.043 vs r160 0.051, at b2 h160w
 // 0.064 vs 0.075; shorter key ranges (77 / 64 keys) gain nothing. The host picks them only where they won (Sk >=
 // 256, grids of at most one work-group per compute unit). For d40 the same split lost (RM 3 or 4 rows: 0.72 -
