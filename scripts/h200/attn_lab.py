@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,9 @@ EXTRA = {  # session 14: the head-dim split (DS = 2) at d40 with 4 and 3 rows pe
 }
 
 
-def extra_source() -> str:
-    """The library source with every EXTRA instantiation appended."""
-    extra = "\n".join(f"ATR_INSTANTIATE({line})" for lines in EXTRA.values() for line in lines)
+def extra_source(lines: Iterable[str]) -> str:
+    """The library source with ATR_INSTANTIATE(line) appended for each of `lines` (EXTRA / XS_EXTRA entries)."""
+    extra = "\n".join(f"ATR_INSTANTIATE({line})" for line in lines)
     return lib_source().replace("#undef ATR_INSTANTIATE", extra + "\n#undef ATR_INSTANTIATE")
 
 
@@ -187,34 +188,49 @@ def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
     return rows
 
 
+def time_flash(lab: Lab, rng: np.random.Generator, name: str, s: int, heads: int, d: int, variants: list,
+               runs: int, report_build_errors: bool = False) -> list[dict]:
+    """Flash attention at Sq = Sk = `s` (`heads` heads of `d`, batch 1) through every variant (label, source, build
+    options, tiling suffix, BQ, NT): built, checked against float64 on the first rows, then timed. A build failure
+    raises, or with `report_build_errors` is printed and the variant skipped."""
+    i32 = np.int32
+    q, k, v = (rng.standard_normal((s, heads * d)).astype(np.float32) for _ in range(3))
+    ref = reference(q, k, v, heads, d, min(s, 256))
+    bufs = [lab.buffer(x) for x in (q, k, v)]
+    o_d = lab.buffer(nbytes=q.nbytes)
+    rows = []
+    for label, source, options, suffix, vbq, vnt in variants:
+        try:
+            kern = lab.cl.Kernel(lab.program(source, options), f"attn_flash_{suffix}")
+        except Exception as e:  # noqa: BLE001 - with report_build_errors a build failure is a result
+            if not report_build_errors:
+                raise
+            print(f"{name:20s} {label:40s} build failed: {str(e)[:300]}", flush=True)
+            continue
+        kern.set_args(o_d, i32(0), bufs[0], i32(0), bufs[1], i32(0), bufs[2], i32(0), i32(s), i32(s), i32(heads),
+                      i32(d), np.float32(1.0 / np.sqrt(d)), i32(0))
+        grid = (-(-s // vbq) * heads * vnt,)
+
+        def launch(kern=kern, grid=grid, vnt=vnt):
+            return [lab.launch(kern, grid, (vnt,))]
+
+        row = measure(lab, launch, (o_d, q.shape), ref, runs, name, label, 4.0 * s * s * d * heads)
+        if row:
+            rows.append(row)
+    return rows
+
+
 def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
     src = lib_source()
-    builds = {"lib": (src, ""), "native_exp2": (src, "-Dexp2=native_exp2"), "extra": (extra_source(), "")}
+    builds = {"lib": (src, ""), "native_exp2": (src, "-Dexp2=native_exp2"),
+              "extra": (extra_source(x for lines in EXTRA.values() for x in lines), "")}
     rng = np.random.default_rng(1)
     rows = []
-    i32 = np.int32
     for name, s, heads, d, tiling, bq, nt in shapes:
-        q, k, v = (rng.standard_normal((s, heads * d)).astype(np.float32) for _ in range(3))
-        nref = min(s, 256)
-        ref = reference(q, k, v, heads, d, nref)
-        bufs = [lab.buffer(x) for x in (q, k, v)]
-        o_d = lab.buffer(nbytes=q.nbytes)
         variants = [("lib", tiling, bq, nt), ("native_exp2", tiling, bq, nt)]
-        for line in EXTRA[tiling]:
-            variants.append(("extra", *extra_geometry(line)))
-        for build, suffix, vbq, vnt in variants:
-            kern = lab.cl.Kernel(lab.program(*builds[build]), f"attn_flash_{suffix}")
-            kern.set_args(o_d, i32(0), bufs[0], i32(0), bufs[1], i32(0), bufs[2], i32(0), i32(s), i32(s), i32(heads),
-                          i32(d), np.float32(1.0 / np.sqrt(d)), i32(0))
-            grid = (-(-s // vbq) * heads * vnt,)
-
-            def launch(kern=kern, grid=grid, vnt=vnt):
-                return [lab.launch(kern, grid, (vnt,))]
-
-            row = measure(lab, launch, (o_d, q.shape), ref, runs, name, f"{build} attn_flash_{suffix}",
-                          4.0 * s * s * d * heads)
-            if row:
-                rows.append(row)
+        variants += [("extra", *extra_geometry(line)) for line in EXTRA[tiling]]
+        rows += time_flash(lab, rng, name, s, heads, d,
+                           [(f"{b} attn_flash_{t}", *builds[b], t, vbq, vnt) for b, t, vbq, vnt in variants], runs)
     return rows
 
 
@@ -240,17 +256,11 @@ def run_xs(lab: Lab, shapes: list, runs: int, nv: bool) -> list[dict]:
     """Library tilings (local-memory exchange, and with -DSDGPU_NV_PTX=1 when `nv`) and XS_EXTRA (the NV build when
     `nv`, else the local-memory build: PoCL checks the instantiations' results)."""
     src = lib_source()
-    extra = src.replace("#undef ATR_INSTANTIATE", "\n".join(f"ATR_INSTANTIATE({x})" for v in XS_EXTRA.values()
-                                                              for x in v) + "\n#undef ATR_INSTANTIATE")
+    extra = extra_source(x for lines in XS_EXTRA.values() for x in lines)
     nvopt = "-DSDGPU_NV_PTX=1"
     rng = np.random.default_rng(1)
     rows = []
-    i32 = np.int32
     for name, s, heads, d in shapes:
-        q, k, v = (rng.standard_normal((s, heads * d)).astype(np.float32) for _ in range(3))
-        ref = reference(q, k, v, heads, d, min(s, 256))
-        bufs = [lab.buffer(x) for x in (q, k, v)]
-        o_d = lab.buffer(nbytes=q.nbytes)
         variants = [(f"lib {t}", src, "", t, bq, nt) for t, bq, nt in XS_LIB[d]]
         if nv:
             variants += [(f"nv {t}", src, nvopt, t, bq, nt) for t, bq, nt in XS_LIB[d] if t.startswith("h")]
@@ -258,22 +268,7 @@ def run_xs(lab: Lab, shapes: list, runs: int, nv: bool) -> list[dict]:
             t, bq, nt = extra_geometry(line)
             variants.append((f"{'nv' if nv else 'local'} {t} ({line.split(',', 1)[1].strip()})", extra,
                              nvopt if nv else "", t, bq, nt))
-        for label, source, opt, t, vbq, vnt in variants:
-            try:
-                kern = lab.cl.Kernel(lab.program(source, opt), f"attn_flash_{t}")
-            except Exception as e:  # noqa: BLE001 - a build failure is a result here
-                print(f"{name:20s} {label:40s} build failed: {str(e)[:300]}", flush=True)
-                continue
-            kern.set_args(o_d, i32(0), bufs[0], i32(0), bufs[1], i32(0), bufs[2], i32(0), i32(s), i32(s), i32(heads),
-                          i32(d), np.float32(1.0 / np.sqrt(d)), i32(0))
-            grid = (-(-s // vbq) * heads * vnt,)
-
-            def launch(kern=kern, grid=grid, vnt=vnt):
-                return [lab.launch(kern, grid, (vnt,))]
-
-            row = measure(lab, launch, (o_d, q.shape), ref, runs, name, label, 4.0 * s * s * d * heads)
-            if row:
-                rows.append(row)
+        rows += time_flash(lab, rng, name, s, heads, d, variants, runs, report_build_errors=True)
     return rows
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cl_lab import Lab, lib_source  # noqa: E402
+from cl_lab import Lab, lib_source, rel_err  # noqa: E402
 
 # (name, M, N, K): UNet b1 FCs (64x64 level: 4096 tokens x 320; 32x32: 1024 x 640; 16x16: 256 x 1280)
 SHAPES = [("ff out 64x64", 4096, 320, 1280), ("geglu proj 64x64", 4096, 2560, 320), ("qkv 64x64", 4096, 960, 320),
@@ -71,7 +71,7 @@ def main() -> int:
             launch()
             lab.queue.finish()
             got = lab.read(cd, (M, N))[:256]
-            err = float(np.abs(got - ref).max() / np.abs(ref).max())
+            err = rel_err(got, ref)
             ms = lab.timed(launch, a.runs)
             row = dict(shape=name, config=label, ms=ms, tflops=flops / ms * 1e-9, err=err)
             rows.append(row)

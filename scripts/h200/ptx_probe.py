@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cl_lab import Lab  # noqa: E402
+from cl_lab import Lab, rel_err  # noqa: E402
 
 
 def main() -> int:
@@ -45,8 +45,8 @@ def main() -> int:
         k.set_args(d_buf, a_buf, b_buf, np.int32(split))
         lab.launch(k, (32,), (32,))
         got = lab.read(d_buf, (16, 8))
-        err = float(np.abs(got - ref).max() / np.abs(ref).max())
-        fp32 = float(np.abs((A @ B) - ref).max() / np.abs(ref).max())
+        err = rel_err(got, ref)
+        fp32 = rel_err(A @ B, ref)
         print(f"mma_tile split {split}: max rel err {err:.2e} (fp32 numpy {fp32:.2e})", flush=True)
         result[f"tile_err_split{split}"] = err
         result["tile_err_fp32"] = fp32
