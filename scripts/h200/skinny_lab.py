@@ -15,6 +15,9 @@ Experiments (one per flag, else the full configuration sweep):
   --v4       the library's float4-column skinny kernel (gemm_s16x<CW>, gemm_tiled.cl) at other CW / KL / KC / PF / RS
              instantiations (RS: work-items sharing a column's rows; SD_GEMM_SKINNY4 lines appended to the library
              source) and split-K 2 (the library's gemm_splitk_reduce, its time included), next to gemm_t16x64.
+  --async    gemm_a16x<CW> (NVIDIA only: B rows streamed by cp.async into a per-work-item ring of PD x NG local
+             slots, skinny_ring.cl SD_GEMM_SKINNY4A, built with -DSDGPU_NV_PTX=1 as the delegate does there) at
+             several ring depths and split-K counts, next to the library's gemm_s16x128 and gemm_t16x64.
 Every result is checked against numpy (float64) before it is timed (NOLOAD / NOMATH are not: they compute
 nothing meaningful). Prints one line per (shape, config), a best-vs-lib summary, and writes --out (JSON).
 
@@ -49,6 +52,7 @@ SHAPES = [
 WAVE_SHAPES = [(f"waves batch {b}", b, 16, 1280, 1280) for b in (6, 12, 18, 24, 30, 36, 42, 48, 60, 72)]
 QUICK_SHAPES = [("quick F4", 36, 16, 128, 96), ("quick F2 m13", 16, 13, 192, 64), ("quick m32", 4, 32, 64, 128)]
 LAB_CL = Path(__file__).resolve().parent / "skinny_lab.cl"
+RING_CL = Path(__file__).resolve().parent / "skinny_ring.cl"  # --async
 MAX_SPLITS = 8
 
 
@@ -96,11 +100,25 @@ def v4_configs(quick: bool) -> list[dict]:
     return out
 
 
+def async_configs(quick: bool) -> list[dict]:
+    """--async: gemm_a16x<CW> ring shapes (PD rows per cp.async group, NG groups, NG - 1 in flight) at split-K 1 and
+    2, after the library's gemm_s16x128 (the first config) for the side-by-side. Every ring keeps the kernel's local
+    memory (A chunk + ring) within 40 KB of NVIDIA's 48 KB: one config over it would fail the whole program."""
+    out = [dict(CW=128, KL=4, KC=128, PF=4, RS=1, S=s) for s in (1, 2)]
+    rings = ((4, 4), (2, 4)) if quick else ((4, 4), (4, 3), (2, 7), (2, 8), (8, 2), (2, 5))
+    for (pd, ng), s in itertools.product(rings, (1, 2)):
+        out.append(dict(CW=128, KL=4, KC=128, PD=pd, NG=ng, S=s))
+    if not quick:
+        out += [dict(CW=128, KL=2, KC=128, PD=4, NG=ng, S=s) for ng in (4, 7) for s in (1, 2)]
+        out += [dict(CW=64, KL=8, KC=128, PD=4, NG=4, S=s) for s in (1, 2)]
+    return out
+
+
 def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape, gemm_only: bool = False) -> Callable[[], list]:
     """The library's gemm_s16x<CW> instantiation `cfg` on `s` (tile-major U), plus gemm_splitk_reduce when it
     splits (not with `gemm_only`: the partials are then left unsummed); arguments bound once."""
     i32 = np.int32
-    splits, nthreads, tm = cfg["S"], cfg["CW"] // 4 * cfg["KL"] * cfg["RS"], cfg.get("TM", 16)
+    splits, nthreads, tm = cfg["S"], cfg["CW"] // 4 * cfg["KL"] * cfg.get("RS", 1), cfg.get("TM", 16)
     ksplit = s.k if splits == 1 else -(-s.k // splits // 16) * 16
     grid = (-(-s.n // cfg["CW"]) * 16, -(-s.m // tm) * (nthreads // 16), s.batch * splits)
     kern = lab.cl.Kernel(prog, v4_name(cfg))
@@ -115,13 +133,23 @@ def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape, gemm_only: bool = False) ->
 
 
 def v4_name(cfg: dict) -> str:
+    if "NG" in cfg:
+        return "ga_{CW}_{KL}_{KC}_{PD}_{NG}".format(**cfg)
     return "gv_{CW}_{KL}_{KC}_{PF}_{RS}_".format(**cfg) + str(cfg.get("TM", 16))
 
 
 def v4_source(cfgs: list[dict]) -> str:
-    lines = {f"SD_GEMM_SKINNY4({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PF']}, {c['RS']}, {c.get('TM', 16)})"
-             for c in cfgs}
-    return lib_source() + "\n" + "\n".join(sorted(lines)) + "\n"
+    """The library source plus one SD_GEMM_SKINNY4 line per config; ring configs (NG) append skinny_ring.cl and an
+    SD_GEMM_SKINNY4A line inside its SDGPU_NV_PTX block, so they build only with -DSDGPU_NV_PTX=1."""
+    plain = {f"SD_GEMM_SKINNY4({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PF']}, {c['RS']}, {c.get('TM', 16)})"
+             for c in cfgs if "NG" not in c}
+    ring = {f"SD_GEMM_SKINNY4A({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PD']}, {c['NG']})"
+            for c in cfgs if "NG" in c}
+    src = lib_source() + "\n" + "\n".join(sorted(plain)) + "\n"
+    if ring:
+        anchor = "#endif  // SDGPU_NV_PTX"
+        src += RING_CL.read_text().replace(anchor, "\n".join(sorted(ring)) + "\n" + anchor, 1)
+    return src
 
 
 def layout_configs(quick: bool) -> list[dict]:
@@ -250,12 +278,12 @@ def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_
             kern.set_args(s.out_d, s.b_d, i32(per), *extra)
             report(label, lab.timed(lambda kern=kern: [lab.launch(kern, (s.nslab * 256,), (256,))], args.runs), 0.0)
 
-    if args.v4 or args.tm32:
-        prog = lab.program(v4_source(cfgs))
+    if args.v4 or args.tm32 or args.ring:
+        prog = lab.program(v4_source(cfgs), "-DSDGPU_NV_PTX=1" if args.ring else "")
         for cfg in cfgs:
             if time.time() > t_end:
                 break
-            label = "v4 " + " ".join(f"{key}{val}" for key, val in cfg.items() if key != "RM")
+            label = ("ring " if "NG" in cfg else "v4 ") + " ".join(f"{key}{val}" for key, val in cfg.items() if key != "RM")
             lab.cl.enqueue_fill_buffer(lab.queue, s.c_d, np.float32(np.nan), 0, s.batch * s.m * s.n * 4)
             launch = v4_launcher(lab, prog, cfg, s)
             launch()
@@ -295,17 +323,22 @@ def main() -> int:
     mode.add_argument("--waves", action="store_true", help="one shape at growing batch counts")
     mode.add_argument("--v4", action="store_true", help="the library's gemm_s16x<CW> at other instantiations")
     mode.add_argument("--tm32", action="store_true", help="gemm_s16x<CW>'s 32-row tile instantiations (TM = 32)")
+    mode.add_argument("--async", dest="ring", action="store_true",
+                      help="gemm_a16x<CW> (cp.async ring, NVIDIA only) next to gemm_s16x128")
     ap.add_argument("--splits", default="", help="with --v4: split-K counts (e.g. 1,2,4,8) for two base "
                     "instantiations instead of the sweep; splits > 1 also timed without their reduce")
     args = ap.parse_args()
     t_end = time.time() + args.deadline_s
     lab = Lab()
     print(f"device: {lab.describe()}", flush=True)
+    if args.ring and "NVIDIA" not in lab.dev.platform.name:
+        print("skinny_lab --async: needs NVIDIA's OpenCL (inline PTX cp.async); nothing measured", flush=True)
+        return 2
     shapes = QUICK_SHAPES if args.quick else WAVE_SHAPES if args.waves else SHAPES
     if args.shapes:
         shapes = [sh for sh in shapes if any(key in sh[0] for key in args.shapes.split(","))]
     configs = (layout_configs if args.layout else rsplit_configs if args.rsplit else v4_configs if args.v4
-               else tm32_configs if args.tm32 else sweep_configs)(args.quick)
+               else tm32_configs if args.tm32 else async_configs if args.ring else sweep_configs)(args.quick)
     if args.splits:
         if not args.v4:
             raise SystemExit("--splits goes with --v4")
@@ -320,7 +353,7 @@ def main() -> int:
             break
         s = Shape(lab, rng, *shape)
         cfgs = [dict(c, RM=16) for c in configs]
-        if s.m > 16 and not args.layout and not args.v4 and not args.tm32:  # one 32-row tile instead of two 16-row tiles (B streamed twice)
+        if s.m > 16 and not args.layout and not args.v4 and not args.tm32 and not args.ring:  # one 32-row tile instead of two 16-row tiles (B streamed twice)
             cfgs += [dict(c, RM=32) for c in configs if not args.rsplit or c.get("RSPLIT", 1) > 1]
         run_shape(lab, s, cfgs, args, t_end, rows)
         s.release()
@@ -328,15 +361,17 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(dict(device=lab.dev.name, rows=rows), indent=1))
     lib_ms = {r["shape"]: r["ms"] for r in rows if r["config"].startswith("lib")}
+    s16 = {r["shape"]: r["ms"] for r in rows if r["config"] == "v4 CW128 KL4 KC128 PF4 RS1 S1"}
     best: dict[str, dict] = {}
     for r in rows:
-        if not r["config"].startswith("sv") or "NO" in r["config"]:
+        if not r["config"].startswith(("sv", "ring")) or "NO" in r["config"] or "gemm-only" in r["config"]:
             continue
         if r["shape"] not in best or r["ms"] < best[r["shape"]]["ms"]:
             best[r["shape"]] = r
     for name, r in best.items():
+        vs_s16 = f", gemm_s16x128 {s16[name]:.4f} ({s16[name] / r['ms']:.2f}x)" if name in s16 else ""
         print(f"best {name:24s} {r['config']:46s} {r['ms']:.4f} ms vs lib {lib_ms[name]:.4f} "
-              f"({lib_ms[name] / r['ms']:.2f}x)")
+              f"({lib_ms[name] / r['ms']:.2f}x){vs_s16}")
     return 0
 
 

@@ -114,6 +114,29 @@ def test_wino_lab_checks_every_split_transform(tmp_path: Path) -> None:
     assert all(r["err"] < 1e-5 and r["lib_ms"] > 0 and r["split_ms"] > 0 for r in rows)
 
 
+def test_skinny_lab_async_ring_needs_nvidia_and_builds_its_instantiations(tmp_path: Path) -> None:
+    """--async (cp.async ring, inline PTX) refuses a non-NVIDIA device before building anything; its source is the
+    library plus skinny_ring.cl with one SD_GEMM_SKINNY4A line per distinct ring inside the SDGPU_NV_PTX block."""
+    proc = subprocess.run([sys.executable, str(LABS / "skinny_lab.py"), "--async", "--quick", "--out",
+                           str(tmp_path / "ring.json")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "needs NVIDIA's OpenCL" in proc.stdout
+    assert not (tmp_path / "ring.json").exists()
+    sys.path.insert(0, str(LABS))
+    try:
+        import skinny_lab
+    finally:
+        sys.path.remove(str(LABS))
+    cfgs = skinny_lab.async_configs(False)
+    src = skinny_lab.v4_source(cfgs)
+    block = src[src.rindex("#if defined(SDGPU_NV_PTX)"):]
+    rings = {(c["CW"], c["KL"], c["KC"], c["PD"], c["NG"]) for c in cfgs if "NG" in c}
+    assert block.count("SD_GEMM_SKINNY4A(ga_") == len(rings) > 0
+    assert block.index("SD_GEMM_SKINNY4A(ga_") < block.index("#endif  // SDGPU_NV_PTX")
+    assert src.count("SD_GEMM_SKINNY4(gv_128_4_128_4_1_16") == 1  # the library's gemm_s16x128, side by side
+    # every ring fits NVIDIA's 48 KB of local memory with room to spare (A chunk + ring, float4 = 16 bytes)
+    assert all((kc * 4 + pd * ng * cw // 4 * kl) * 16 <= 40 * 1024 for cw, kl, kc, pd, ng in rings)
+
+
 def test_tensor_core_labs_need_nvidia_opencl(tmp_path: Path) -> None:
     """ptx_probe.py / mma_lab.py use inline PTX (mma.sync), which only NVIDIA's OpenCL compiles. Elsewhere (PoCL
     in CI) the probe reports the refused build in its JSON and exits 1, and the GEMM lab refuses before building;

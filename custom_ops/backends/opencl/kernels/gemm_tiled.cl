@@ -513,6 +513,45 @@ SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 // Trade-offs: 128 registers at PF = 4 (SASS, BENCHMARKS session 10; PF = 8 takes 187 and runs slower); A is
 // staged per chunk (two barriers per KC k); K is rounded up to whole KC chunks of masked (zero) work, 20% at
 // K = 640; U is still read at only ~2.4 TB/s (bytes in flight per SM bound it).
+// The skinny kernels' end: the KL lanes' partials meet in local memory (red[lane][row][column group]), then NT
+// work-items finish TM x CW outputs (alpha, bias, activation, residual).
+inline void gv_finish(__local float4* lds, const float4* acc, const int CW, const int KL, const int RS, const int TM,
+                      int lid, int c, int rh, int lane, int n0, int m0, int bz, int sz, __global float* C, int co,
+                      int scb, int scs, int scm, __global const float* bias, int biaso, int has_bias, int M, int N,
+                      float alpha, int act, __global const float* R, int ro, int rrows, int rsm) {
+  const int NCG = CW / 4, NT = NCG * RS * KL, RT = TM / RS;
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int i = 0; i < RT; ++i) lds[(lane * TM + rh * RT + i) * NCG + c] = acc[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int o = lid; o < TM * NCG; o += NT) {
+    const int r = o / NCG, cg = o - r * NCG, m = m0 + r, nn = n0 + 4 * cg;
+    if (m >= M || nn >= N) continue;
+    float4 v = lds[r * NCG + cg];
+    for (int l = 1; l < KL; ++l) v += lds[(l * TM + r) * NCG + cg];
+    float4 bv = (float4)(0.0f);
+    if (has_bias) {
+      bv.x = bias[biaso + nn];
+      if (nn + 1 < N) bv.y = bias[biaso + nn + 1];
+      if (nn + 2 < N) bv.z = bias[biaso + nn + 2];
+      if (nn + 3 < N) bv.w = bias[biaso + nn + 3];
+    }
+    v = alpha * v + bv;
+    float4 w = (float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act));
+    __global float* dst = C + co + bz * scb + sz * scs + m * scm + nn;
+    __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + nn : 0);
+    if (nn + 3 < N) {
+      if (rrows > 0) w += vload4(0, res);
+      vstore4(w, 0, dst);
+    } else {
+      dst[0] = w.x + (rrows > 0 ? res[0] : 0.0f);
+      if (nn + 1 < N) dst[1] = w.y + (rrows > 0 ? res[1] : 0.0f);
+      if (nn + 2 < N) dst[2] = w.z + (rrows > 0 ? res[2] : 0.0f);
+    }
+  }
+}
+
+
 #define GV_PFMAX 8  // >= PF
 inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int KC, const int PF, const int RS,
                       const int TM,
@@ -598,36 +637,8 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
   }
 #undef GV_K
 #undef GV_LOAD_B
-  // the KL lanes' partials: red[lane][row][column group], then NT work-items finish TM x CW outputs
-  barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-  for (int i = 0; i < RT; ++i) lds[(lane * TM + rh * RT + i) * NCG + c] = acc[i];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int o = lid; o < TM * NCG; o += NT) {
-    const int r = o / NCG, cg = o - r * NCG, m = m0 + r, nn = n0 + 4 * cg;
-    if (m >= M || nn >= N) continue;
-    float4 v = lds[r * NCG + cg];
-    for (int l = 1; l < KL; ++l) v += lds[(l * TM + r) * NCG + cg];
-    float4 bv = (float4)(0.0f);
-    if (has_bias) {
-      bv.x = bias[biaso + nn];
-      if (nn + 1 < N) bv.y = bias[biaso + nn + 1];
-      if (nn + 2 < N) bv.z = bias[biaso + nn + 2];
-      if (nn + 3 < N) bv.w = bias[biaso + nn + 3];
-    }
-    v = alpha * v + bv;
-    float4 w = (float4)(sd_act(v.x, act), sd_act(v.y, act), sd_act(v.z, act), sd_act(v.w, act));
-    __global float* dst = C + co + bz * scb + sz * scs + m * scm + nn;
-    __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + nn : 0);
-    if (nn + 3 < N) {
-      if (rrows > 0) w += vload4(0, res);
-      vstore4(w, 0, dst);
-    } else {
-      dst[0] = w.x + (rrows > 0 ? res[0] : 0.0f);
-      if (nn + 1 < N) dst[1] = w.y + (rrows > 0 ? res[1] : 0.0f);
-      if (nn + 2 < N) dst[2] = w.z + (rrows > 0 ? res[2] : 0.0f);
-    }
-  }
+  gv_finish(lds, acc, CW, KL, RS, TM, lid, c, rh, lane, n0, m0, bz, sz, C, co, scb, scs, scm, bias, biaso, has_bias,
+            M, N, alpha, act, R, ro, rrows, rsm);
 }
 
 // Local memory: max(A chunk KC * TM floats, partials KL * TM * CW floats), in float4.
