@@ -100,17 +100,22 @@ def v4_configs(quick: bool) -> list[dict]:
     return out
 
 
-def async_configs(quick: bool) -> list[dict]:
-    """--async: gemm_a16x<CW> ring shapes (PD rows per cp.async group, NG groups, NG - 1 in flight) at split-K 1 and
-    2, after the library's gemm_s16x128 (the first config) for the side-by-side. Every ring keeps the kernel's local
-    memory (A chunk + ring) within 40 KB of NVIDIA's 48 KB: one config over it would fail the whole program."""
+def async_configs(quick: bool, rings: str = "", nomath: bool = False) -> list[dict]:
+    """--async: gemm_a16x<CW> ring shapes (PD rows per cp.async group, NG groups, NG - 1 in flight) on the library's
+    tile-major U (LY 0) and on a work-group-major U (LY 1: one step of a work-group reads KL x CW contiguous floats),
+    at split-K 1 and 2, after the library's gemm_s16x128 (the first configs) for the side-by-side. `rings`
+    ("PD:NG:LY,...") replaces the default list; `nomath` adds the (4, 4) rings without their FMAs (loads alone).
+    Every ring keeps the kernel's local memory (A chunk + ring) within 40 KB of NVIDIA's 48 KB: one config over it
+    would fail the whole program. Twelve instantiations (LY and NOMATH variants) did not finish building within
+    ~190 s on an H100 (session 16, call 3): keep the list short on a short device call."""
     out = [dict(CW=128, KL=4, KC=128, PF=4, RS=1, S=s) for s in (1, 2)]
-    rings = ((4, 4), (2, 4)) if quick else ((4, 4), (4, 3), (2, 7), (2, 8), (8, 2), (2, 5))
-    for (pd, ng), s in itertools.product(rings, (1, 2)):
-        out.append(dict(CW=128, KL=4, KC=128, PD=pd, NG=ng, S=s))
-    if not quick:
-        out += [dict(CW=128, KL=2, KC=128, PD=4, NG=ng, S=s) for ng in (4, 7) for s in (1, 2)]
-        out += [dict(CW=64, KL=8, KC=128, PD=4, NG=4, S=s) for s in (1, 2)]
+    ring = dict(CW=128, KL=4, KC=128, NOMATH=0)
+    chosen = ([tuple(int(v) for v in r.split(":")) for r in rings.split(",") if r] if rings
+              else [(4, 4, 0), (4, 4, 1)] if quick else [(4, 4, 0), (4, 4, 1), (4, 3, 1), (8, 2, 1), (2, 8, 1)])
+    for (pd, ng, ly), s in itertools.product(chosen, (1, 2)):
+        out.append(dict(ring, PD=pd, NG=ng, LY=ly, S=s))
+    if nomath:
+        out += [dict(ring, PD=4, NG=4, LY=ly, NOMATH=1, S=1) for ly in (0, 1)]
     return out
 
 
@@ -121,8 +126,14 @@ def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape, gemm_only: bool = False) ->
     splits, nthreads, tm = cfg["S"], cfg["CW"] // 4 * cfg["KL"] * cfg.get("RS", 1), cfg.get("TM", 16)
     ksplit = s.k if splits == 1 else -(-s.k // splits // 16) * 16
     grid = (-(-s.n // cfg["CW"]) * 16, -(-s.m // tm) * (nthreads // 16), s.batch * splits)
+    if cfg.get("LY"):  # work-group-major U: split points on whole KC chunks
+        ksplit = -(-s.k // splits // cfg["KC"]) * cfg["KC"]
     kern = lab.cl.Kernel(prog, v4_name(cfg))
     bind_lib_gemm(kern, s, splits, ksplit)
+    if cfg.get("LY"):
+        buf, sbb = s.wg_major(cfg["CW"], cfg["KL"], cfg["KC"])
+        kern.set_arg(10, buf)
+        kern.set_arg(12, np.int32(sbb))
     if splits == 1 or gemm_only:
         return lambda: [lab.launch(kern, grid, (16, nthreads // 16, 1))]
     red = lab.cl.Kernel(prog, "gemm_splitk_reduce")
@@ -134,7 +145,7 @@ def v4_launcher(lab: Lab, prog, cfg: dict, s: Shape, gemm_only: bool = False) ->
 
 def v4_name(cfg: dict) -> str:
     if "NG" in cfg:
-        return "ga_{CW}_{KL}_{KC}_{PD}_{NG}".format(**cfg)
+        return "ga_{CW}_{KL}_{KC}_{PD}_{NG}_{LY}_{NOMATH}".format(**cfg)
     return "gv_{CW}_{KL}_{KC}_{PF}_{RS}_".format(**cfg) + str(cfg.get("TM", 16))
 
 
@@ -143,8 +154,8 @@ def v4_source(cfgs: list[dict]) -> str:
     SD_GEMM_SKINNY4A line inside its SDGPU_NV_PTX block, so they build only with -DSDGPU_NV_PTX=1."""
     plain = {f"SD_GEMM_SKINNY4({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PF']}, {c['RS']}, {c.get('TM', 16)})"
              for c in cfgs if "NG" not in c}
-    ring = {f"SD_GEMM_SKINNY4A({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PD']}, {c['NG']})"
-            for c in cfgs if "NG" in c}
+    ring = {f"SD_GEMM_SKINNY4A({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PD']}, {c['NG']}, {c['LY']}, "
+            f"{c['NOMATH']})" for c in cfgs if "NG" in c}
     src = lib_source() + "\n" + "\n".join(sorted(plain)) + "\n"
     if ring:
         anchor = "#endif  // SDGPU_NV_PTX"
@@ -187,6 +198,7 @@ class Shape:
         self.p_d = lab.buffer(nbytes=MAX_SPLITS * batch * m * n * 4)  # split-K partials
         self.out_d = lab.buffer(nbytes=max(lab.dev.max_compute_units * 2048, self.nslab * 256) * 4)
         self._inter: dict[int, object] = {}
+        self._b, self._wg = b, {}
 
     def interleaved(self, kbr: int):
         """B as [ceil(K/kbr)][batch*col_tiles][kbr][64] (zero rows past K)."""
@@ -198,6 +210,18 @@ class Shape:
                 np.ascontiguousarray(x.reshape(self.nslab, kp // kbr, kbr, 64).transpose(1, 0, 2, 3)))
         return self._inter[kbr]
 
+    def wg_major(self, cw: int, kl: int, kc: int) -> tuple[object, int]:
+        """B as [batch][N/cw][Kp][cw] (skinny_ring.cl LY 1), each kc chunk's rows ordered (j, lane) for lane-major k
+        (k = chunk * kc + lane * kc / kl + j), zero past K and N; and its batch stride."""
+        key = (cw, kl, kc)
+        if key not in self._wg:
+            kp, np_ = -(-self.k // kc) * kc, -(-self.n // cw) * cw
+            x = np.zeros((self.batch, kp, np_), np.float32)
+            x[:, : self.k, : self.n] = self._b
+            x = x.reshape(self.batch, kp // kc, kl, kc // kl, np_ // cw, cw).transpose(0, 4, 1, 3, 2, 5)
+            self._wg[key] = (self.lab.buffer(np.ascontiguousarray(x)), kp * np_)
+        return self._wg[key]
+
     def check(self, label: str) -> float:
         err = rel_err(self.lab.read(self.c_d, (self.batch, self.m, self.n)), self.ref)
         if not err < 1e-5:
@@ -205,7 +229,8 @@ class Shape:
         return err
 
     def release(self) -> None:
-        for buf in (self.a_d, self.b_d, self.c_d, self.p_d, self.out_d, *self._inter.values()):
+        for buf in (self.a_d, self.b_d, self.c_d, self.p_d, self.out_d, *self._inter.values(),
+                    *(b for b, _ in self._wg.values())):
             buf.release()
 
 
@@ -279,16 +304,19 @@ def run_shape(lab: Lab, s: Shape, cfgs: list[dict], args: argparse.Namespace, t_
             report(label, lab.timed(lambda kern=kern: [lab.launch(kern, (s.nslab * 256,), (256,))], args.runs), 0.0)
 
     if args.v4 or args.tm32 or args.ring:
+        t_build = time.time()
         prog = lab.program(v4_source(cfgs), "-DSDGPU_NV_PTX=1" if args.ring else "")
+        print(f"{s.name:24s} build {time.time() - t_build:.1f} s", flush=True)
         for cfg in cfgs:
             if time.time() > t_end:
                 break
-            label = ("ring " if "NG" in cfg else "v4 ") + " ".join(f"{key}{val}" for key, val in cfg.items() if key != "RM")
+            label = ("ring " if "NG" in cfg else "v4 ") + " ".join(
+                f"{key}{val}" for key, val in cfg.items() if key != "RM" and not (key == "NOMATH" and not val))
             lab.cl.enqueue_fill_buffer(lab.queue, s.c_d, np.float32(np.nan), 0, s.batch * s.m * s.n * 4)
             launch = v4_launcher(lab, prog, cfg, s)
             launch()
             lab.queue.finish()
-            report(label, lab.timed(launch, args.runs), s.check(label))
+            report(label, lab.timed(launch, args.runs), float("nan") if cfg.get("NOMATH") else s.check(label))
             if cfg["S"] > 1:  # the GEMM alone: what a reduce folded into the next kernel would leave
                 report(label + " gemm-only", lab.timed(v4_launcher(lab, prog, cfg, s, True), args.runs),
                        float("nan"))
@@ -325,6 +353,8 @@ def main() -> int:
     mode.add_argument("--tm32", action="store_true", help="gemm_s16x<CW>'s 32-row tile instantiations (TM = 32)")
     mode.add_argument("--async", dest="ring", action="store_true",
                       help="gemm_a16x<CW> (cp.async ring, NVIDIA only) next to gemm_s16x128")
+    ap.add_argument("--rings", default="", help="with --async: PD:NG:LY,... instead of the default ring list")
+    ap.add_argument("--nomath", action="store_true", help="with --async: also the (4, 4) rings without FMAs")
     ap.add_argument("--splits", default="", help="with --v4: split-K counts (e.g. 1,2,4,8) for two base "
                     "instantiations instead of the sweep; splits > 1 also timed without their reduce")
     args = ap.parse_args()
@@ -338,7 +368,9 @@ def main() -> int:
     if args.shapes:
         shapes = [sh for sh in shapes if any(key in sh[0] for key in args.shapes.split(","))]
     configs = (layout_configs if args.layout else rsplit_configs if args.rsplit else v4_configs if args.v4
-               else tm32_configs if args.tm32 else async_configs if args.ring else sweep_configs)(args.quick)
+               else tm32_configs if args.tm32 else sweep_configs)(args.quick)
+    if args.ring:
+        configs = async_configs(args.quick, args.rings, args.nomath)
     if args.splits:
         if not args.v4:
             raise SystemExit("--splits goes with --v4")

@@ -39,6 +39,7 @@ inline void ga_wait(const int n) {
 }
 
 inline void ga_skinny(__local float4* lds, const int CW, const int KL, const int KC, const int PD, const int NG,
+                      const int LY, const int NOMATH,
                       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab,
                       int sam, int sak, __global const float* B, int bo, int sbb, int b_half,
                       __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act,
@@ -54,7 +55,13 @@ inline void ga_skinny(__local float4* lds, const int CW, const int KL, const int
   const int half_b = b_half & 1;
   const int esize = half_b ? 2 : 4;
   // tile-major B: [batch][ceil(N/64)][K][64]; this work-item's 4 columns of row k at bp + k * 64 (elements)
-  const int bp = bo + bz * sbb + (n >> 6) * K * 64 + (n & 63);
+  // LY 0: the library's tile-major U, [batch][N/64][K][64]: one step of a work-group reads 2 x KL pieces of 256
+  // bytes (two 64-column slabs, KL k-rows KPL apart). LY 1 (lab layout): work-group-major, [batch][N/CW][Kp][CW]
+  // (Kp = K rounded up to KC, zero rows) with each KC chunk's rows ordered (j, lane), so one step of a work-group
+  // reads KL * CW contiguous floats; needs k_split % KC == 0.
+  const int Kp = (K + KC - 1) / KC * KC;
+  const int bp = LY ? bo + bz * sbb + (n0 / CW) * Kp * CW + 4 * c : bo + bz * sbb + (n >> 6) * K * 64 + (n & 63);
+  const int rstride = LY ? CW : 64;  // elements between consecutive rows of this work-item's B
   __global const uchar* b8 = (__global const uchar*)B + (size_t)bp * esize;
   const int a_vec = sak == 1 && ((ao | sab | sam) & 3) == 0;
   __local float4* ring = lds + KC * TM / 4;  // slot s of this work-item: ring[s * NT + lid]
@@ -68,7 +75,8 @@ inline void ga_skinny(__local float4* lds, const int CW, const int KL, const int
   {                                                                                                   \
     const int k_ = GA_K(j);                                                                           \
     const int ok_ = (j) < total && k_ < kend && n < N;                                                \
-    ga_copy(ring + ((j) % D) * NT + lid, ok_ ? b8 + (size_t)k_ * 64 * esize : (__global const uchar*)B, \
+    const int r_ = LY ? kbeg + ((j) / KPL) * KC + ((j) % KPL) * KL + lane : k_;                       \
+    ga_copy(ring + ((j) % D) * NT + lid, ok_ ? b8 + (size_t)r_ * rstride * esize : (__global const uchar*)B, \
             half_b, ok_);                                                                             \
   }
   for (int g = 0; g < NG - 1; ++g) {
@@ -111,6 +119,10 @@ inline void ga_skinny(__local float4* lds, const int CW, const int KL, const int
         __local float4* slot = ring + ((j + p) % D) * NT + lid;
         const float4 b = half_b ? vload_half4(0, (__local half*)slot) : *slot;
         __local const float4* ak = lds + (lane * KPL + jj + p) * (TM / 4);
+        if (NOMATH) {  // diagnosis: the loads and the A reads without the FMAs (kept alive by one add)
+          acc[p & 15] += b + ak[p & 3];
+          continue;
+        }
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const float4 a = ak[q];
@@ -133,14 +145,14 @@ inline void ga_skinny(__local float4* lds, const int CW, const int KL, const int
 #define GA_LDS4(CW, KL, KC, PD, NG)                                                                        \
   ((KC) * 4 + (PD) * (NG) * (CW) / 4 * (KL) > (KL) * 4 * (CW) ? (KC) * 4 + (PD) * (NG) * (CW) / 4 * (KL) \
                                                               : (KL) * 4 * (CW))
-#define SD_GEMM_SKINNY4A(NAME, CW, KL, KC, PD, NG)                                                                  \
+#define SD_GEMM_SKINNY4A(NAME, CW, KL, KC, PD, NG, LY, NOMATH)                                                                \
   __kernel __attribute__((reqd_work_group_size(16, (CW) / 4 * (KL) / 16, 1))) void NAME(                             \
       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam, \
       int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half,                         \
       __global const float* bias, int biaso, int has_bias, int M, int N, int K, float alpha, int act,         \
       int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {                         \
     __local float4 lds[GA_LDS4(CW, KL, KC, PD, NG)];                                                          \
-    ga_skinny(lds, CW, KL, KC, PD, NG, C, co, scb, scs, scm, A, ao, sab, sam, sak, B, bo, sbb, b_half, bias, biaso, \
+    ga_skinny(lds, CW, KL, KC, PD, NG, LY, NOMATH, C, co, scb, scs, scm, A, ao, sab, sam, sak, B, bo, sbb, b_half, bias, biaso, \
               has_bias, M, N, K, alpha, act, splits, k_split, R, ro, rrows, rsm);                             \
   }
 #endif  // SDGPU_NV_PTX

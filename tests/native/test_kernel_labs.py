@@ -129,12 +129,12 @@ def test_skinny_lab_async_ring_needs_nvidia_and_builds_its_instantiations(tmp_pa
     cfgs = skinny_lab.async_configs(False)
     src = skinny_lab.v4_source(cfgs)
     block = src[src.rindex("#if defined(SDGPU_NV_PTX)"):]
-    rings = {(c["CW"], c["KL"], c["KC"], c["PD"], c["NG"]) for c in cfgs if "NG" in c}
+    rings = {(c["CW"], c["KL"], c["KC"], c["PD"], c["NG"], c["LY"], c["NOMATH"]) for c in cfgs if "NG" in c}
     assert block.count("SD_GEMM_SKINNY4A(ga_") == len(rings) > 0
     assert block.index("SD_GEMM_SKINNY4A(ga_") < block.index("#endif  // SDGPU_NV_PTX")
     assert src.count("SD_GEMM_SKINNY4(gv_128_4_128_4_1_16") == 1  # the library's gemm_s16x128, side by side
     # every ring fits NVIDIA's 48 KB of local memory with room to spare (A chunk + ring, float4 = 16 bytes)
-    assert all((kc * 4 + pd * ng * cw // 4 * kl) * 16 <= 40 * 1024 for cw, kl, kc, pd, ng in rings)
+    assert all((kc * 4 + pd * ng * cw // 4 * kl) * 16 <= 40 * 1024 for cw, kl, kc, pd, ng, _, _ in rings)
 
 
 def test_tensor_core_labs_need_nvidia_opencl(tmp_path: Path) -> None:
