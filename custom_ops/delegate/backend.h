@@ -66,6 +66,9 @@ class Backend {
     *handled = false;
     return Status::Ok();
   }
+  // Bytes of model constants the backend holds on its device (stats device_weight_bytes); -1 = not applicable
+  // (the CPU backend reads the interpreter's own buffers).
+  virtual long long device_weight_bytes() const { return -1; }
 };
 
 }  // namespace sdgpu

@@ -44,7 +44,7 @@ void DelegateStats::RecordPrepare(size_t max_node_scratch_bytes, size_t arena_by
   max_arena_bytes_ = std::max(max_arena_bytes_, arena_bytes);
 }
 
-std::string DelegateStats::ToJson(const std::string& backend, int num_threads) const {
+std::string DelegateStats::ToJson(const std::string& backend, int num_threads, long long device_weight_bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string j = "{";
   j += "\"backend\":" + JsonString(backend);
@@ -69,6 +69,7 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads) c
   j += ",\"prepares\":" + std::to_string(prepares_);
   j += ",\"max_node_scratch_bytes\":" + std::to_string(max_node_scratch_bytes_);
   j += ",\"max_arena_bytes\":" + std::to_string(max_arena_bytes_);
+  if (device_weight_bytes >= 0) j += ",\"device_weight_bytes\":" + std::to_string(device_weight_bytes);
   j += ",\"invocations\":" + std::to_string(invocations_.load(std::memory_order_relaxed));
   // GPU partitions: host dispatch time (RecordDispatch) summed and of the last partition invoke, and how many
   // partition invokes the sum covers (the first ones include weight uploads and GEMM tuning)

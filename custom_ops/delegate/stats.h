@@ -31,7 +31,8 @@ class DelegateStats {
     dispatch_ns_last_.store(ns, std::memory_order_relaxed);
     dispatches_.fetch_add(1, std::memory_order_relaxed);
   }
-  std::string ToJson(const std::string& backend, int num_threads) const;
+  // device_weight_bytes < 0: not reported (Backend::device_weight_bytes).
+  std::string ToJson(const std::string& backend, int num_threads, long long device_weight_bytes = -1) const;
 
  private:
   static constexpr size_t kMaxDeclinedKept = 256;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -150,6 +151,16 @@ class Device {
                         Timings* timings) const = 0;
   // Waits until every enqueued command has completed.
   virtual Status Finish() const = 0;
+
+  // Bytes of constant model data this device holds: weights and biases as uploaded by the partitions, their
+  // packed / re-laid-out / dequantized copies (gpu::UploadWeights: e.g. Winograd's U, a^2/9 x the filter), not
+  // kernel metadata. Counted when uploaded, never decremented (a delegate serves one interpreter); the delegate
+  // reports it as stats device_weight_bytes, so benchmarks report what the GPU holds, not the model's bytes.
+  void NoteWeightBytes(size_t bytes) const { weight_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  size_t weight_bytes() const { return weight_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  mutable std::atomic<size_t> weight_bytes_{0};
 };
 
 }  // namespace sdgpu::gpu

@@ -30,6 +30,8 @@ class GpuBackend final : public Backend {
   // node) and replaces them with GpuPartition kernels.
   Status PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegate, bool* handled) override;
 
+  long long device_weight_bytes() const override { return static_cast<long long>(device_->weight_bytes()); }
+
   const Device& device() const { return *device_; }
   const DelegateOptions& options() const { return options_; }
 

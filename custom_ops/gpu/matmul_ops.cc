@@ -184,10 +184,10 @@ Status PackedWeights::Ensure(const Device& dev) {
   if (buffer_) return Status::Ok();
   std::vector<float> host(elements_);
   produce_(host.data());
-  if (!half_) return UploadConstant(dev, host.data(), elements_ * sizeof(float), &buffer_);
+  if (!half_) return UploadWeights(dev, host.data(), elements_ * sizeof(float), &buffer_);
   std::vector<uint16_t> h(elements_);
   for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(host[i]);
-  return UploadConstant(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_);
+  return UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_);
 }
 
 namespace {

@@ -53,6 +53,12 @@ Status UploadConstant(const Device& dev, const void* data, size_t bytes, std::un
   return dev.Upload(**out, 0, bytes, data, true);
 }
 
+Status UploadWeights(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out) {
+  SDGPU_RETURN_IF_ERROR(UploadConstant(dev, data, bytes, out));
+  dev.NoteWeightBytes(bytes);
+  return Status::Ok();
+}
+
 bool IsConstant(const abi::TfLiteTensor* t) {
   return t != nullptr && t->data.raw != nullptr &&
          (t->allocation_type == abi::kTfLiteMmapRo || t->allocation_type == abi::kTfLitePersistentRo);

@@ -29,6 +29,9 @@ inline Status Need(bool ok, const std::string& why) { return ok ? Status::Ok() :
 
 // A device buffer holding `bytes` of host data, uploaded once (blocking, so `data` may die after).
 Status UploadConstant(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out);
+// UploadConstant for model weights (packed, re-laid-out or dequantized copies): also counted in
+// Device::weight_bytes (stats device_weight_bytes). Kernel metadata goes through UploadConstant.
+Status UploadWeights(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out);
 
 // 1-D launch over n work-items in kWg1D-wide groups.
 inline Status Launch1D(const Device& dev, const Kernel& k, const Args& args, size_t n, Timings* timings) {

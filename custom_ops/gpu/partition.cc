@@ -469,6 +469,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(tensor->bytes, &buf));
       if (IsConstant(tensor)) {  // weights: uploaded once, kept for the interpreter's lifetime
         SDGPU_RETURN_IF_ERROR(dev.Upload(*buf, 0, tensor->bytes, tensor->data.raw, true));
+        dev.NoteWeightBytes(tensor->bytes);
         constants_.emplace(t, std::move(buf));
       } else {
         externals_.emplace(t, std::move(buf));

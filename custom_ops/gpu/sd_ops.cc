@@ -574,7 +574,7 @@ Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<G
   }
   auto u = std::make_unique<ConstantOp>();
   u->n_ = static_cast<int>(v.size());
-  SDGPU_RETURN_IF_ERROR(UploadConstant(dev, v.data(), v.size() * 4, &u->data_));
+  SDGPU_RETURN_IF_ERROR(UploadWeights(dev, v.data(), v.size() * 4, &u->data_));  // dequantized weights
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("unary_f32", &u->k_));
   *out = std::move(u);
   return Status::Ok();
