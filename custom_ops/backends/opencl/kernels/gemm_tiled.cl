@@ -512,7 +512,10 @@ SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 // gemm_t32x64n128 on the H200 (0.197-0.39 vs 0.180 / 0.152 ms at b2 16x16 F4 1280 -> 1280; BENCHMARKS session 11).
 // Trade-offs: 128 registers at PF = 4 (SASS, BENCHMARKS session 10; PF = 8 takes 187 and runs slower); A is
 // staged per chunk (two barriers per KC k); K is rounded up to whole KC chunks of masked (zero) work, 20% at
-// K = 640; U is still read at only ~2.4 TB/s (bytes in flight per SM bound it).
+// K = 640; U is still read at only ~2.4 TB/s of ~4 (H200). Not for want of bytes in flight: a cp.async ring with
+// 3.5x as many (scripts/h200/skinny_ring.cl, BENCHMARKS session 16) ran no faster, and without its FMAs took 94% of
+// the whole kernel's time, so the load path (16 bytes per work-item per k-row, barrier-synchronised A chunks) is
+// the bound.
 // The skinny kernels' end: the KL lanes' partials meet in local memory (red[lane][row][column group]), then NT
 // work-items finish TM x CW outputs (alpha, bias, activation, residual).
 inline void gv_finish(__local float4* lds, const float4* acc, const int CW, const int KL, const int RS, const int TM,
