@@ -4,7 +4,7 @@ Phases (``--phases``, in order; each bounded by ``--deadline-s`` from the start)
 
 ``attn``    single-op models at the SD1.5 attention shapes (UNet b1 levels 64/32/16/8 self + cross, the VAE's
             one 512-wide head): SdAttention flash and partial_softmax with the tiling the op picks ("auto"),
-            the any-head-dim kernels forced through SDGPU_ATTN_TILING=dyn (``--legacy`` adds the fallback
+            the any-head-dim kernels forced through the attention_tiling option (dyn) (``--legacy`` adds the fallback
             one-row kernels), and the unfused path our backend runs for plain graphs (BATCH_MATMUL -> SOFTMAX ->
             BATCH_MATMUL over [N*H, S, D]). Device ms from the event profile (warm-up excluded), effective
             TFLOP/s (4*Sq*Sk*D per head: the Q.K and P.V products), and each output's relative L2 distance to
@@ -82,7 +82,7 @@ QUICK_SHAPES = [
 
 
 def tiling_fits(tiling: str, head_dim: int) -> bool:
-    """Whether a SDGPU_ATTN_TILING value is meant for a head dim: a fixed-D tiling names it ("d40", "r40"); any
+    """Whether an attention_tiling value is meant for a head dim: a fixed-D tiling names it ("d40", "r40"); any
     other name ("dyn", "legacy") runs every head dim. (The op ignores a forced tiling of another head dim and runs
     its own pick, a row that would only repeat "auto".)"""
     digits = re.search(r"\d+", tiling)
@@ -91,7 +91,7 @@ def tiling_fits(tiling: str, head_dim: int) -> bool:
 
 def rows_for(s: Shape, legacy: bool, tilings: list[str] | None = None,
              variants: tuple[str, ...] = ("flash", "partial_softmax", "unfused")) -> list[tuple[str, str | None]]:
-    """(variant, SDGPU_ATTN_TILING) rows of one shape: the op's own tiling, then the forced ones (default: the
+    """(variant, attention_tiling) rows of one shape: the op's own tiling, then the forced ones (default: the
     any-head-dim kernels "dyn", with ``legacy`` also the fallback kernels), then "unfused" = the
     BATCH_MATMUL/SOFTMAX graph. (Tilings tried on an H200 and dropped are listed above the instantiation lines in
     ops/attention/opencl.cl.)"""
@@ -192,19 +192,14 @@ def phase_attn(args: argparse.Namespace, results: dict[str, Any], deadline: floa
                 model, inputs = unfused_model(s), {"q": to_heads(q, s), "k": to_heads(k, s), "v": to_heads(v, s)}
             else:
                 model, inputs = fused_model_variant(s, variant), {"q": q, "k": k, "v": v}
-            if tiling is None:
-                os.environ.pop("SDGPU_ATTN_TILING", None)
-            else:
-                os.environ["SDGPU_ATTN_TILING"] = tiling
             tag = f"{variant}/{tiling or 'auto'}"
             try:
-                r = timed_session(args.lib, model, inputs, args.out / "attn_profile.json", 2, args.attn_runs)
+                r = timed_session(args.lib, model, inputs, args.out / "attn_profile.json", 2, args.attn_runs,
+                                  {"attention_tiling": tiling} if tiling else None)
             except Exception as e:  # noqa: BLE001 - record and go on
                 rows.append(dict(shape=s.name, row=tag, error=str(e)[:300]))
                 log(f"{s.name:<14} {tag:<24} ERROR {e}")
                 continue
-            finally:
-                os.environ.pop("SDGPU_ATTN_TILING", None)
             out = r["output"]
             if variant == "unfused":  # [N*H, Sq, D] -> [N, Sq, H*D]
                 out = out.reshape(s.n, s.heads, s.sq, s.head_dim).transpose(0, 2, 1, 3).reshape(s.n, s.sq, -1)
@@ -277,7 +272,6 @@ def run_model(args: argparse.Namespace, name: str, tag: str, path: Path, deadlin
     for op, v in list(ops.items())[:12]:
         log(f"    {op:<26} {v['nodes']:4d} nodes {v['ms']:9.3f} ms")
     if tag == "fused" and time.time() < deadline - 30:  # wall time without the event profile's overhead
-        os.environ.pop("SDGPU_ATTN_TILING", None)
         delegate = load_delegate(args.lib, {"backend": "opencl"})
         plain = Interpreter(model_path=str(path), experimental_delegates=[delegate],
                             num_threads=16).get_signature_runner()
@@ -341,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parity", action="store_true", help="fused models: output vs the CPU interpreter")
     ap.add_argument("--legacy", action="store_true", help="also time the fallback (one query row) kernels")
     ap.add_argument("--tilings", type=lambda v: [t for t in v.split(",") if t], default=None,
-                    help="SDGPU_ATTN_TILING values to time besides the op's own pick (default: dyn[,legacy]); "
+                    help="attention_tiling values to time besides the op's own pick (default: dyn[,legacy]); "
                          "a fixed-D name (d40, r40) only for shapes of that head dim")
     ap.add_argument("--only-shapes", type=lambda v: [t for t in v.split(",") if t], default=None,
                     help="comma list of substrings of the shape names to keep (e.g. 'unet64,unet32 self')")

@@ -7,7 +7,7 @@ Two phases, each bounded by --deadline-s (the device allows ~5 minutes per call)
             parity vs the LiteRT CPU interpreter; again with weights_fp16=1 when --fp16.
 ``micro``   single-op models (FULLY_CONNECTED, CONV_2D, BATCH_MATMUL, SdConv2DWinograd) at the shapes that
             dominate the SD1.5 UNet / VAE decoder, with the cost model's plan ("auto"), gemm_autotune's pick
-            ("tuned") and each tile config forced through SDGPU_GEMM_TILES: device ms (event profile, warm-up
+            ("tuned") and each tile config forced through the gemm_tiles delegate option: device ms (event profile, warm-up
             excluded) and TFLOP/s (direct-convolution FLOPs for Winograd too, so the numbers compare).
 
 Writes OUT/gemm_bench.json and prints one line per row. On this machine (PoCL) use --quick.
@@ -147,11 +147,9 @@ def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: flo
         runs = configs + (["auto+fp16w"] if args.fp16 and case.kind != "bmm" else [])
         for config in runs:
             tiles = config.split("+")[0]
-            if tiles in ("auto", "tuned"):
-                os.environ.pop("SDGPU_GEMM_TILES", None)
-            else:
-                os.environ["SDGPU_GEMM_TILES"] = tiles
             extra = {"gemm_autotune": "1" if tiles == "tuned" else "0"}
+            if tiles not in ("auto", "tuned"):
+                extra["gemm_tiles"] = tiles
             if config.endswith("+fp16w"):
                 extra["weights_fp16"] = "1"
             try:
@@ -172,7 +170,6 @@ def phase_micro(args: argparse.Namespace, results: dict[str, Any], deadline: flo
             split = ", ".join(f"{k} {v:.3f}" for k, v in kernels.items()) if len(kernels) > 1 else ""
             log(f"{case.name:<22} {config:<11} {ms:8.3f} ms {row['tflops']:7.2f} TFLOP/s  (wall {row['wall_ms']:.2f} ms)"
                 + (f"  [{split}]" if split else ""))
-        os.environ.pop("SDGPU_GEMM_TILES", None)
         json.dump(results, open(args.out / "gemm_bench.json", "w"), indent=1, default=str)
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 #include <thread>
@@ -30,6 +31,26 @@ Status ParseFlag(std::string_view key, std::string_view value, bool* out) {
 }
 
 }  // namespace
+
+bool ParseGemmTiles(const std::string& text, GemmTiles* out) {
+  GemmTiles t;
+  int used = 0;
+  if (std::sscanf(text.c_str(), "%dx%d%n", &t.bm, &t.bn, &used) != 2 || t.bm < 1 || t.bn < 1) return false;
+  const char* rest = text.c_str() + used;
+  if (*rest == 'n') {
+    int more = 0;
+    if (std::sscanf(rest, "n%d%n", &t.threads, &more) != 1 || t.threads < 1) return false;
+    rest += more;
+  }
+  if (*rest == '/') {
+    int more = 0;
+    if (std::sscanf(rest, "/%d%n", &t.splits, &more) != 1 || t.splits < 1) return false;
+    rest += more;
+  }
+  if (*rest != '\0') return false;
+  *out = t;
+  return true;
+}
 
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,
                             DelegateOptions* out) {
@@ -74,11 +95,20 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       if (!ParseIntIn(value, 0, 64, &out->attention_key_splits)) {
         return Status::Error("option attention_key_splits='" + std::string(value) + "' must be 0..64 (0 = auto)");
       }
+    } else if (key == "gemm_tiles") {
+      GemmTiles t;
+      if (!value.empty() && !ParseGemmTiles(std::string(value), &t)) {
+        return Status::Error("option gemm_tiles='" + std::string(value) +
+                             "' is malformed; expected BMxBN[nTHREADS][/splits], e.g. 64x64n128/2");
+      }
+      out->gemm_tiles = std::string(value);
+    } else if (key == "attention_tiling") {
+      out->attention_tiling = std::string(value);
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
-                           "attention_key_splits)");
+                           "attention_key_splits, gemm_tiles, attention_tiling)");
     }
   }
   return Status::Ok();

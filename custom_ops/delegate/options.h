@@ -16,6 +16,13 @@
 //   attention_key_splits  gpu backends: key ranges per SdAttention query block (flash, row-wise tilings), merged
 //                      by one more launch; "0" (default) = the measured rule (AttnKeySplits, gpu/sd_ops.cc),
 //                      "1" = never, "2".."64" = that many (capped at one range per staged key tile).
+//   gemm_tiles         gpu backends, benchmarks and tests: "BMxBN[nTHREADS][/splits]" (e.g. "64x64n128/2") forces
+//                      that GEMM/conv tile config and split count on every tiled GEMM (no tuning, no skinny swap);
+//                      "" (default) = the cost model / tuner. Malformed is an error here; a config the backend
+//                      lacks is an error when the first GEMM is built.
+//   attention_tiling   gpu backends, benchmarks and tests: an SdAttention tiling suffix (e.g. "r40", "h80",
+//                      "dyn"; "legacy" = the fallback kernels) tried first for every attention whose head dim it
+//                      fits; "" (default) = the per-shape rule (gpu/sd_ops.cc kAttnTilings).
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
@@ -40,7 +47,15 @@ struct DelegateOptions {
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
   bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / GroupNorm prologues folded (OpenCL)
   int attention_key_splits = 0;  // gpu: SdAttention key ranges per query block (0 = auto, 1 = off, 2..64)
+  std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS][/splits]" ("" = planner)
+  std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
 };
+
+// A gemm_tiles value: BMxBN[nTHREADS][/splits] (threads default 256, splits 1). False when `text` is malformed.
+struct GemmTiles {
+  int bm = 0, bn = 0, threads = 256, splits = 1;
+};
+bool ParseGemmTiles(const std::string& text, GemmTiles* out);
 
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,
                             DelegateOptions* out);

@@ -159,8 +159,18 @@ class Device {
   void NoteWeightBytes(size_t bytes) const { weight_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
   size_t weight_bytes() const { return weight_bytes_.load(std::memory_order_relaxed); }
 
+  // Planner overrides from the delegate options gemm_tiles / attention_tiling (benchmarks and tests; delegate/
+  // options.h documents them): empty = the planners decide. Set once by GpuBackend before any op is built.
+  struct Overrides {
+    std::string gemm_tiles;
+    std::string attention_tiling;
+  };
+  void set_overrides(Overrides o) { overrides_ = std::move(o); }
+  const Overrides& overrides() const { return overrides_; }
+
  private:
   mutable std::atomic<size_t> weight_bytes_{0};
+  Overrides overrides_;
 };
 
 }  // namespace sdgpu::gpu

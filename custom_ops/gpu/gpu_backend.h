@@ -20,7 +20,9 @@ class GpuBackend final : public Backend {
  public:
   // `registration_name` (static storage): the delegate kernel's custom_name in TFLite's graph.
   GpuBackend(const DelegateOptions& options, std::unique_ptr<Device> device, const char* registration_name)
-      : options_(options), device_(std::move(device)), registration_name_(registration_name) {}
+      : options_(options), device_(std::move(device)), registration_name_(registration_name) {
+    device_->set_overrides({options.gemm_tiles, options.attention_tiling});
+  }
 
   const char* name() const override { return device_->backend_name(); }
   Status Supports(const ParsedOp& op, const std::vector<TensorInfo>& inputs) const override;

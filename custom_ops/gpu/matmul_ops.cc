@@ -19,8 +19,8 @@
 // Constant weights (FULLY_CONNECTED, CONV_2D filters) are re-laid out once as a K x N row-major matrix (float32,
 // or half with weights_fp16) so B tiles load along N; non-constant operands are read in place through their strides.
 //
-// Tuning knob (benchmarks only): SDGPU_GEMM_TILES=BMxBN[nTHREADS][/splits] forces one tile config (and
-// split count) for every tiled GEMM/conv instead of the cost model below.
+// Tuning knob (benchmarks and tests only): the delegate option gemm_tiles=BMxBN[nTHREADS][/splits] forces one tile
+// config (and split count) for every tiled GEMM/conv instead of the cost model below.
 #include "gpu/matmul_ops.h"
 
 #include <algorithm>
@@ -35,6 +35,7 @@
 #include <mutex>
 #include <string>
 
+#include "delegate/options.h"
 #include "gpu/builtin_params.h"
 #include "gpu/op_factories.h"
 #include "gpu/op_util.h"
@@ -106,35 +107,25 @@ double PlanCost(const TileConfig& c, int64_t M, int64_t N, int64_t K, int64_t ba
   return pad / (c.speed * fill) * split_cost;
 }
 
-// SDGPU_GEMM_TILES=BMxBN[nTHREADS][/splits] (threads default 256): false when unset; an error when it is set
-// but malformed (a typo must not silently benchmark the cost model's plan instead).
-Status ForcedTiles(int* bm, int* bn, int* threads, int* splits, bool* forced) {
+// The delegate option gemm_tiles (Device::overrides; its syntax was checked when the options were parsed):
+// *forced false when unset.
+Status ForcedTiles(const Device& dev, int* bm, int* bn, int* threads, int* splits, bool* forced) {
   *forced = false;
-  const char* env = std::getenv("SDGPU_GEMM_TILES");
-  if (env == nullptr || *env == '\0') return Status::Ok();
-  const Status bad = Status::Error(std::string("SDGPU_GEMM_TILES=") + env +
-                                   " is malformed; expected BMxBN[nTHREADS][/splits], e.g. 64x64n128/2");
-  *splits = 1;
-  *threads = 256;
-  int used = 0;
-  if (std::sscanf(env, "%dx%d%n", bm, bn, &used) != 2) return bad;
-  const char* rest = env + used;
-  if (*rest == 'n') {
-    int more = 0;
-    if (std::sscanf(rest, "n%d%n", threads, &more) != 1) return bad;
-    rest += more;
+  const std::string& text = dev.overrides().gemm_tiles;
+  if (text.empty()) return Status::Ok();
+  GemmTiles t;
+  if (!ParseGemmTiles(text, &t)) {
+    return Status::Error("gemm_tiles=" + text + " is malformed; expected BMxBN[nTHREADS][/splits], e.g. 64x64n128/2");
   }
-  if (*rest == '/') {
-    int more = 0;
-    if (std::sscanf(rest, "/%d%n", splits, &more) != 1 || *splits < 1) return bad;
-    rest += more;
-  }
-  if (*rest != '\0') return bad;
+  *bm = t.bm;
+  *bn = t.bn;
+  *threads = t.threads;
+  *splits = t.splits;
   *forced = true;
   return Status::Ok();
 }
 
-// "64x64, 128x64, ..., 64x64n128, ..." as SDGPU_GEMM_TILES spells the configs (error messages).
+// "64x64, 128x64, ..., 64x64n128, ..." as gemm_tiles spells the configs (error messages).
 std::string ConfigNames() {
   std::string names;
   for (const TileConfig& c : kTileConfigs) {
@@ -199,12 +190,12 @@ struct ScoredPlan {
 };
 
 // Every (config, splits) the device can run for the problem, with its cost-model cost, cheapest first
-// (only the forced one under SDGPU_GEMM_TILES).
+// (only the forced one under gemm_tiles).
 Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, std::vector<ScoredPlan>* out) {
   if (dev.max_work_group_size() < 256) return Status::Error("device work-group limit below 256");
   int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
   bool forced = false;
-  SDGPU_RETURN_IF_ERROR(ForcedTiles(&fbm, &fbn, &fthreads, &fsplits, &forced));
+  SDGPU_RETURN_IF_ERROR(ForcedTiles(dev, &fbm, &fbn, &fthreads, &fsplits, &forced));
   out->clear();
   for (const TileConfig& c : kTileConfigs) {
     if (forced && (c.bm != fbm || c.bn != fbn || c.threads != fthreads)) continue;
@@ -218,7 +209,7 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
     }
   }
   if (out->empty()) {
-    return Status::Error(forced ? "SDGPU_GEMM_TILES names no tile config of this backend (" + ConfigNames() + ")"
+    return Status::Error(forced ? "gemm_tiles names no tile config of this backend (" + ConfigNames() + ")"
                                 : std::string("the device has no tiled GEMM kernels"));
   }
   std::stable_sort(out->begin(), out->end(),
@@ -259,15 +250,15 @@ std::map<std::string, std::array<int, 4>>& TuneMemo() {
 
 }  // namespace
 
-Status CheckForcedTiles() {
+Status CheckForcedTiles(const Device& dev) {
   int bm = 0, bn = 0, threads = 256, splits = 1;
   bool forced = false;
-  SDGPU_RETURN_IF_ERROR(ForcedTiles(&bm, &bn, &threads, &splits, &forced));
+  SDGPU_RETURN_IF_ERROR(ForcedTiles(dev, &bm, &bn, &threads, &splits, &forced));
   if (!forced) return Status::Ok();
   for (const TileConfig& c : kTileConfigs) {
     if (c.bm == bm && c.bn == bn && c.threads == threads) return Status::Ok();
   }
-  return Status::Error("SDGPU_GEMM_TILES names no tile config (" + ConfigNames() + ")");
+  return Status::Error("gemm_tiles names no tile config (" + ConfigNames() + ")");
 }
 
 bool ReadsTileMajorB(const Kernel& kernel) {
@@ -279,7 +270,7 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
   bool forced = false;
   const Kernel* kernel = nullptr;
   if (plan->kernel == nullptr || plan->kernel->name() != "gemm_t16x64" ||
-      !ForcedTiles(&bm, &bn, &threads, &forced_splits, &forced).ok() || forced || dev.compute_units() <= 0 ||
+      !ForcedTiles(dev, &bm, &bn, &threads, &forced_splits, &forced).ok() || forced || dev.compute_units() <= 0 ||
       !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
     return false;
   }
@@ -358,7 +349,7 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
                        bool enabled, int free_splits) {
   candidates_.clear();
   if (!enabled) return Status::Ok();
-  std::vector<ScoredPlan> scored;  // one entry under SDGPU_GEMM_TILES: nothing to tune
+  std::vector<ScoredPlan> scored;  // one entry under gemm_tiles: nothing to tune
   SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
   // Split partials are arena memory for the whole run: a candidate may add at most kTuneScratchCap beyond the cost
   // model's plan (the first candidate). The VAE's 512x512 Winograd GEMMs at 4 splits took its arena from 1.4 to
@@ -376,8 +367,8 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
   }
   int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
   bool forced = false;
-  SDGPU_RETURN_IF_ERROR(ForcedTiles(&fbm, &fbn, &fthreads, &fsplits, &forced));
-  if (forced) free_splits = 1;  // SDGPU_GEMM_TILES fixes the split count too
+  SDGPU_RETURN_IF_ERROR(ForcedTiles(dev, &fbm, &fbn, &fthreads, &fsplits, &forced));
+  if (forced) free_splits = 1;  // gemm_tiles fixes the split count too
   // The cheapest configs' unsplit plans (the cost model's split pick for a config can hide its faster unsplit
   // form: no reduce launch, no partials round trip) and, with free_splits, their 2.. free_splits-way splits.
   std::vector<int> extra_splits = {1};
@@ -852,7 +843,7 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
     u->b_const_ = b_const;
     u->bias_const_ = bias_const;
   }
-  SDGPU_RETURN_IF_ERROR(CheckForcedTiles());  // a typo must not quietly run the fallback kernel
+  SDGPU_RETURN_IF_ERROR(CheckForcedTiles(dev));  // a typo must not quietly run the fallback kernel
   if (!PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok()) return Status::Ok();
   if (b_const != nullptr) {
     const int N = s.N, K = s.K;
@@ -906,7 +897,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
   const int K = s.kh * s.kw * s.ci;
   TilePlan plan;
   const int M = s.n * s.oh * s.ow;
-  SDGPU_RETURN_IF_ERROR(CheckForcedTiles());
+  SDGPU_RETURN_IF_ERROR(CheckForcedTiles(dev));
   if (s.ci % kTiledBk == 0 && PlanTiles(dev, true, M, s.co, K, 1, &plan).ok()) {
     auto u = std::make_unique<TiledConvOp>();
     u->s_ = s;

@@ -54,9 +54,9 @@ struct TilePlan {
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
 // small occupancy/padding cost model (see matmul_ops.cc) and fetches the
 // kernels. An error means "the device has no tiled kernels": callers fall back.
-// The benchmark knob SDGPU_GEMM_TILES: Ok when unset or naming a tile config; an error when malformed or unknown
-// (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
-Status CheckForcedTiles();
+// The delegate option gemm_tiles (benchmarks, tests): Ok when unset or naming a tile config; an error when it names
+// none (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
+Status CheckForcedTiles(const Device& dev);
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
 // The cheapest unsplit GEMM plan (same cost model) among the configs with a LayerNorm twin (`gated`: a gated one,
 // NAME_gg_ln), already swapped to it.
@@ -68,7 +68,7 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
 // max_splits, each >= kSkinny4MinKSplit deep) as fit one wave at 4 work-groups per compute unit (the kernel's 128
 // registers): the 8x8 map at F2, b1, 160 work-groups, 3 splits: GEMM 0.052 vs 0.061 ms, 0.084 vs 0.113 at 2560
 // input channels (BENCHMARKS session 11; a split-K plan needs its partials summed, which only pays without the
-// reduce launch: Winograd's output transform sums them). Not under SDGPU_GEMM_TILES (a forced config stays
+// reduce launch: Winograd's output transform sums them). Not under gemm_tiles (a forced config stays
 // forced), nor when the backend lacks the kernel or does not report its compute units. True when it swapped the
 // plan (same U layout; a split plan's scratch_bytes set, its reduce kernel left null).
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits = 1);
@@ -89,7 +89,7 @@ Status LnTwin(const Device& dev, TilePlan* plan);
 // time), and the fastest is kept. Winners are memoised process-wide per (device name, problem, caller key),
 // so each distinct shape tunes once per process. Trade-off: the first invoke pays ~4 launches per candidate
 // per distinct shape and one Finish() per candidate; the op reserves the largest candidate's scratch; and
-// the choice (hence the float rounding of split-K sums) may differ between processes. SDGPU_GEMM_TILES
+// the choice (hence the float rounding of split-K sums) may differ between processes. gemm_tiles
 // (a forced config) disables it.
 class TileTuner {
  public:

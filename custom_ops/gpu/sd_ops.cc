@@ -61,7 +61,7 @@ struct AttnTiling {
 };
 // Candidates in order (a fixed-D one before "dyn"); the first that fits a head dim, key count and grid, and
 // whose kernel the backend has, is used.
-constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through SDGPU_ATTN_TILING
+constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through attention_tiling
 constexpr AttnTiling kAttnTilings[] = {
     // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
     {"r40", 40, 40, 128, 128, 256, 16, false, 0},
@@ -436,9 +436,12 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   return Status::Ok();
 }
 
-// SDGPU_ATTN_TILING=<suffix> forces one tiling (a tuning knob for scripts/opencl_attn_bench.py; "legacy" =
-// the fallback kernels); a forced tiling that cannot run the head dim is ignored.
-const char* ForcedAttnTiling() { return std::getenv("SDGPU_ATTN_TILING"); }
+// The delegate option attention_tiling=<suffix> forces one tiling (benchmarks, e.g. scripts/opencl_attn_bench.py,
+// and tests; "legacy" = the fallback kernels); a forced tiling that cannot run the head dim is ignored.
+const char* ForcedAttnTiling(const Device& dev) {
+  const std::string& t = dev.overrides().attention_tiling;
+  return t.empty() ? nullptr : t.c_str();
+}
 
 // The tilings for `head_dim`, `keys` (Sk) and `blocks_of(bq)` work-groups on `compute_units` CUs, best first: those
 // of its own head dim whose min_keys and max_groups_per_cu it meets, in table order, then the any-head-dim one. A
@@ -474,7 +477,7 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   const size_t rows = static_cast<size_t>(u->n_) * attrs.heads * u->sq_;
   if (!flash) u->scratch_bytes_ = rows * 2 * sizeof(float);  // the m and s vectors
 
-  const char* forced = ForcedAttnTiling();
+  const char* forced = ForcedAttnTiling(dev);
   const bool legacy_only = forced != nullptr && std::strcmp(forced, "legacy") == 0;
   const auto blocks_of = [&](size_t bq) {
     return static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + bq - 1) / bq);

@@ -71,6 +71,11 @@ class DelegateOptions:
     attention on the row-wise tilings). Auto splits in 2 only the head-dim-80 tiling's grids of at most one
     work-group per compute unit (SD1.5's 32x32 self-attention at batch 1 on a large GPU: 8% faster on an H200,
     the only case measured faster); 1 never splits.
+    ``gemm_tiles`` (GPU backends; benchmarks and tests): ``"BMxBN[nTHREADS][/splits]"``, e.g. ``"64x64n128/2"``,
+    forces that tile config and split count on every tiled GEMM / conv (no tuning); malformed is rejected by the
+    delegate when it loads, a config the backend lacks when the first GEMM is built.
+    ``attention_tiling`` (GPU backends; benchmarks and tests): an SdAttention tiling suffix (``"r40"``, ``"h80"``,
+    ``"dyn"``, ...; ``"legacy"`` = the fallback kernels) used for every attention whose head dim it fits.
     """
 
     backend: str = "cpu"
@@ -84,6 +89,8 @@ class DelegateOptions:
     gemm_autotune: bool | None = None
     fuse_epilogues: bool | None = None
     attention_key_splits: int | None = None
+    gemm_tiles: str | None = None
+    attention_tiling: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -103,6 +110,10 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
+        for name in ("gemm_tiles", "attention_tiling"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -111,7 +122,7 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None:
                 out[name] = str(value)
-        for name in ("profile_path", "opencl_cache_dir"):
+        for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)
@@ -181,7 +192,7 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
     attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune,
-    fuse_epilogues, attention_key_splits),
+    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """

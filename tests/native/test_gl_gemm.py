@@ -1,5 +1,5 @@
 """GEMM-shaped ops on the GL backend (llvmpipe in CI) vs float64 NumPy, where GL differs from OpenCL: the GLSL
-tiled GEMM's tile configs with split-K (SDGPU_GEMM_TILES), and half-stored weights read as 32-bit words. The tests
+tiled GEMM's tile configs with split-K (the gemm_tiles option), and half-stored weights read as 32-bit words. The tests
 every GPU backend shares (transposed / broadcast operands, convs, Winograd transforms) are in test_gpu_gemm.py."""
 from __future__ import annotations
 
@@ -21,12 +21,11 @@ def _run(model: bytes, inputs: dict[str, np.ndarray], **opts) -> np.ndarray:
 
 @pytest.mark.parametrize("config", [*TILE_CONFIGS, "64x64/3", "128x128/2"])
 @pytest.mark.parametrize("m,k,n", [(128, 64, 128), (70, 37, 45), (3, 200, 130)])
-def test_fully_connected_every_tile_config_and_split(rng, monkeypatch, config, m, k, n):
-    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
+def test_fully_connected_every_tile_config_and_split(rng, config, m, k, n):
     x = rng.standard_normal((1, m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
-    got = _run(fully_connected_model(x.shape, w, b, "relu"), {"x": x})
+    got = _run(fully_connected_model(x.shape, w, b, "relu"), {"x": x}, gemm_tiles=config)
     assert_close(got, fully_connected_ref(x, w, b, "relu"), rtol=1e-5)
 
 

@@ -60,12 +60,11 @@ def test_batch_matmul_broadcasts_a_single_batch(rng, backend, a_batch, b_batch):
     ((1, 8, 8, 64), 130, 1, 1, 1, "SAME"),    # 1x1: a pure GEMM over NHWC
     ((1, 10, 9, 4), 20, 3, 1, 1, "SAME"),     # Ci % 16 != 0: the generic conv2d_igemm fallback
 ])
-def test_conv2d_matches_reference(rng, monkeypatch, backend, config, x_shape, co, kernel, stride, dilation, padding):
-    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
+def test_conv2d_matches_reference(rng, backend, config, x_shape, co, kernel, stride, dilation, padding):
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal((co, kernel, kernel, x_shape[3])).astype(np.float32)
     b = rng.standard_normal(co).astype(np.float32)
-    got = _run(backend, conv2d_model(x.shape, w, b, stride, dilation, padding, "relu6"), {"x": x})
+    got = _run(backend, conv2d_model(x.shape, w, b, stride, dilation, padding, "relu6"), {"x": x}, gemm_tiles=config)
     assert_close(got, conv2d_ref(x, w, b, stride, dilation, padding, "relu6"), rtol=1e-5)
 
 

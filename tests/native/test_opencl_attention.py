@@ -55,11 +55,10 @@ def test_vae_head_dim_512(rng, variant):
     ("d40", 80, 37, 45),  # a tiling for another head dim is ignored: the op's own pick runs
 ])
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
-def test_every_tiling_gives_the_same_answer(rng, monkeypatch, tiling, head_dim, sq, sk, variant):
-    # SDGPU_ATTN_TILING (the micro-benchmark's knob) is read when the op is built: the any-head-dim
+def test_every_tiling_gives_the_same_answer(rng, tiling, head_dim, sq, sk, variant):
+    # attention_tiling (the micro-benchmark's knob) is read when the op is built: the any-head-dim
     # kernels and the fallback kernels agree with the reference at the head dims that have their own.
-    monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
-    actual, expected = _run(rng, variant, True, 1, sq, sk, 2, head_dim)
+    actual, expected = _run(rng, variant, True, 1, sq, sk, 2, head_dim, attention_tiling=tiling)
     assert_close(actual, expected, rtol=1e-5)
 
 

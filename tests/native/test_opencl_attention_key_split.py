@@ -36,26 +36,24 @@ def test_forced_key_splits_match_reference(rng, splits, n, sq, sk, heads, head_d
 
 @pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("h80", 80), ("r160", 160), ("h160", 160),
                                              ("h160w", 160)])
-def test_key_split_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim):
+def test_key_split_sharp_softmax_is_stable(rng, tiling, head_dim):
     # logits with std ~ 50-70: each range's maximum differs from the row's by far more than fp32's exp range, so
     # the merge must rescale by exp2(m_s - max m), not add raw sums.
-    monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
     actual, expected = _run(rng, "flash", False, 1, 70, 300, 2, head_dim, scale=1.0, spread=2.5,
-                            attention_key_splits=4)
+                            attention_key_splits=4, attention_tiling=tiling)
     assert np.isfinite(actual).all()
     assert_close(actual, expected, rtol=1e-4)
 
 
-def test_auto_splits_a_grid_smaller_than_the_device(tmp_path, rng, monkeypatch):
+def test_auto_splits_a_grid_smaller_than_the_device(tmp_path, rng):
     # One query block (64 queries, 1 head) is 1 work-group: at most one per compute unit on any device. The op's
     # own pick there is h80 (unsplit, faster than r80 split); r80 (the pick for larger grids, or where a backend
     # lacks h80) splits its 512 keys (32 tiles) in 2 and merges; option 1 turns that off.
     auto, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80)
     assert auto == ["attn_flash_h80"]
-    monkeypatch.setenv("SDGPU_ATTN_TILING", "r80")
-    split, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80)
+    split, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80, attention_tiling="r80")
     assert split == ["attn_flash_ks_r80", "attn_merge"]
-    off, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80, attention_key_splits=1)
+    off, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80, attention_tiling="r80", attention_key_splits=1)
     assert off == ["attn_flash_r80"]
 
 

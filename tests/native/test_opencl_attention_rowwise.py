@@ -55,10 +55,8 @@ def test_long_self_attention_matches_reference(rng, variant, causal, n, sq, sk, 
         ("h160w", 2, 20, 77, 3, 160),   # the text length: 4 full key tiles + 13 keys
     ],
 )
-def test_head_dim_split_tilings_match_reference(rng, monkeypatch, tiling, variant, causal, n, sq, sk, heads,
-                                                head_dim):
-    monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
-    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim)
+def test_head_dim_split_tilings_match_reference(rng, tiling, variant, causal, n, sq, sk, heads, head_dim):
+    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim, attention_tiling=tiling)
     assert_close(actual, expected, rtol=1e-5)
 
 
@@ -66,21 +64,20 @@ def test_head_dim_split_tilings_match_reference(rng, monkeypatch, tiling, varian
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq,sk", [(1, 1), (3, 5), (33, 13), (129, 77)])
-def test_forced_tiling_short_sequences(rng, monkeypatch, tiling, head_dim, variant, causal, sq, sk):
-    # Below min_keys only SDGPU_ATTN_TILING reaches these kernels: keys fewer than one tile (splits without a
-    # single key), one query row, a causal mask shorter than the query block.
-    monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
-    actual, expected = _run(rng, variant, causal, 1, sq, sk, 2, head_dim)
+def test_forced_tiling_short_sequences(rng, tiling, head_dim, variant, causal, sq, sk):
+    # Below min_keys only the attention_tiling option reaches these kernels: keys fewer than one tile (splits
+    # without a single key), one query row, a causal mask shorter than the query block.
+    actual, expected = _run(rng, variant, causal, 1, sq, sk, 2, head_dim, attention_tiling=tiling)
     assert_close(actual, expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("tiling,head_dim", ROWWISE)
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
-def test_sharp_softmax_is_stable(rng, monkeypatch, tiling, head_dim, variant):
+def test_sharp_softmax_is_stable(rng, tiling, head_dim, variant):
     # logits with std ~ 50-70: exp() without a running max overflows fp32, the row max jumps between tiles
     # (r80's lazy rescaling takes its rescale branch), one key dominates most rows.
-    monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
-    actual, expected = _run(rng, variant, False, 1, 70, 300, 2, head_dim, scale=1.0, spread=2.5)
+    actual, expected = _run(rng, variant, False, 1, 70, 300, 2, head_dim, scale=1.0, spread=2.5,
+                            attention_tiling=tiling)
     assert np.isfinite(actual).all()
     assert_close(actual, expected, rtol=1e-4)
 
@@ -108,15 +105,13 @@ def test_head_dim_split_tilings_take_grids_of_one_wave(tmp_path, rng):
 
 
 @pytest.mark.parametrize("sk", [77, 256])
-def test_head_dim_160_forced_tilings_differ_in_summation_order(rng, monkeypatch, sk):
+def test_head_dim_160_forced_tilings_differ_in_summation_order(rng, sk):
     # The op's own pick for 1 x 40 queries and 2 heads is r160 at 77 keys on any device; forcing r160 gives
     # bit-identical output, forcing d160 or h160 (other summation orders) differs in the last bits.
     q, k, v = (rng.standard_normal((1, s, 2 * 160)).astype(np.float32) for s in (40, sk, sk))
     got = {}
     for tiling in ("r160", "d160", "h160"):
-        monkeypatch.setenv("SDGPU_ATTN_TILING", tiling)
-        got[tiling] = _run(rng, "flash", False, 1, 40, sk, 2, 160, q=q, k=k, v=v)[0]
+        got[tiling] = _run(rng, "flash", False, 1, 40, sk, 2, 160, q=q, k=k, v=v, attention_tiling=tiling)[0]
     if sk == 77:
-        monkeypatch.delenv("SDGPU_ATTN_TILING")
         assert np.array_equal(_run(rng, "flash", False, 1, 40, sk, 2, 160, q=q, k=k, v=v)[0], got["r160"])
     assert not np.array_equal(got["r160"], got["d160"]) and not np.array_equal(got["r160"], got["h160"])

@@ -31,11 +31,9 @@ def _want(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, approximate: str) 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh", "quick"])
 @pytest.mark.parametrize("tiles,m,f", [("", 40, 24), ("64x64/2", 40, 30), ("16x64", 9, 24), ("16x64/2", 9, 34)])
-def test_gated_gelu_in_the_fc_epilogue(rng, tmp_path, monkeypatch, approximate, tiles, m, f):
+def test_gated_gelu_in_the_fc_epilogue(rng, tmp_path, approximate, tiles, m, f):
     """[1, m, K] -> FC (bias) -> [1, m, 2F] -> SdGelu(gated) -> [1, m, F]: the cost model's plan, a split-K plan (the
     reduce applies the GELU), the skinny kernel with and without split-K; F = 30 and 34 leave a partial column tile."""
-    if tiles:
-        monkeypatch.setenv("SDGPU_GEMM_TILES", tiles)
     k = 192
     g = OpGraphBuilder()
     x = g.input("x", [1, m, k])
@@ -43,7 +41,7 @@ def test_gated_gelu_in_the_fc_epilogue(rng, tmp_path, monkeypatch, approximate, 
     h = _fc(g, x, w, b, [1, m, 2 * f], "ff")
     g.output(_gelu(g, h, [1, m, f], "y", approximate))
     xv = _rand(rng, 1, m, k)
-    out, nodes = _run(g.build(), tmp_path, x=xv)
+    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": tiles} if tiles else None, x=xv)
     assert_close(out["y"], _want(xv, w, b, approximate), rtol=1e-5)
     assert _kernels(nodes, "SdGelu") == []
     names = _kernels(nodes, "FULLY_CONNECTED")  # the gated twins (NAME_gg) of the planned kernels

@@ -1,13 +1,14 @@
 """Tiled GEMM / Winograd kernels of the OpenCL backend (PoCL in CI) vs float64 NumPy: what only OpenCL has.
 
 Shapes are picked to hit full tiles, edge tiles in M, N and K, K not a multiple of the 16-wide K step, every
-tile config (forced through SDGPU_GEMM_TILES, the skinny 16x64 included), split-K and its cost model, Winograd
+tile config (forced through the gemm_tiles option, the skinny 16x64 included), split-K and its cost model, Winograd
 with few tiles, and the weights_fp16 storage option. The tests every GPU backend shares (transposed / broadcast
 operands, convs, Winograd transforms) are in test_gpu_gemm.py.
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ from harness import assert_close, run
 from sdconvert.ops.conv2d_winograd import SPEC as WINOGRAD, Conv2DWinogradAttrs
 from sdconvert.winograd.accuracy import random_problem
 from sdconvert.winograd.reference import direct_conv2d, winograd_error_bound
+from sdlite import native
+from sdlite.native import NativeDelegateError
 from tflite_gemm_models import conv2d_model, conv2d_ref, fully_connected_model, fully_connected_ref, winograd_model
 
 # 16x64: the skinny kernel (GEMM only); n128: the 128-thread instances (GL has none)
@@ -38,24 +41,22 @@ def _run(model: bytes, inputs: dict[str, np.ndarray], **opts) -> np.ndarray:
 
 @pytest.mark.parametrize("config", TILE_CONFIGS)
 @pytest.mark.parametrize("m,k,n", [(128, 64, 128), (70, 37, 45), (3, 200, 130)])
-def test_fully_connected_every_tile_config(rng, monkeypatch, config, m, k, n):
-    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
+def test_fully_connected_every_tile_config(rng, config, m, k, n):
     x = rng.standard_normal((1, m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
-    got = _run(fully_connected_model(x.shape, w, b, "relu"), {"x": x})
+    got = _run(fully_connected_model(x.shape, w, b, "relu"), {"x": x}, gemm_tiles=config)
     assert_close(got, fully_connected_ref(x, w, b, "relu"), rtol=1e-5)
 
 
 @pytest.mark.parametrize("config", ["64x64", "16x64", "64x64n128"])
 @pytest.mark.parametrize("splits", [2, 3, 8])
-def test_split_k_sums_every_slice(rng, monkeypatch, config, splits):
+def test_split_k_sums_every_slice(rng, config, splits):
     """K = 600 over 2/3/8 slices (slice lengths rounded up to 16; the last slice is short)."""
-    monkeypatch.setenv("SDGPU_GEMM_TILES", f"{config}/{splits}")
     x = rng.standard_normal((20, 600)).astype(np.float32)
     w = rng.standard_normal((33, 600)).astype(np.float32)
     b = rng.standard_normal(33).astype(np.float32)
-    got = _run(fully_connected_model(x.shape, w, b, "relu6"), {"x": x})
+    got = _run(fully_connected_model(x.shape, w, b, "relu6"), {"x": x}, gemm_tiles=f"{config}/{splits}")
     assert_close(got, fully_connected_ref(x, w, b, "relu6"), rtol=1e-5)
 
 
@@ -66,30 +67,31 @@ def test_split_k_sums_every_slice(rng, monkeypatch, config, splits):
     ((1, 12, 10, 16), 24, 3, 2),   # stride 2
     ((1, 8, 8, 64), 130, 1, 1),    # 1x1
 ])
-def test_conv2d_128_thread_configs(rng, monkeypatch, config, weights_fp16, x_shape, co, kernel, stride):
+def test_conv2d_128_thread_configs(rng, config, weights_fp16, x_shape, co, kernel, stride):
     """The 128-thread conv instances (OpenCL only) vs float64, fp32 and half-stored weights, with split-K."""
-    monkeypatch.setenv("SDGPU_GEMM_TILES", config)
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal((co, kernel, kernel, x_shape[3])).astype(np.float32)
     b = rng.standard_normal(co).astype(np.float32)
-    got = _run(conv2d_model(x.shape, w, b, stride, 1, "SAME", "relu6"), {"x": x}, weights_fp16=weights_fp16)
+    got = _run(conv2d_model(x.shape, w, b, stride, 1, "SAME", "relu6"), {"x": x}, weights_fp16=weights_fp16,
+               gemm_tiles=config)
     want = conv2d_ref(x, _half(w) if weights_fp16 else w, b, stride, 1, "SAME", "relu6")
     assert_close(got, want, rtol=1e-5)
 
 
-@pytest.mark.parametrize("value,reason", [
-    ("64x64x", "SDGPU_GEMM_TILES=64x64x is malformed"),
-    ("64x64/0", "SDGPU_GEMM_TILES=64x64/0 is malformed"),
-    ("99x99", "SDGPU_GEMM_TILES names no tile config"),
-])
-def test_a_bad_forced_tile_config_is_a_declined_node_not_a_silent_fallback(rng, monkeypatch, value, reason):
-    monkeypatch.setenv("SDGPU_GEMM_TILES", value)
+@pytest.mark.parametrize("value", ["64x64x", "64x64/0", "x64", "64x64n", "64x64n128/"])
+def test_a_malformed_gemm_tiles_option_is_refused_when_the_delegate_loads(value):
+    with pytest.raises(NativeDelegateError, match=f"gemm_tiles='{re.escape(value)}' is malformed"):
+        native.load(backend="opencl", gemm_tiles=value)
+
+
+def test_an_unknown_tile_config_is_a_declined_node_not_a_silent_fallback(rng):
     x = rng.standard_normal((1, 20, 64)).astype(np.float32)
     w = rng.standard_normal((32, 64)).astype(np.float32)
-    result = run(fully_connected_model(x.shape, w, None), {"x": x}, backend="opencl")
+    result = run(fully_connected_model(x.shape, w, None), {"x": x}, backend="opencl", gemm_tiles="99x99")
     assert result.stats["claimed_nodes"] == 0 and result.stats["partitions"] == 0
     (declined,) = result.stats["declined"]
-    assert declined["op"] == "FULLY_CONNECTED" and declined["reason"].startswith(reason), declined
+    assert declined["op"] == "FULLY_CONNECTED" and declined["reason"].startswith("gemm_tiles names no tile config"), \
+        declined
     assert_close(result.outputs["y"], fully_connected_ref(x, w, None), rtol=1e-5)  # ran on the CPU instead
 
 
@@ -124,18 +126,16 @@ def test_winograd_small_map_runs_direct():
 @pytest.mark.parametrize("config", ["", "16x64/2"])
 @pytest.mark.parametrize("weights_fp16", [False, True])
 @pytest.mark.parametrize("tile,hw,tiles", [(4, 16, 16), (2, 8, 16), (2, 12, 36)])
-def test_winograd_few_tiles_use_the_skinny_gemm(monkeypatch, tmp_path, tile, hw, tiles, weights_fp16, config):
+def test_winograd_few_tiles_use_the_skinny_gemm(tmp_path, tile, hw, tiles, weights_fp16, config):
     """16 <= T < 64 (SD's 16x16 map at F4, 8x8 at F2): the Winograd path with a 16-row GEMM (V/M scratch). The cost
     model's gemm_t16x64 plan becomes gemm_s16x128 when that kernel has >= 2 work-groups per compute unit (always on
     PoCL's 2 CUs: a*a batches); forced to 16x64 with K split in two, it stays gemm_t16x64 (partials in scratch)."""
-    if config:
-        monkeypatch.setenv("SDGPU_GEMM_TILES", config)
     x, w, b = random_problem((1, hw, hw, 48, 40), seed=tile + hw)
     assert _wino_tiles(1, hw, hw, tile) == tiles
     attrs = Conv2DWinogradAttrs(tile=tile, padding="SAME", activation="none")
     profile = tmp_path / "profile.json"
     result = run(winograd_model(x.shape, w, b, WINOGRAD.encode(attrs)), {"x": x}, backend="opencl",
-                 weights_fp16=weights_fp16, profile_path=str(profile))
+                 weights_fp16=weights_fp16, profile_path=str(profile), **({"gemm_tiles": config} if config else {}))
     splits = 2 if config.endswith("/2") else 1
     partials = (tile + 2) ** 2 * tiles * 40 * 4 * splits if splits > 1 else 0
     assert result.stats["max_node_scratch_bytes"] == (tile + 2) ** 2 * tiles * (48 + 40) * 4 + partials
@@ -163,15 +163,14 @@ def test_winograd_skinny4_gemm_column_and_k_edges(tmp_path, ci, co):
 
 
 @pytest.mark.parametrize("tile,forced", [(4, 2), (2, 4), (6, 4), (4, 8)])
-def test_winograd_output_transform_sums_any_split_count(tmp_path, monkeypatch, tile, forced):
+def test_winograd_output_transform_sums_any_split_count(tmp_path, tile, forced):
     """A forced split-K Winograd GEMM leaves its partials to winograd_output_fM_sum, whose first four splits are
     unrolled loads and the rest a loop: K = 96 in whole 16-deep steps makes /2 two slices of 48, /4 three of 32 and /8
     six of 16, and every count sums right (a 30x28 map: 25 tiles at F6)."""
-    monkeypatch.setenv("SDGPU_GEMM_TILES", f"64x64/{forced}")
     x, w, b = random_problem((1, 30, 28, 96, 40), seed=forced)
     model = winograd_model(x.shape, w, b, WINOGRAD.encode(Conv2DWinogradAttrs(tile=tile, padding="SAME")))
     profile = tmp_path / "profile.json"
-    result = run(model, {"x": x}, backend="opencl", profile_path=str(profile))
+    result = run(model, {"x": x}, backend="opencl", profile_path=str(profile), gemm_tiles=f"64x64/{forced}")
     assert _profile_kernels(profile) == [f"winograd_input_f{tile}", "gemm_t64x64", f"winograd_output_f{tile}_sum"]
     got, want = result.outputs["y"], direct_conv2d(x, w, b, "SAME")
     assert (np.abs(got - want) <= winograd_error_bound(x, w, b, tile, "SAME")).all()
@@ -313,3 +312,12 @@ def test_gemm_autotune_option_is_validated():
         load_delegate(str(native.delegate_path()), {"backend": "opencl", "gemm_autotune": "yes"})
     with pytest.raises(native.NativeDelegateError, match="gemm_autotune must be a bool"):
         native.DelegateOptions(backend="opencl", gemm_autotune="yes")
+
+
+def test_planner_override_options_pass_through_as_strings():
+    """gemm_tiles / attention_tiling travel to the delegate as strings; unset ones are not sent."""
+    opts = native.DelegateOptions(backend="opencl", gemm_tiles="64x64n128/2", attention_tiling="r40").as_strings()
+    assert opts["gemm_tiles"] == "64x64n128/2" and opts["attention_tiling"] == "r40"
+    assert "gemm_tiles" not in native.DelegateOptions(backend="opencl").as_strings()
+    with pytest.raises(NativeDelegateError, match="gemm_tiles must be a str"):
+        native.DelegateOptions(backend="opencl", gemm_tiles=64)

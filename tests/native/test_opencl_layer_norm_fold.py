@@ -91,12 +91,12 @@ def test_layer_norm_runs_inside_the_gemm(rng, tmp_path, offset, m, k, n, bias, g
 
 @pytest.mark.parametrize("case", ["second_reader", "k_not_multiple_of_4", "forced_split", "fuse_epilogues_off",
                                   "weights_fp16"])
-def test_layer_norm_keeps_its_launch(rng, tmp_path, monkeypatch, case):
+def test_layer_norm_keeps_its_launch(rng, tmp_path, case):
     k = 30 if case == "k_not_multiple_of_4" else 64
     model, gamma, beta, w, b = _model(rng, 200, k, 48, True, False, also_output_norm=case == "second_reader")
-    if case == "forced_split":
-        monkeypatch.setenv("SDGPU_GEMM_TILES", "64x64/2")
     options = {"fuse_epilogues": "0"} if case == "fuse_epilogues_off" else {}
+    if case == "forced_split":
+        options = {"gemm_tiles": "64x64/2"}
     if case == "weights_fp16":  # half weights: the column sums of the fp32 weights would not match them
         options = {"weights_fp16": "1"}
     xv = _rand(rng, 200, 1, k) + 3.0

@@ -104,12 +104,11 @@ def test_fuse_epilogues_off_keeps_the_group_norm_pass(rng, tmp_path):
 
 
 @pytest.mark.parametrize("tiles", ["64x64/2", "16x64/2"])
-def test_split_winograd_gemm_partials_are_summed_by_the_output_transform(rng, tmp_path, monkeypatch, tiles):
+def test_split_winograd_gemm_partials_are_summed_by_the_output_transform(rng, tmp_path, tiles):
     """A split-K plan for the Winograd GEMM (forced here; UseSkinny4 picks one on GPUs with few work-groups) leaves
     its partials to the output transform: no gemm_splitk_reduce launch, same result (with the GroupNorm prologue)."""
-    monkeypatch.setenv("SDGPU_GEMM_TILES", tiles)
     xv, groups, gamma, beta, w, b, _, want = _case(rng, "nhwc", True)
-    out, kernels = _run(_model(xv.shape, groups, True, 4, w, b, gamma, beta), tmp_path, xv)
+    out, kernels = _run(_model(xv.shape, groups, True, 4, w, b, gamma, beta), tmp_path, xv, gemm_tiles=tiles)
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert kernels["SdConv2DWinograd"] == ["winograd_input_f4_gnsilu", f"gemm_t{tiles.split('/')[0]}",
                                            "winograd_output_f4_sum"]

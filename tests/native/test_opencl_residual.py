@@ -57,11 +57,12 @@ def _wino(g: OpGraphBuilder, x: int, w: np.ndarray, b: np.ndarray, shape, name: 
     return y
 
 
-def _run(model: bytes, tmp_path, **feeds):
+def _run(model: bytes, tmp_path, options: dict[str, str] | None = None, **feeds):
+    """``options``: more delegate options (e.g. ``{"gemm_tiles": "64x64/2"}``)."""
     profile = tmp_path / "profile.json"
     # the cost model's plans (gemm_autotune's host-timed pick could differ from run to run on a busy machine)
     delegate = load_delegate(str(native.delegate_path()),
-                             {"backend": "opencl", "profile_path": str(profile), "gemm_autotune": "0"})
+                             {"backend": "opencl", "profile_path": str(profile), "gemm_autotune": "0", **(options or {})})
     runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
     out = runner(**feeds)
     stats = native.stats(delegate)
@@ -98,11 +99,9 @@ def _rand(rng, *shape) -> np.ndarray:
 
 
 @pytest.mark.parametrize("tiles", ["", "64x64/4", "16x64/2"])
-def test_fc_residual(rng, tmp_path, monkeypatch, tiles):
+def test_fc_residual(rng, tmp_path, tiles):
     """[M, N] FC output (keepNumDims off) + a [1, M, N] R, with the FC's bias and RELU applied before R; forced
     split-K plans put R in the reduce."""
-    if tiles:
-        monkeypatch.setenv("SDGPU_GEMM_TILES", tiles)
     m, k, n = 20, 192, 40
     g = OpGraphBuilder()
     x, r = g.input("x", [1, m, k]), g.input("r", [1, m, n])
@@ -110,7 +109,7 @@ def test_fc_residual(rng, tmp_path, monkeypatch, tiles):
     y = _fc(g, x, w, b, [m, n], "f", act=RELU)
     g.output(_add(g, y, r, [1, m, n], "y"))
     xv, rv = _rand(rng, 1, m, k), _rand(rng, 1, m, n)
-    out, nodes = _run(g.build(), tmp_path, x=xv, r=rv)
+    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": tiles} if tiles else None, x=xv, r=rv)
     want = np.maximum(xv[0].astype(np.float64) @ w.T + b, 0.0) + rv[0]
     assert_close(out["y"], want[None].astype(np.float32), rtol=1e-5)
     assert _add_launches(nodes) == [False]
@@ -119,11 +118,9 @@ def test_fc_residual(rng, tmp_path, monkeypatch, tiles):
 
 @pytest.mark.parametrize("r_shape", [(2, 12, 10, 32), (2, 1, 1, 32), (32,)])
 @pytest.mark.parametrize("kind", ["conv", "conv/2", "wino2", "wino4"])
-def test_conv_residual(rng, tmp_path, monkeypatch, kind, r_shape):
+def test_conv_residual(rng, tmp_path, kind, r_shape):
     """A 3x3 conv (tiled implicit GEMM, or split in two along K, or Winograd F2 / F4) + R of the output's shape,
     one row per image (the time embedding) or one row."""
-    if kind == "conv/2":
-        monkeypatch.setenv("SDGPU_GEMM_TILES", "64x64/2")
     shape = (2, 12, 10, 32)
     g = OpGraphBuilder()
     x = g.input("x", [2, 12, 10, 16])
@@ -132,7 +129,7 @@ def test_conv_residual(rng, tmp_path, monkeypatch, kind, r_shape):
     y = _wino(g, x, w, b, shape, "c", int(kind[-1])) if kind.startswith("wino") else _conv(g, x, w, b, shape, "c")
     g.output(_add(g, r, y, shape, "y"))  # R first: the op's operand may be either side
     xv, rv = _rand(rng, 2, 12, 10, 16), _rand(rng, *r_shape)
-    out, nodes = _run(g.build(), tmp_path, x=xv, r=rv)
+    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": "64x64/2"} if kind == "conv/2" else None, x=xv, r=rv)
     assert_close(out["y"], conv2d_ref(xv, w, b) + rv, rtol=1e-4)
     assert _add_launches(nodes) == [False]
     op = "SdConv2DWinograd" if kind.startswith("wino") else "CONV_2D"
@@ -209,24 +206,22 @@ def test_fuse_epilogues_option(rng, tmp_path):
 
 @pytest.mark.parametrize("slice_is_output", [False, True])
 @pytest.mark.parametrize("kind", ["conv", "conv/2", "wino4"])
-def test_strided_slice_residual(rng, tmp_path, monkeypatch, kind, slice_is_output):
+def test_strided_slice_residual(rng, tmp_path, kind, slice_is_output):
     """cfg batch 2's time embedding: FC [2, 24] -> [2, 96], SLICE columns 32..63 ([2, 32], not one contiguous run),
     RESHAPE [2, 1, 1, 32], ADD to a conv's [2, H, W, 32] output. The conv's epilogue reads the FC output at column
     32 with row stride 96: neither the ADD nor the SLICE launches. When the SLICE's output is also a partition
     output it keeps its launch and the ADD folds with the SLICE's own output as R."""
-    _strided_case(rng, tmp_path, monkeypatch, kind, slice_is_output, blocks=False)
+    _strided_case(rng, tmp_path, kind, slice_is_output, blocks=False)
 
 
-def test_column_block_residual_is_not_read_strided(rng, tmp_path, monkeypatch):
+def test_column_block_residual_is_not_read_strided(rng, tmp_path):
     """A bias-free FC whose readers are all SLICEs of equal column blocks writes [3][2][32] (the split GEMM of
     `sdconvert --fuse`'s q/k/v), so its block 1 is NOT columns 32..63 of [2, 96] rows: the ADD folds with the
     block's view as R (a contiguous run), never the strided read of the FC output."""
-    _strided_case(rng, tmp_path, monkeypatch, "conv", False, blocks=True)
+    _strided_case(rng, tmp_path, "conv", False, blocks=True)
 
 
-def _strided_case(rng, tmp_path, monkeypatch, kind, slice_is_output, blocks):
-    if kind == "conv/2":
-        monkeypatch.setenv("SDGPU_GEMM_TILES", "64x64/2")
+def _strided_case(rng, tmp_path, kind, slice_is_output, blocks):
     shape = (2, 12, 10, 32)
     g = OpGraphBuilder()
     e, x = g.input("e", [2, 24]), g.input("x", [2, 12, 10, 16])
@@ -246,7 +241,7 @@ def _strided_case(rng, tmp_path, monkeypatch, kind, slice_is_output, blocks):
     if slice_is_output:
         g.output(s)
     ev, xv = _rand(rng, 2, 24), _rand(rng, 2, 12, 10, 16)
-    out, nodes = _run(g.build(), tmp_path, e=ev, x=xv)
+    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": "64x64/2"} if kind == "conv/2" else None, e=ev, x=xv)
     t = ev.astype(np.float64) @ we.T + be
     assert_close(out["y"], conv2d_ref(xv, w, b) + t[:, None, None, 32:64].astype(np.float32), rtol=1e-4)
     want_other = t[:, 64:] + (t[:, :32] if blocks else 0.0)

@@ -574,7 +574,7 @@ ATT_INLINE void att_pv_tiled(__global float* O, int oo, __global const float* st
 
 // SD1.x head dims (64x64 / 32x32 / 16x16 and 8x8 levels); Q resident (DC = D), V with K (JC = BK). d40 / d80
 // run the cross-attention (77 keys) and any Sk < 256; the long self-attention uses r40 / r80 further down, and
-// head dim 160 (16x16 / 8x8) uses r160 at every Sk (d160 only when SDGPU_ATTN_TILING forces it).
+// head dim 160 (16x16 / 8x8) uses r160 at every Sk (d160 only when the attention_tiling option forces it).
 // Local memory (flash): d40 33 KB, d80 37 KB, d160 45 KB (NVIDIA allows 48 KB per work-group).
 // Measured on an H200 (scripts/opencl_attn_bench.py, BENCHMARKS): these beat 8 rows per work-item
 // (d40 RM 8: 1.52 vs 0.92 ms at 4096x4096x8 heads), 128-query blocks (1.78 ms) and 16-query blocks for
