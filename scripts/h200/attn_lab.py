@@ -257,17 +257,17 @@ def run_xs(lab: Lab, shapes: list, runs: int, nv: bool) -> list[dict]:
     `nv`, else the local-memory build: PoCL checks the instantiations' results)."""
     src = lib_source()
     extra = extra_source(x for lines in XS_EXTRA.values() for x in lines)
-    nvopt = "-DSDGPU_NV_PTX=1"
+    nvopt, portable = "-DSDGPU_NV_PTX=1", "-DSDGPU_NV_PTX=0"  # Lab.program would add nvopt on NVIDIA by itself
     rng = np.random.default_rng(1)
     rows = []
     for name, s, heads, d in shapes:
-        variants = [(f"lib {t}", src, "", t, bq, nt) for t, bq, nt in XS_LIB[d]]
+        variants = [(f"lib {t}", src, portable, t, bq, nt) for t, bq, nt in XS_LIB[d]]
         if nv:
             variants += [(f"nv {t}", src, nvopt, t, bq, nt) for t, bq, nt in XS_LIB[d] if t.startswith("h")]
         for line in XS_EXTRA[d]:
             t, bq, nt = extra_geometry(line)
             variants.append((f"{'nv' if nv else 'local'} {t} ({line.split(',', 1)[1].strip()})", extra,
-                             nvopt if nv else "", t, bq, nt))
+                             nvopt if nv else portable, t, bq, nt))
         rows += time_flash(lab, rng, name, s, heads, d, variants, runs, report_build_errors=True)
     return rows
 

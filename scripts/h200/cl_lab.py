@@ -14,9 +14,17 @@ from typing import Any, Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-# the delegate's on non-NVIDIA platforms (backends/opencl/opencl_device.cc); on NVIDIA it adds -DSDGPU_NV_PTX=1,
-# which a lab passes as `options` where it matters (attn_lab.py --xs)
+# the delegate's build options (backends/opencl/opencl_device.cc): on NVIDIA's platform it adds NV_OPTION, and so
+# does Lab.program unless the options set SDGPU_NV_PTX themselves (attn_lab.py --xs builds the library both ways)
 BUILD_OPTIONS = "-cl-std=CL1.2"
+NV_OPTION = "-DSDGPU_NV_PTX=1"
+
+
+def delegate_options(options: str, nvidia: bool) -> str:
+    """`options` as the delegate would build with them: NV_OPTION added on NVIDIA unless they set SDGPU_NV_PTX."""
+    if nvidia and "SDGPU_NV_PTX" not in options:
+        return f"{options} {NV_OPTION}".strip()
+    return options
 
 
 def lib_source() -> str:
@@ -37,12 +45,16 @@ class Lab:
         self.ctx = cl.create_some_context(interactive=False)
         self.dev = self.ctx.devices[0]
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.nvidia = "NVIDIA" in self.dev.platform.name  # the delegate builds with NV_OPTION there
         self._programs: dict[tuple[str, str], Any] = {}
 
     def describe(self) -> str:
         return f"{self.dev.name} ({self.dev.platform.name}), {self.dev.max_compute_units} CUs"
 
     def program(self, source: str, options: str = "") -> Any:
+        """`source` built as the delegate builds it on this device: NV_OPTION added on NVIDIA unless `options` set
+        SDGPU_NV_PTX (e.g. -DSDGPU_NV_PTX=0 for the portable paths there)."""
+        options = delegate_options(options, self.nvidia)
         key = (source, options)
         if key not in self._programs:
             self._programs[key] = self.cl.Program(self.ctx, source).build(options=f"{BUILD_OPTIONS} {options}")

@@ -137,6 +137,21 @@ def test_skinny_lab_async_ring_needs_nvidia_and_builds_its_instantiations(tmp_pa
     assert all((kc * 4 + pd * ng * cw // 4 * kl) * 16 <= 40 * 1024 for cw, kl, kc, pd, ng, _, _ in rings)
 
 
+def test_labs_build_the_library_as_the_delegate_does() -> None:
+    """On NVIDIA the delegate builds with -DSDGPU_NV_PTX=1 (opencl_device.cc), so the labs' library rows do too,
+    unless a variant sets SDGPU_NV_PTX itself (attn_lab --xs builds the portable exchange with =0); elsewhere
+    nothing is added."""
+    sys.path.insert(0, str(LABS))
+    try:
+        from cl_lab import delegate_options
+    finally:
+        sys.path.remove(str(LABS))
+    assert delegate_options("", True) == "-DSDGPU_NV_PTX=1"
+    assert delegate_options("-DKIND=1", True) == "-DKIND=1 -DSDGPU_NV_PTX=1"
+    assert delegate_options("-DSDGPU_NV_PTX=0", True) == "-DSDGPU_NV_PTX=0"
+    assert delegate_options("-DKIND=1", False) == "-DKIND=1" and delegate_options("", False) == ""
+
+
 def test_tensor_core_labs_need_nvidia_opencl(tmp_path: Path) -> None:
     """ptx_probe.py / mma_lab.py use inline PTX (mma.sync), which only NVIDIA's OpenCL compiles. Elsewhere (PoCL
     in CI) the probe reports the refused build in its JSON and exits 1, and the GEMM lab refuses before building;
