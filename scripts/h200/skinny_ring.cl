@@ -88,26 +88,7 @@ inline void ga_skinny(__local float4* lds, const int CW, const int KL, const int
   for (int ch = 0; ch < nchunks; ++ch) {
     const int kc = kbeg + ch * KC;
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous chunk is consumed
-    for (int e = lid; e < TM / 4 * KC; e += NT) {
-      const int r = e % TM, k = kc + 4 * (e / TM), m = m0 + r;
-      float4 v = (float4)(0.0f);
-      if (m < M) {
-        const int i = abase + m * sam + k * sak;
-        if (a_vec && k + 3 < kend) {
-          v = vload4(0, A + i);
-        } else {
-          if (k < kend) v.x = A[i];
-          if (k + 1 < kend) v.y = A[i + sak];
-          if (k + 2 < kend) v.z = A[i + 2 * sak];
-          if (k + 3 < kend) v.w = A[i + 3 * sak];
-        }
-      }
-      __local float* dst = (__local float*)lds + (k - kc) * TM + r;
-      dst[0] = v.x;
-      dst[TM] = v.y;
-      dst[2 * TM] = v.z;
-      dst[3 * TM] = v.w;
-    }
+    gv_stage_a(lds, TM, KC, NT, lid, kc, kend, m0, M, A, abase, sam, sak, a_vec);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int jj = 0; jj < KPL; jj += PD) {
       const int j = ch * KPL + jj;

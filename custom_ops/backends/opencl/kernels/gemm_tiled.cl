@@ -555,6 +555,32 @@ inline void gv_finish(__local float4* lds, const float4* acc, const int CW, cons
 }
 
 
+// The skinny kernels' A staging: A[m0 .. m0+TM-1][kc .. kc+KC) into local memory as [k][TM rows] (zero past M and
+// kend); work-item e of NT reads 4 consecutive k of row e % TM.
+inline void gv_stage_a(__local float4* lds, const int TM, const int KC, const int NT, int lid, int kc, int kend,
+                       int m0, int M, __global const float* A, int abase, int sam, int sak, int a_vec) {
+  for (int e = lid; e < TM / 4 * KC; e += NT) {
+    const int r = e % TM, k = kc + 4 * (e / TM), m = m0 + r;
+    float4 v = (float4)(0.0f);
+    if (m < M) {
+      const int i = abase + m * sam + k * sak;
+      if (a_vec && k + 3 < kend) {
+        v = vload4(0, A + i);
+      } else {
+        if (k < kend) v.x = A[i];
+        if (k + 1 < kend) v.y = A[i + sak];
+        if (k + 2 < kend) v.z = A[i + 2 * sak];
+        if (k + 3 < kend) v.w = A[i + 3 * sak];
+      }
+    }
+    __local float* dst = (__local float*)lds + (k - kc) * TM + r;
+    dst[0] = v.x;
+    dst[TM] = v.y;
+    dst[2 * TM] = v.z;
+    dst[3 * TM] = v.w;
+  }
+}
+
 #define GV_PFMAX 8  // >= PF
 inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int KC, const int PF, const int RS,
                       const int TM,
@@ -594,27 +620,7 @@ inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int
   for (int ch = 0; ch < nchunks; ++ch) {
     const int kc = kbeg + ch * KC;
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous chunk is consumed
-    // stage A[m0 .. m0+TM-1][kc .. kc+KC) as [k][TM rows]: work-item e reads 4 consecutive k of row e % TM
-    for (int e = lid; e < TM / 4 * KC; e += NT) {
-      const int r = e % TM, k = kc + 4 * (e / TM), m = m0 + r;
-      float4 v = (float4)(0.0f);
-      if (m < M) {
-        const int i = abase + m * sam + k * sak;
-        if (a_vec && k + 3 < kend) {
-          v = vload4(0, A + i);
-        } else {
-          if (k < kend) v.x = A[i];
-          if (k + 1 < kend) v.y = A[i + sak];
-          if (k + 2 < kend) v.z = A[i + 2 * sak];
-          if (k + 3 < kend) v.w = A[i + 3 * sak];
-        }
-      }
-      __local float* dst = (__local float*)lds + (k - kc) * TM + r;
-      dst[0] = v.x;
-      dst[TM] = v.y;
-      dst[2 * TM] = v.z;
-      dst[3 * TM] = v.w;
-    }
+    gv_stage_a(lds, TM, KC, NT, lid, kc, kend, m0, M, A, abase, sam, sak, a_vec);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int jj = 0; jj < KPL; jj += PF) {
       const int j = ch * KPL + jj;
