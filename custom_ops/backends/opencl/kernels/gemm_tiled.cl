@@ -494,28 +494,6 @@ inline void gs_skinny(__local float4* As4, __local float* red, const int gated, 
 SD_GEMM_SKINNY(gemm_t16x64, 0)
 SD_GEMM_SKINNY(gemm_t16x64_gg, 1)
 
-// ---- skinny GEMM, float4 columns: the Winograd GEMM of small maps ---------------------------------------------
-// gemm_s16x<CW>: gemm_t16x64's parameters and semantics for a tile-major B (b_half bit 1 must be set, bit 0 =
-// half storage; no gated twin), TM = 16 rows per tile (the library's), CW = 64 or 128 columns per work-group.
-// Global = (ceil(N/CW)*16, ceil(M/TM)*NT/16, batch*splits), local = (16, NT/16), NT = CW/4 * RS * KL.
-// Why another skinny kernel: gemm_t16x64 does 4 FMAs per local float4 read (16 rows x 1 column per work-item),
-// and on the H200 a broadcast local float4 read issues at ~0.4 per SM and clock (scripts/h200/lds_lab.py), which
-// caps that kernel's FMA side at ~40% of the FP32 peak -- and its loads do not overlap it (BENCHMARKS session 9).
-// Here work-item (lane, c) owns 16 rows x 4 consecutive columns (64 accumulators): per k one float4 B read from
-// global memory (tile-major slabs: a k-row of a 64-column slab is 256 contiguous bytes) and 4 broadcast local
-// float4 reads of A[k][0..15] feed 64 FMAs (16 per local read, ~70% of peak by the same measurement). The KL
-// k-lanes split each staged KC-deep A chunk into KC/KL consecutive k (with CW = 128 a warp is one lane, so each
-// local read is a single-address broadcast); each work-item keeps PF B rows in flight in registers, across chunk
-// boundaries, so global latency overlaps the FMAs without a barrier in the inner loop. The lanes' partial sums
-// meet once in local memory at the end. RS > 1 (lab only) shares a column's TM rows among RS work-items; TM = 32
-// (lab only, with RS = 2) reads U once for 32 rows (cfg batch 2), measured slower than two 16-row tiles and than
-// gemm_t32x64n128 on the H200 (0.197-0.39 vs 0.180 / 0.152 ms at b2 16x16 F4 1280 -> 1280; BENCHMARKS session 11).
-// Trade-offs: 128 registers at PF = 4 (SASS, BENCHMARKS session 10; PF = 8 takes 187 and runs slower); A is
-// staged per chunk (two barriers per KC k); K is rounded up to whole KC chunks of masked (zero) work, 20% at
-// K = 640; U is still read at only ~2.4 TB/s of ~4 (H200). Not for want of bytes in flight: a cp.async ring with
-// 3.5x as many (scripts/h200/skinny_ring.cl, BENCHMARKS session 16) ran no faster, and without its FMAs took 94% of
-// the whole kernel's time, so the load path (16 bytes per work-item per k-row, barrier-synchronised A chunks) is
-// the bound.
 // The skinny kernels' end: the KL lanes' partials meet in local memory (red[lane][row][column group]), then NT
 // work-items finish TM x CW outputs (alpha, bias, activation, residual).
 inline void gv_finish(__local float4* lds, const float4* acc, const int CW, const int KL, const int RS, const int TM,
@@ -554,7 +532,6 @@ inline void gv_finish(__local float4* lds, const float4* acc, const int CW, cons
   }
 }
 
-
 // The skinny kernels' A staging: A[m0 .. m0+TM-1][kc .. kc+KC) into local memory as [k][TM rows] (zero past M and
 // kend); work-item e of NT reads 4 consecutive k of row e % TM.
 inline void gv_stage_a(__local float4* lds, const int TM, const int KC, const int NT, int lid, int kc, int kend,
@@ -581,6 +558,28 @@ inline void gv_stage_a(__local float4* lds, const int TM, const int KC, const in
   }
 }
 
+// ---- skinny GEMM, float4 columns: the Winograd GEMM of small maps ---------------------------------------------
+// gemm_s16x<CW>: gemm_t16x64's parameters and semantics for a tile-major B (b_half bit 1 must be set, bit 0 =
+// half storage; no gated twin), TM = 16 rows per tile (the library's), CW = 64 or 128 columns per work-group.
+// Global = (ceil(N/CW)*16, ceil(M/TM)*NT/16, batch*splits), local = (16, NT/16), NT = CW/4 * RS * KL.
+// Why another skinny kernel: gemm_t16x64 does 4 FMAs per local float4 read (16 rows x 1 column per work-item),
+// and on the H200 a broadcast local float4 read issues at ~0.4 per SM and clock (scripts/h200/lds_lab.py), which
+// caps that kernel's FMA side at ~40% of the FP32 peak -- and its loads do not overlap it (BENCHMARKS session 9).
+// Here work-item (lane, c) owns 16 rows x 4 consecutive columns (64 accumulators): per k one float4 B read from
+// global memory (tile-major slabs: a k-row of a 64-column slab is 256 contiguous bytes) and 4 broadcast local
+// float4 reads of A[k][0..15] feed 64 FMAs (16 per local read, ~70% of peak by the same measurement). The KL
+// k-lanes split each staged KC-deep A chunk into KC/KL consecutive k (with CW = 128 a warp is one lane, so each
+// local read is a single-address broadcast); each work-item keeps PF B rows in flight in registers, across chunk
+// boundaries, so global latency overlaps the FMAs without a barrier in the inner loop. The lanes' partial sums
+// meet once in local memory at the end. RS > 1 (lab only) shares a column's TM rows among RS work-items; TM = 32
+// (lab only, with RS = 2) reads U once for 32 rows (cfg batch 2), measured slower than two 16-row tiles and than
+// gemm_t32x64n128 on the H200 (0.197-0.39 vs 0.180 / 0.152 ms at b2 16x16 F4 1280 -> 1280; BENCHMARKS session 11).
+// Trade-offs: 128 registers at PF = 4 (SASS, BENCHMARKS session 10; PF = 8 takes 187 and runs slower); A is
+// staged per chunk (two barriers per KC k); K is rounded up to whole KC chunks of masked (zero) work, 20% at
+// K = 640; U is still read at only ~2.4 TB/s of ~4 (H200). Not for want of bytes in flight: a cp.async ring with
+// 3.5x as many (scripts/h200/skinny_ring.cl, BENCHMARKS session 16) ran no faster, and without its FMAs took 94% of
+// the whole kernel's time, so the load path (16 bytes per work-item per k-row, barrier-synchronised A chunks) is
+// the bound.
 #define GV_PFMAX 8  // >= PF
 inline void gv_skinny(__local float4* lds, const int CW, const int KL, const int KC, const int PF, const int RS,
                       const int TM,
