@@ -29,11 +29,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
+#include "delegate/options.h"
 
 namespace sdgpu::gpu {
 
@@ -162,7 +164,7 @@ class Device {
   // Planner overrides from the delegate options gemm_tiles / attention_tiling (benchmarks and tests; delegate/
   // options.h documents them): empty = the planners decide. Set once by GpuBackend before any op is built.
   struct Overrides {
-    std::string gemm_tiles;
+    std::optional<GemmTiles> gemm_tiles;  // parsed once (ParseDelegateOptions has checked the syntax)
     std::string attention_tiling;
   };
   void set_overrides(Overrides o) { overrides_ = std::move(o); }

@@ -21,7 +21,10 @@ class GpuBackend final : public Backend {
   // `registration_name` (static storage): the delegate kernel's custom_name in TFLite's graph.
   GpuBackend(const DelegateOptions& options, std::unique_ptr<Device> device, const char* registration_name)
       : options_(options), device_(std::move(device)), registration_name_(registration_name) {
-    device_->set_overrides({options.gemm_tiles, options.attention_tiling});
+    Device::Overrides o;
+    if (GemmTiles t; !options.gemm_tiles.empty() && ParseGemmTiles(options.gemm_tiles, &t)) o.gemm_tiles = t;
+    o.attention_tiling = options.attention_tiling;
+    device_->set_overrides(std::move(o));
   }
 
   const char* name() const override { return device_->backend_name(); }

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "delegate/options.h"
@@ -107,22 +108,10 @@ double PlanCost(const TileConfig& c, int64_t M, int64_t N, int64_t K, int64_t ba
   return pad / (c.speed * fill) * split_cost;
 }
 
-// The delegate option gemm_tiles (Device::overrides; its syntax was checked when the options were parsed):
-// *forced false when unset.
-Status ForcedTiles(const Device& dev, int* bm, int* bn, int* threads, int* splits, bool* forced) {
-  *forced = false;
-  const std::string& text = dev.overrides().gemm_tiles;
-  if (text.empty()) return Status::Ok();
-  GemmTiles t;
-  if (!ParseGemmTiles(text, &t)) {
-    return Status::Error("gemm_tiles=" + text + " is malformed; expected BMxBN[nTHREADS][/splits], e.g. 64x64n128/2");
-  }
-  *bm = t.bm;
-  *bn = t.bn;
-  *threads = t.threads;
-  *splits = t.splits;
-  *forced = true;
-  return Status::Ok();
+// The tile config the delegate option gemm_tiles forces (Device::overrides), or nullptr: the planner decides.
+const GemmTiles* ForcedTiles(const Device& dev) {
+  const std::optional<GemmTiles>& t = dev.overrides().gemm_tiles;
+  return t ? &*t : nullptr;
 }
 
 // "64x64, 128x64, ..., 64x64n128, ..." as gemm_tiles spells the configs (error messages).
@@ -193,17 +182,15 @@ struct ScoredPlan {
 // (only the forced one under gemm_tiles).
 Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, std::vector<ScoredPlan>* out) {
   if (dev.max_work_group_size() < 256) return Status::Error("device work-group limit below 256");
-  int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
-  bool forced = false;
-  SDGPU_RETURN_IF_ERROR(ForcedTiles(dev, &fbm, &fbn, &fthreads, &fsplits, &forced));
+  const GemmTiles* forced = ForcedTiles(dev);
   out->clear();
   for (const TileConfig& c : kTileConfigs) {
-    if (forced && (c.bm != fbm || c.bn != fbn || c.threads != fthreads)) continue;
+    if (forced && (c.bm != forced->bm || c.bn != forced->bn || c.threads != forced->threads)) continue;
     const char* name = conv ? c.conv : c.gemm;
     const Kernel* probe = nullptr;
     if (name == nullptr || !dev.GetKernel(name, &probe).ok()) continue;  // config not on this backend
     for (int s = 1; s <= kMaxSplits; s *= 2) {
-      if (forced && s != std::max(1, std::min(fsplits, kMaxSplits))) continue;
+      if (forced && s != std::max(1, std::min(forced->splits, kMaxSplits))) continue;
       if (s > 1 && !forced && CeilDiv(K, s) < kMinSplitK) break;
       out->push_back({&c, s, PlanCost(c, M, N, K, batch, s)});
     }
@@ -251,12 +238,10 @@ std::map<std::string, std::array<int, 4>>& TuneMemo() {
 }  // namespace
 
 Status CheckForcedTiles(const Device& dev) {
-  int bm = 0, bn = 0, threads = 256, splits = 1;
-  bool forced = false;
-  SDGPU_RETURN_IF_ERROR(ForcedTiles(dev, &bm, &bn, &threads, &splits, &forced));
-  if (!forced) return Status::Ok();
+  const GemmTiles* forced = ForcedTiles(dev);
+  if (forced == nullptr) return Status::Ok();
   for (const TileConfig& c : kTileConfigs) {
-    if (c.bm == bm && c.bn == bn && c.threads == threads) return Status::Ok();
+    if (c.bm == forced->bm && c.bn == forced->bn && c.threads == forced->threads) return Status::Ok();
   }
   return Status::Error("gemm_tiles names no tile config (" + ConfigNames() + ")");
 }
@@ -266,12 +251,9 @@ bool ReadsTileMajorB(const Kernel& kernel) {
 }
 
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits) {
-  int bm = 0, bn = 0, threads = 256, forced_splits = 1;
-  bool forced = false;
   const Kernel* kernel = nullptr;
-  if (plan->kernel == nullptr || plan->kernel->name() != "gemm_t16x64" ||
-      !ForcedTiles(dev, &bm, &bn, &threads, &forced_splits, &forced).ok() || forced || dev.compute_units() <= 0 ||
-      !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
+  if (plan->kernel == nullptr || plan->kernel->name() != "gemm_t16x64" || ForcedTiles(dev) != nullptr ||
+      dev.compute_units() <= 0 || !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
     return false;
   }
   const int64_t groups = static_cast<int64_t>(batch) * CeilDiv(M, 16) * CeilDiv(N, 128);
@@ -365,9 +347,7 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
     SDGPU_RETURN_IF_ERROR(MakePlan(dev, conv, sp, M, N, K, batch, &p));
     if (within_cap(p)) candidates_.push_back(p);
   }
-  int fbm = 0, fbn = 0, fthreads = 256, fsplits = 1;
-  bool forced = false;
-  SDGPU_RETURN_IF_ERROR(ForcedTiles(dev, &fbm, &fbn, &fthreads, &fsplits, &forced));
+  const bool forced = ForcedTiles(dev) != nullptr;
   if (forced) free_splits = 1;  // gemm_tiles fixes the split count too
   // The cheapest configs' unsplit plans (the cost model's split pick for a config can hide its faster unsplit
   // form: no reduce launch, no partials round trip) and, with free_splits, their 2.. free_splits-way splits.
