@@ -37,7 +37,7 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cl_lab import Lab, lib_source, rel_err  # noqa: E402
+from cl_lab import GEMM_SOURCES_END, Lab, lib_source, rel_err  # noqa: E402
 
 # (name, batch = a*a, M = tiles, N = Co, K = Ci)
 SHAPES = [
@@ -86,6 +86,23 @@ def split_configs(splits: list[int]) -> list[dict]:
         raise SystemExit(f"--splits: each count must be 1..{MAX_SPLITS}")
     bases = [dict(CW=128, KL=4, KC=128, PF=4, RS=1), dict(CW=64, KL=8, KC=128, PF=4, RS=1)]
     return [dict(b, S=x) for b in bases for x in splits]
+
+
+def parse_v4_configs(text: str) -> list[dict]:
+    """--configs: "CW:KL:KC:PF:RS:TM:S,..." gemm_s16x<CW> instantiations (TM 16 or 32; S split-K slices)."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        try:
+            cw, kl, kc, pf, rs, tm, s = (int(v) for v in item.split(":"))
+        except ValueError:
+            raise SystemExit(f"--configs: {item!r} is not CW:KL:KC:PF:RS:TM:S (seven integers)") from None
+        if cw % 4 or (cw // 4 * kl * rs) % 16 or kc % kl or (kc // kl) % pf or tm % (4 * rs) or tm // rs > 16 or not 1 <= s <= MAX_SPLITS:
+            raise SystemExit(f"--configs: {item!r}: need CW % 4 == 0, CW/4*KL*RS % 16 == 0, KC % KL == 0, "
+                             f"(KC/KL) % PF == 0, TM % (4*RS) == 0 and 1 <= S <= {MAX_SPLITS}")
+        if max(kc * tm, kl * tm * cw) * 4 > 48 * 1024:
+            raise SystemExit(f"--configs: {item!r} needs more than 48 KB of local memory")
+        out.append(dict(CW=cw, KL=kl, KC=kc, PF=pf, RS=rs, TM=tm, S=s))
+    return out
 
 
 def v4_configs(quick: bool) -> list[dict]:
@@ -156,7 +173,7 @@ def v4_source(cfgs: list[dict]) -> str:
              for c in cfgs if "NG" not in c}
     ring = {f"SD_GEMM_SKINNY4A({v4_name(c)}, {c['CW']}, {c['KL']}, {c['KC']}, {c['PD']}, {c['NG']}, {c['LY']}, "
             f"{c['NOMATH']})" for c in cfgs if "NG" in c}
-    src = lib_source() + "\n" + "\n".join(sorted(plain)) + "\n"
+    src = lib_source(GEMM_SOURCES_END) + "\n" + "\n".join(sorted(plain)) + "\n"
     if ring:
         anchor = "#endif  // SDGPU_NV_PTX"
         src += RING_CL.read_text().replace(anchor, "\n".join(sorted(ring)) + "\n" + anchor, 1)
@@ -246,7 +263,7 @@ def bind_lib_gemm(kern, s: Shape, splits: int, ksplit: int) -> None:
 
 def lib_launcher(lab: Lab, s: Shape) -> Callable[[], list]:
     """The library's gemm_t16x64 on `s` (tile-major U, no split), arguments bound once."""
-    kern = lab.cl.Kernel(lab.program(lib_source()), "gemm_t16x64")
+    kern = lab.cl.Kernel(lab.program(lib_source(GEMM_SOURCES_END)), "gemm_t16x64")
     bind_lib_gemm(kern, s, 1, s.k)
     grid = (s.col_tiles * 16, (s.m + 15) // 16 * 16, s.batch)
     return lambda: [lab.launch(kern, grid, (16, 16, 1))]
@@ -355,6 +372,8 @@ def main() -> int:
                       help="gemm_a16x<CW> (cp.async ring, NVIDIA only) next to gemm_s16x128")
     ap.add_argument("--rings", default="", help="with --async: PD:NG:LY,... instead of the default ring list")
     ap.add_argument("--nomath", action="store_true", help="with --async: also the (4, 4) rings without FMAs")
+    ap.add_argument("--configs", default="", help="with --v4: CW:KL:KC:PF:RS:TM:S,... instead of the sweep (e.g. "
+                    "128:1:320:4:1:16:4, one A chunk per work-group and no k-lanes)")
     ap.add_argument("--splits", default="", help="with --v4: split-K counts (e.g. 1,2,4,8) for two base "
                     "instantiations instead of the sweep; splits > 1 also timed without their reduce")
     args = ap.parse_args()
@@ -375,6 +394,10 @@ def main() -> int:
         if not args.v4:
             raise SystemExit("--splits goes with --v4")
         configs = split_configs([int(x) for x in args.splits.split(",") if x.strip()])
+    if args.configs:
+        if not args.v4:
+            raise SystemExit("--configs goes with --v4")
+        configs = parse_v4_configs(args.configs)
     if args.waves:
         configs = rsplit_configs(True)[:3]  # the same gemm_sv without loads, without FMAs, and whole
     rng = np.random.default_rng(0)
