@@ -66,9 +66,20 @@ class Backend {
     *handled = false;
     return Status::Ok();
   }
-  // Bytes of model constants the backend holds on its device (stats device_weight_bytes); -1 = not applicable
-  // (the CPU backend reads the interpreter's own buffers).
-  virtual long long device_weight_bytes() const { return -1; }
+  // The backend's own counters for the delegate stats (DelegateStats::ToJson); -1 = not applicable.
+  //   device_weight_bytes: bytes of model constants held on the device (the CPU backend reads the interpreter's
+  //     own buffers);
+  //   setup_*_us: host time of the lazy preparation the first invokes do (GPU partitions build their device
+  //     data at an op's first Enqueue, not at load): packing / transforming constant weights on the host,
+  //     uploading them, and timing GEMM tile candidates (TileTuner). Summed over ops, so a benchmark can say
+  //     where its "first inference" time went.
+  struct Counters {
+    long long device_weight_bytes = -1;
+    long long setup_weights_host_us = -1;
+    long long setup_weights_upload_us = -1;
+    long long setup_tuning_us = -1;
+  };
+  virtual Counters counters() const { return {}; }
 };
 
 }  // namespace sdgpu

@@ -39,7 +39,7 @@ SdDelegate* SdDelegate::FromTflite(const abi::TfLiteDelegate* d) {
 }
 
 std::string SdDelegate::StatsJson() const {
-  return stats_.ToJson(backend_->name(), ResolvedNumThreads(options_), backend_->device_weight_bytes());
+  return stats_.ToJson(backend_->name(), ResolvedNumThreads(options_), backend_->counters());
 }
 
 abi::TfLiteStatus SdDelegate::Prepare(abi::TfLiteContext* context) {

@@ -44,7 +44,7 @@ void DelegateStats::RecordPrepare(size_t max_node_scratch_bytes, size_t arena_by
   max_arena_bytes_ = std::max(max_arena_bytes_, arena_bytes);
 }
 
-std::string DelegateStats::ToJson(const std::string& backend, int num_threads, long long device_weight_bytes) const {
+std::string DelegateStats::ToJson(const std::string& backend, int num_threads, const Backend::Counters& counters) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string j = "{";
   j += "\"backend\":" + JsonString(backend);
@@ -69,7 +69,13 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, l
   j += ",\"prepares\":" + std::to_string(prepares_);
   j += ",\"max_node_scratch_bytes\":" + std::to_string(max_node_scratch_bytes_);
   j += ",\"max_arena_bytes\":" + std::to_string(max_arena_bytes_);
-  if (device_weight_bytes >= 0) j += ",\"device_weight_bytes\":" + std::to_string(device_weight_bytes);
+  auto counter = [&j](const char* key, long long v) {
+    if (v >= 0) j += std::string(",\"") + key + "\":" + std::to_string(v);
+  };
+  counter("device_weight_bytes", counters.device_weight_bytes);
+  counter("setup_weights_host_us", counters.setup_weights_host_us);
+  counter("setup_weights_upload_us", counters.setup_weights_upload_us);
+  counter("setup_tuning_us", counters.setup_tuning_us);
   j += ",\"invocations\":" + std::to_string(invocations_.load(std::memory_order_relaxed));
   // GPU partitions: host dispatch time (RecordDispatch) summed and of the last partition invoke, and how many
   // partition invokes the sum covers (the first ones include weight uploads and GEMM tuning)

@@ -31,8 +31,8 @@ class DelegateStats {
     dispatch_ns_last_.store(ns, std::memory_order_relaxed);
     dispatches_.fetch_add(1, std::memory_order_relaxed);
   }
-  // device_weight_bytes < 0: not reported (Backend::device_weight_bytes).
-  std::string ToJson(const std::string& backend, int num_threads, long long device_weight_bytes = -1) const;
+  // Backend counters < 0 are not reported (Backend::Counters).
+  std::string ToJson(const std::string& backend, int num_threads, const Backend::Counters& counters = {}) const;
 
  private:
   static constexpr size_t kMaxDeclinedKept = 256;

@@ -161,6 +161,16 @@ class Device {
   void NoteWeightBytes(size_t bytes) const { weight_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
   size_t weight_bytes() const { return weight_bytes_.load(std::memory_order_relaxed); }
 
+  // Host time of the lazy set-up an op does at its first Enqueue (stats setup_*_us, Backend::Counters): producing
+  // its packed / transformed constant weights on the host (PackedWeights), uploading weights (UploadWeights and
+  // the partitions' constant uploads), and timing GEMM tile candidates (TileTuner::Tune, its launches and waits
+  // included). Never decremented.
+  enum class Setup { kWeightsHost = 0, kWeightsUpload = 1, kTuning = 2 };
+  void NoteSetupNs(Setup kind, long long ns) const {
+    setup_ns_[static_cast<int>(kind)].fetch_add(ns, std::memory_order_relaxed);
+  }
+  long long setup_ns(Setup kind) const { return setup_ns_[static_cast<int>(kind)].load(std::memory_order_relaxed); }
+
   // Planner overrides from the delegate options gemm_tiles / attention_tiling (benchmarks and tests; delegate/
   // options.h documents them): empty = the planners decide. Set once by GpuBackend before any op is built.
   struct Overrides {
@@ -172,6 +182,7 @@ class Device {
 
  private:
   mutable std::atomic<size_t> weight_bytes_{0};
+  mutable std::array<std::atomic<long long>, 3> setup_ns_{};
   Overrides overrides_;
 };
 

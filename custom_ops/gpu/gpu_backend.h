@@ -35,7 +35,14 @@ class GpuBackend final : public Backend {
   // node) and replaces them with GpuPartition kernels.
   Status PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegate, bool* handled) override;
 
-  long long device_weight_bytes() const override { return static_cast<long long>(device_->weight_bytes()); }
+  Counters counters() const override {
+    Counters c;
+    c.device_weight_bytes = static_cast<long long>(device_->weight_bytes());
+    c.setup_weights_host_us = device_->setup_ns(Device::Setup::kWeightsHost) / 1000;
+    c.setup_weights_upload_us = device_->setup_ns(Device::Setup::kWeightsUpload) / 1000;
+    c.setup_tuning_us = device_->setup_ns(Device::Setup::kTuning) / 1000;
+    return c;
+  }
 
   const Device& device() const { return *device_; }
   const DelegateOptions& options() const { return options_; }

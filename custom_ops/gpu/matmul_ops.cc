@@ -163,10 +163,16 @@ void TransposeInto(const float* src, int rows, int cols, float* dst) {
 Status PackedWeights::Ensure(const Device& dev) {
   if (buffer_) return Status::Ok();
   std::vector<float> host(elements_);
-  produce_(host.data());
+  std::vector<uint16_t> h;
+  {
+    const SetupTimer timer(dev, Device::Setup::kWeightsHost);
+    produce_(host.data());
+    if (half_) {
+      h.resize(elements_);
+      for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(host[i]);
+    }
+  }
   if (!half_) return UploadWeights(dev, host.data(), elements_ * sizeof(float), &buffer_);
-  std::vector<uint16_t> h(elements_);
-  for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(host[i]);
   return UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_);
 }
 
@@ -393,6 +399,7 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
     auto it = TuneMemo().find(key_);
     if (it != TuneMemo().end() && pick(it->second)) return Status::Ok();
   }
+  const SetupTimer timer(dev, Device::Setup::kTuning);
   using Clock = std::chrono::steady_clock;
   auto seconds = [&](const TilePlan& p, int runs, double* out) {
     const Clock::time_point t0 = Clock::now();

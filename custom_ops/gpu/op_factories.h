@@ -41,6 +41,9 @@ Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp
 constexpr int kGeluKernelErf = 12;
 int GeluKernelCode(const GeluAttrs& attrs);
 Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+// The float32 values of the constant fp16 / int8 / uint8 tensor `in` (n elements; int8 / uint8 with its affine
+// per-tensor or per-channel scales and zero points) into v[0 .. n); v == nullptr only checks that it can.
+Status DequantizeConstant(const abi::TfLiteTensor* in, int64_t n, float* v);
 Status MakeSdOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 
 }  // namespace sdgpu::gpu

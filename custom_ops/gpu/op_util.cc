@@ -54,6 +54,7 @@ Status UploadConstant(const Device& dev, const void* data, size_t bytes, std::un
 }
 
 Status UploadWeights(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out) {
+  const SetupTimer timer(dev, Device::Setup::kWeightsUpload);
   SDGPU_RETURN_IF_ERROR(UploadConstant(dev, data, bytes, out));
   dev.NoteWeightBytes(bytes);
   return Status::Ok();

@@ -1,6 +1,7 @@
 // Helpers shared by the op files of gpu/ (not part of the public op interface).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,23 @@ Dims BroadcastStrides(const Dims& in, const Dims& out);
 bool CanBroadcast(const Dims& in, const Dims& out);
 
 inline Status Need(bool ok, const std::string& why) { return ok ? Status::Ok() : Status::Error(why); }
+
+// Adds the host time of its scope to one of the device's set-up counters (Device::NoteSetupNs).
+class SetupTimer {
+ public:
+  SetupTimer(const Device& dev, Device::Setup kind) : dev_(dev), kind_(kind), t0_(std::chrono::steady_clock::now()) {}
+  ~SetupTimer() {
+    dev_.NoteSetupNs(kind_, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+                                .count());
+  }
+  SetupTimer(const SetupTimer&) = delete;
+  SetupTimer& operator=(const SetupTimer&) = delete;
+
+ private:
+  const Device& dev_;
+  Device::Setup kind_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 // A device buffer holding `bytes` of host data, uploaded once (blocking, so `data` may die after).
 Status UploadConstant(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out);

@@ -70,8 +70,56 @@ abi::TfLiteRegistration GpuPartition::Registration(const char* custom_name) {
 
 const Device& GpuPartition::device() const { return backend_->device(); }
 
+Status GpuPartition::FoldConstantDequantizes(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params) {
+  const std::vector<int> out_list = abi::IntArrayToVector(params->output_tensors);
+  const std::set<int> outs(out_list.begin(), out_list.end());
+  for (int node_index : abi::IntArrayToVector(params->nodes_to_replace)) {
+    abi::TfLiteNode* node = nullptr;
+    abi::TfLiteRegistration* reg = nullptr;
+    if (context->GetNodeAndRegistration(context, node_index, &node, &reg) != abi::kTfLiteOk || node == nullptr ||
+        reg == nullptr || reg->builtin_code != kDequantize || abi::IntArraySize(node->inputs) != 1 ||
+        abi::IntArraySize(node->outputs) != 1) {
+      continue;
+    }
+    const int in_index = node->inputs->data[0], out_index = node->outputs->data[0];
+    abi::TfLiteTensor* in = nullptr;
+    abi::TfLiteTensor* out = nullptr;
+    if (in_index < 0 || outs.count(out_index) || !GetTensor(context, in_index, &in).ok() ||
+        !GetTensor(context, out_index, &out).ok() || !IsConstant(in) || out->type != abi::kTfLiteFloat32) {
+      continue;
+    }
+    const int64_t n = NumElements(DimsOf(out));
+    if (n <= 0 || !DequantizeConstant(in, n, nullptr).ok()) continue;  // MakeDequantize reports why, if it must run
+    auto f = std::make_unique<FoldedConstant>();
+    {
+      const SetupTimer timer(device(), Device::Setup::kWeightsHost);
+      f->data.resize(static_cast<size_t>(n));
+      SDGPU_RETURN_IF_ERROR(DequantizeConstant(in, n, f->data.data()));
+    }
+    f->tensor = *out;  // type float32, dims, name
+    f->tensor.data.raw = reinterpret_cast<char*>(f->data.data());
+    f->tensor.bytes = static_cast<size_t>(n) * sizeof(float);
+    f->tensor.allocation_type = abi::kTfLiteMmapRo;
+    f->tensor.allocation = nullptr;
+    f->tensor.quantization = abi::TfLiteQuantization{};
+    f->tensor.params = abi::TfLiteQuantizationParams{};
+    folded_.emplace(out_index, std::move(f));
+    folded_nodes_.push_back(node_index);
+  }
+  return Status::Ok();
+}
+
+Status GpuPartition::TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLiteTensor** out) const {
+  if (auto it = folded_.find(tensor); it != folded_.end()) {
+    *out = &it->second->tensor;
+    return Status::Ok();
+  }
+  return GetTensor(context, tensor, out);
+}
+
 Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params) {
   if (params == nullptr || params->nodes_to_replace == nullptr) return Status::Error("init: missing delegate params");
+  SDGPU_RETURN_IF_ERROR(FoldConstantDequantizes(context, params));
   for (int node_index : abi::IntArrayToVector(params->nodes_to_replace)) {
     abi::TfLiteNode* node = nullptr;
     abi::TfLiteRegistration* reg = nullptr;
@@ -83,8 +131,12 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     s.inputs = abi::IntArrayToVector(node->inputs);
     if (abi::IntArraySize(node->outputs) != 1) return Status::Error("init: node with several outputs");
     s.output = node->outputs->data[0];
+    if (folded_.count(s.output)) continue;  // a folded constant DEQUANTIZE: no step
     NodeView view;
     SDGPU_RETURN_IF_ERROR(ViewNode(context, *backend_, node_index, &view));
+    for (size_t i = 0; i < s.inputs.size() && i < view.desc.inputs.size(); ++i) {
+      if (auto it = folded_.find(s.inputs[i]); it != folded_.end()) view.desc.inputs[i] = &it->second->tensor;
+    }
     s.name = view.desc.name;
     Status st = CreateGpuOp(device(), view.desc, &s.op);
     if (!st.ok()) return Status::Error("node " + std::to_string(node_index) + " (" + s.name + "): " + st.message());
@@ -314,7 +366,7 @@ void GpuPartition::FuseLayerNorms(abi::TfLiteContext* context, const std::set<in
   const std::unordered_map<int, int> producer = ProducerIndex();
   auto host_floats = [&](int t, int64_t n) -> const float* {
     abi::TfLiteTensor* tensor = nullptr;
-    if (t < 0 || !GetTensor(context, t, &tensor).ok() || tensor == nullptr || !IsConstant(tensor) ||
+    if (t < 0 || !TensorOf(context, t, &tensor).ok() || tensor == nullptr || !IsConstant(tensor) ||
         tensor->type != abi::kTfLiteFloat32 || tensor->data.raw == nullptr ||
         tensor->bytes != static_cast<size_t>(n) * sizeof(float)) {
       return nullptr;
@@ -464,10 +516,11 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
     for (int t : DeviceReads(step)) {
       if (t < 0 || producer.count(t) || constants_.count(t) || externals_.count(t)) continue;
       abi::TfLiteTensor* tensor = nullptr;
-      SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
+      SDGPU_RETURN_IF_ERROR(TensorOf(context, t, &tensor));
       std::unique_ptr<Buffer> buf;
       SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(tensor->bytes, &buf));
       if (IsConstant(tensor)) {  // weights: uploaded once, kept for the interpreter's lifetime
+        const SetupTimer timer(dev, Device::Setup::kWeightsUpload);
         SDGPU_RETURN_IF_ERROR(dev.Upload(*buf, 0, tensor->bytes, tensor->data.raw, true));
         dev.NoteWeightBytes(tensor->bytes);
         constants_.emplace(t, std::move(buf));
@@ -619,9 +672,14 @@ Status GpuPartition::WriteProfile() const {
     std::snprintf(buf, sizeof(buf), "%.6f", total / runs);
     return std::string(buf);
   };
+  // folded constant DEQUANTIZEs: nodes of the partition that launch nothing, ever
+  for (size_t i = 0; i < folded_nodes_.size(); ++i) {
+    j += (i ? "," : "");
+    j += "{\"node\":" + std::to_string(folded_nodes_[i]) + ",\"op\":\"DEQUANTIZE\",\"ms\":0,\"folded\":true,\"kernels\":[]}";
+  }
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& step = steps_[i];
-    j += (i ? "," : "");
+    j += (i || !folded_nodes_.empty() ? "," : "");
     j += "{\"node\":" + std::to_string(step.node_index) + ",\"op\":\"" + step.name + "\",\"ms\":" +
          ms_text(step.total_ms) + ",\"kernels\":[";
     for (size_t k = 0; k < step.kernel_ms.size(); ++k) {

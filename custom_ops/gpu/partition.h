@@ -3,6 +3,16 @@
 //
 // init(): builds one GpuOp per node (node registrations are only readable
 //   while the delegate partitions; the SD graphs have static shapes).
+//   Constant DEQUANTIZEs (the fp16 / int8 weight-only exports): a DEQUANTIZE
+//   of a constant whose output is not a partition output launches nothing.
+//   Its float32 values are computed once on the host and its readers see
+//   them as a constant tensor (FoldConstantDequantizes), so they pack,
+//   transform (Winograd's U) and upload them once like any float32 weight
+//   instead of reading a per-invoke copy in the arena as non-constant
+//   operands (which also cost a direct-conv fallback for Winograd convs).
+//   Trade-off: the host keeps the float32 copy (2x the fp16 bytes) for the
+//   partition's lifetime; the GPU holds what it would for a float32 model
+//   (half with the weights_fp16 option).
 // prepare(): re-checks the output sizes, uploads constant inputs once (kept
 //   across prepares, keyed by tensor), plans ONE device arena for every tensor
 //   that lives only inside the partition plus per-node scratch
@@ -131,7 +141,18 @@ class GpuPartition {
     std::vector<std::pair<std::string, double>> kernel_ms;
   };
 
+  // A constant DEQUANTIZE's float32 values on the host under a view of its output tensor that its readers take as
+  // a constant (header comment).
+  struct FoldedConstant {
+    abi::TfLiteTensor tensor{};
+    std::vector<float> data;
+  };
+
   GpuPartition(SdDelegate* d, GpuBackend* b) : delegate_(d), backend_(b) {}
+  // Fills folded_ from the partition's DEQUANTIZE nodes (before any op is built).
+  Status FoldConstantDequantizes(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);
+  // GetTensor, but a folded DEQUANTIZE output resolves to its constant view.
+  Status TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLiteTensor** out) const;
   Status Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);
   Status Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node);
   Status Invoke(abi::TfLiteContext* context);
@@ -195,6 +216,8 @@ class GpuPartition {
   std::unique_ptr<Buffer> arena_;
   std::unordered_map<int, int> internal_;                       // root tensor -> planner request
   std::unordered_map<int, std::pair<int, size_t>> alias_root_;  // aliased view output -> (root tensor, byte offset)
+  std::unordered_map<int, std::unique_ptr<FoldedConstant>> folded_;  // DEQUANTIZE output tensor -> its constant
+  std::vector<int> folded_nodes_;                                    // their node indices (profile: no launches)
   std::unordered_map<int, std::unique_ptr<Buffer>> constants_;  // uploaded once
   std::map<int, std::unique_ptr<Buffer>> externals_;            // partition inputs/outputs
   std::vector<int> inputs_to_upload_;

@@ -106,18 +106,21 @@ float HalfToFloat(uint16_t h) {
 // Output = a device-resident constant computed on the host at prepare (folded
 // DEQUANTIZE of constant weights): uploaded once, copied into the output per run
 // (unary_f32 with op 0 = identity).
+// A constant's values copied into the op's output at every invoke (unary_f32 mode 0): the DEQUANTIZE of a constant
+// whose output leaves the partition. Its device copy is made at the first Enqueue.
 class ConstantOp final : public GpuOp {
  public:
   Status Enqueue(const Device& dev, const std::vector<TensorRef>&, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
+    SDGPU_RETURN_IF_ERROR(data_->Ensure(dev));
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(data_.get(), 0).Int(n_).Int(0);
+    a.Buf(out.buffer, out.elem_offset()).Buf(data_->operand().buffer, 0).Int(n_).Int(0);
     return Launch1D(dev, *k_, a, n_, timings);
   }
 
   const Kernel* k_ = nullptr;
   int n_ = 0;
-  std::unique_ptr<Buffer> data_;
+  std::unique_ptr<PackedWeights> data_;
 };
 
 // dequant_f16(y, yo, x (half), xo (in halves), int n)
@@ -538,6 +541,40 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
 
 }  // namespace
 
+Status DequantizeConstant(const abi::TfLiteTensor* in, int64_t n, float* v) {
+  if (!IsConstant(in)) return Status::Error("not a constant tensor");
+  if (in->type == abi::kTfLiteFloat16) {
+    if (in->bytes != static_cast<size_t>(n) * 2) return Status::Error("fp16 constant of the wrong size");
+    if (v == nullptr) return Status::Ok();
+    const auto* h = reinterpret_cast<const uint16_t*>(in->data.raw);
+    for (int64_t i = 0; i < n; ++i) v[i] = HalfToFloat(h[i]);
+    return Status::Ok();
+  }
+  if (in->type != abi::kTfLiteInt8 && in->type != abi::kTfLiteUInt8) return Status::Error("unsupported input type");
+  if (in->bytes != static_cast<size_t>(n)) return Status::Error("int8 constant of the wrong size");
+  const Dims d = DimsOf(in);
+  const auto* q =
+      in->quantization.type == 1 ? static_cast<const AffineQuantization*>(in->quantization.params) : nullptr;
+  if (q == nullptr || q->scale == nullptr || q->scale->size < 1) {
+    return Status::Error("int8 weights without affine quantization");
+  }
+  const int qd = q->quantized_dimension;
+  if (q->scale->size > 1 && (qd < 0 || qd >= static_cast<int>(d.size()) || d[qd] != q->scale->size)) {
+    return Status::Error("per-channel scales that do not match the quantized dimension");
+  }
+  if (v == nullptr) return Status::Ok();
+  int64_t inner = 1;
+  for (size_t k = qd + 1; k < d.size(); ++k) inner *= d[k];
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = q->scale->size == 1 ? 0 : static_cast<int>((i / inner) % d[qd]);
+    const int zp = q->zero_point != nullptr && q->zero_point->size > c ? q->zero_point->data[c] : 0;
+    const int raw = in->type == abi::kTfLiteInt8 ? static_cast<int>(reinterpret_cast<const int8_t*>(in->data.raw)[i])
+                                                : static_cast<int>(in->data.uint8[i]);
+    v[i] = static_cast<float>(raw - zp) * q->scale->data[c];
+  }
+  return Status::Ok();
+}
+
 Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
   const abi::TfLiteTensor* in = node.inputs[0];
   const int64_t n = NumElements(DimsOf(node.outputs[0]));
@@ -551,33 +588,16 @@ Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<G
     return Status::Ok();
   }
   if (!IsConstant(in)) return Status::Error("only fp16 activations or constant weights can be dequantized");
-  std::vector<float> v(static_cast<size_t>(n));
-  if (in->type == abi::kTfLiteFloat16) {
-    const auto* h = reinterpret_cast<const uint16_t*>(in->data.raw);
-    for (int64_t i = 0; i < n; ++i) v[i] = HalfToFloat(h[i]);
-  } else if (in->type == abi::kTfLiteInt8 || in->type == abi::kTfLiteUInt8) {
-    const Dims d = DimsOf(in);
-    const auto* q =
-        in->quantization.type == 1 ? static_cast<const AffineQuantization*>(in->quantization.params) : nullptr;
-    if (q == nullptr || q->scale == nullptr || q->scale->size < 1) {
-      return Status::Error("int8 weights without affine quantization");
-    }
-    const int qd = q->quantized_dimension;
-    int64_t inner = 1;
-    for (size_t k = qd + 1; k < d.size(); ++k) inner *= d[k];
-    for (int64_t i = 0; i < n; ++i) {
-      const int c = q->scale->size == 1 ? 0 : static_cast<int>((i / inner) % d[qd]);
-      const int zp = q->zero_point != nullptr && q->zero_point->size > c ? q->zero_point->data[c] : 0;
-      const int raw = in->type == abi::kTfLiteInt8 ? static_cast<int>(reinterpret_cast<const int8_t*>(in->data.raw)[i])
-                                                  : static_cast<int>(in->data.uint8[i]);
-      v[i] = static_cast<float>(raw - zp) * q->scale->data[c];
-    }
-  } else {
-    return Status::Error("unsupported input type");
-  }
+  // Checked now (the graph is validated by building every op), converted and uploaded at the first Enqueue like
+  // every packed weight (PackedWeights): the validation build uploads nothing. A DEQUANTIZE whose output stays
+  // inside its partition never gets here: the partition folds it into a host constant its readers see as float32
+  // weights (GpuPartition::FoldConstantDequantizes); this op is for one whose output leaves the partition.
+  SDGPU_RETURN_IF_ERROR(DequantizeConstant(in, n, nullptr));
   auto u = std::make_unique<ConstantOp>();
-  u->n_ = static_cast<int>(v.size());
-  SDGPU_RETURN_IF_ERROR(UploadWeights(dev, v.data(), v.size() * 4, &u->data_));  // dequantized weights
+  u->n_ = static_cast<int>(n);
+  u->data_ = std::make_unique<PackedWeights>(static_cast<size_t>(n), false, [in, n](float* dst) {
+    (void)DequantizeConstant(in, n, dst);  // checked above
+  });
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("unary_f32", &u->k_));
   *out = std::move(u);
   return Status::Ok();

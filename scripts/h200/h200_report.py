@@ -16,6 +16,14 @@ BACKEND_TITLES = {"opencl": "OpenCL", "gl": "GL ES 3.1"}
 TARGET_MS = {"unet_b1": 126.0}  # issue #5: PyTorch fp32 UNet step on the H200 (measured in this run if present)
 
 
+def _setup_cell(d: dict) -> str:
+    """``pack / upload / tune`` host ms of the delegate's set-up (stats setup_*_us), or ``-``."""
+    keys = ("setup_weights_host_us", "setup_weights_upload_us", "setup_tuning_us")
+    if any(d.get(k, -1) < 0 for k in keys):
+        return "-"
+    return " / ".join(f"{d[k] / 1e3:.0f}" for k in keys)
+
+
 def row_ids(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """``(row id, label)`` in table order for the run plan (backends, variants, cpu variants)."""
     out = []
@@ -194,14 +202,17 @@ def markdown(results: dict[str, Any], plan: dict[str, Any], derived: dict[str, A
             rel = f"{p['rel']:.2e} vs {p['reference']}" if "rel" in p else p.get("error", "-")
             mem.append(f"| {TITLES[m]} | {label} | {d.get('partitions', '?')} | {d.get('cpu_nodes', '?')} | "
                        f"{d.get('arena_mb', 0):.1f} | {d.get('weight_mb', 0):.1f} | {rel} | "
-                       f"{r.get('load_s', 0):.1f} | {r.get('first_run_us', 0) / 1e3:.0f} |")
+                       f"{r.get('load_s', 0):.1f} | {r.get('first_run_us', 0) / 1e3:.0f} | {_setup_cell(d)} |")
     if mem:
         src = next((r.get("device", {}).get("weight_source") for r in rows.values()
                     if isinstance(r, dict) and r.get("device")), "?")
         lines += ["", "Delegate memory, placement and parity (rel = ||ours - ref|| / ||ref|| on the same inputs):", "",
                   "| Model | Implementation | partitions | CPU nodes | arena MB | GPU weights MB | parity | load s "
-                  "| first run ms |", "|---|---|---:|---:|---:|---:|---|---:|---:|", *mem, "",
-                  f"Arena: the delegate's planned intermediate buffer (stats max_arena_bytes). GPU weights: {src}."]
+                  "| first run ms | set-up ms: pack / upload / tune |", "|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
+                  *mem, "",
+                  f"Arena: the delegate's planned intermediate buffer (stats max_arena_bytes). GPU weights: {src}. "
+                  "Set-up: the delegate's host time packing / transforming weights, uploading them and tuning GEMM "
+                  "tiles (stats setup_*_us; at load and in the first run)."]
     top = []
     for m in models:
         for rid, label in row_ids(plan):

@@ -15,7 +15,8 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as S
 from flatbuffers import flexbuffers
 
-_TYPES = {np.dtype(np.float32): S.TensorType.FLOAT32, np.dtype(np.int32): S.TensorType.INT32}
+_TYPES = {np.dtype(np.float32): S.TensorType.FLOAT32, np.dtype(np.int32): S.TensorType.INT32,
+          np.dtype(np.float16): S.TensorType.FLOAT16}
 
 
 def flex(options: dict) -> bytes:

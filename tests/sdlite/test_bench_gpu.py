@@ -55,6 +55,11 @@ def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> No
     assert dev["weight_bytes"] > 0 and dev["weight_mb"] == pytest.approx(dev["weight_bytes"] / 2**20)
     # host time to submit one invoke's work: a part of the invoke (whose wall time also waits for the device)
     assert 0 < dev["dispatch_us"] <= r["timings_us"]["max"] * 1.02
+    # host set-up of the lazy first-run preparation (weights packed and uploaded, GEMM tiles tuned): it happened
+    # while the model loaded (the partitions' constant uploads) or during the first inference, so it fits in them
+    setup = dev["setup_weights_host_us"] + dev["setup_weights_upload_us"] + dev["setup_tuning_us"]
+    assert dev["setup_weights_host_us"] > 0 and dev["setup_weights_upload_us"] > 0 and dev["setup_tuning_us"] >= 0
+    assert setup <= r["load_s"] * 1e6 + r["first_run_us"]
 
 
 def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:

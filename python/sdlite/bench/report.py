@@ -104,6 +104,16 @@ def device_memory_line(r: "BenchResult") -> str:
             + (f"; host dispatch {d.dispatch_us / 1e3:.2f} ms (last invoke)" if d.dispatch_us >= 0 else ""))
 
 
+def device_setup_line(r: "BenchResult") -> str | None:
+    """``Delegate set-up (host ms, ...): weights packed 1.2, uploaded 3.4, GEMM tuning 5.6`` or None."""
+    d = r.device
+    if d is None or d.setup_weights_host_us < 0:
+        return None
+    return (f"Delegate set-up (host ms, mostly during the first inference): weights packed / transformed "
+            f"{d.setup_weights_host_us / 1e3:.1f}, uploaded {d.setup_weights_upload_us / 1e3:.1f}, GEMM tile tuning "
+            f"{d.setup_tuning_us / 1e3:.1f} (delegate stats setup_*_us)")
+
+
 def model_report(r: "BenchResult", top: int = 10) -> str:
     hist = ", ".join(f"{k} {v}" for k, v in list(r.op_histogram.items())[:8])
     more = "" if len(r.op_histogram) <= 8 else f", ... ({len(r.op_histogram)} types)"
@@ -119,6 +129,8 @@ def model_report(r: "BenchResult", top: int = 10) -> str:
         f"Inference timings in us: Init: {r.load_s * 1e6:.0f}, First inference: {r.first_run_us:.0f}, "
         f"Warmup (avg): {r.warmup_avg_us:.0f}, Inference (avg): {r.stats.avg:.1f}",
     ]
+    if (setup := device_setup_line(r)) is not None:
+        lines.append(setup)
     if r.profile is not None:
         lines += ["", *profile_sections(r.profile, r.stats.avg, top)]
     lines.append(r.stats.line())

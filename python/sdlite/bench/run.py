@@ -54,6 +54,10 @@ class DeviceFigures:
     ``dispatch_us`` is the host time the last partition invoke spent submitting its work (uploads and launches,
     before waiting; stats ``dispatch_us_last``; -1 when the delegate does not report it): close to the invoke's
     wall time, the GPU waits on the host rather than the other way round.
+    ``setup_*_us`` is host time of the delegate's lazy set-up, summed so far (stats ``setup_weights_host_us``,
+    ``setup_weights_upload_us``, ``setup_tuning_us``; -1 when not reported): packing / transforming constant weights
+    on the host (Winograd's U, the LayerNorm folds), uploading them, and timing GEMM tile candidates. Most of it
+    falls in the first inference, so it says where "First inference" went.
     """
 
     partitions: int  # delegate kernels (-1: unknown)
@@ -63,6 +67,9 @@ class DeviceFigures:
     weight_bytes: int
     weight_source: str
     dispatch_us: float = -1.0
+    setup_weights_host_us: float = -1.0
+    setup_weights_upload_us: float = -1.0
+    setup_tuning_us: float = -1.0
 
 
 def delegated_constant_bytes(info: ModelInfo, placement: Placement) -> int:
@@ -96,6 +103,9 @@ def device_figures(runner: ModelRunner) -> DeviceFigures | None:
         partitions=partitions, delegated_nodes=delegated, cpu_nodes=len(info.ops) - delegated,
         arena_bytes=int(stats.get("max_arena_bytes", 0)), weight_bytes=weights, weight_source=source,
         dispatch_us=float(stats.get("dispatch_us_last", -1)),
+        setup_weights_host_us=float(stats.get("setup_weights_host_us", -1)),
+        setup_weights_upload_us=float(stats.get("setup_weights_upload_us", -1)),
+        setup_tuning_us=float(stats.get("setup_tuning_us", -1)),
     )
 
 
