@@ -35,7 +35,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "common/thread_pool.h"
 #include "delegate/options.h"
 #include "gpu/builtin_params.h"
 #include "gpu/op_factories.h"
@@ -148,16 +150,33 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
+// Weight packing runs once, at an op's first Enqueue, but SD1.5's UNet packs ~3.3 GB of FC / conv weights: one
+// thread took 2.4 s of the H100 host's first inference (BENCHMARKS session 17), so large matrices are split into
+// bands of source rows over up to kPackThreads threads (a band is a run of 32-row cache blocks).
+constexpr unsigned kPackThreads = 16;
+constexpr size_t kPackParallelElements = size_t{1} << 20;
+
 void TransposeInto(const float* src, int rows, int cols, float* dst) {
   constexpr int kBlock = 32;  // cache blocking
-  for (int r0 = 0; r0 < rows; r0 += kBlock) {
-    for (int c0 = 0; c0 < cols; c0 += kBlock) {
-      const int r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
-      for (int r = r0; r < r1; ++r) {
-        for (int c = c0; c < c1; ++c) dst[static_cast<size_t>(c) * rows + r] = src[static_cast<size_t>(r) * cols + c];
+  auto band = [&](int rb0, int rb1) {
+    for (int r0 = rb0; r0 < rb1; r0 += kBlock) {
+      for (int c0 = 0; c0 < cols; c0 += kBlock) {
+        const int r1 = std::min(rb1, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+        for (int r = r0; r < r1; ++r) {
+          for (int c = c0; c < c1; ++c) dst[static_cast<size_t>(c) * rows + r] = src[static_cast<size_t>(r) * cols + c];
+        }
       }
     }
-  }
+  };
+  const int blocks = (rows + kBlock - 1) / kBlock;
+  const unsigned hw = std::max(1u, std::min(kPackThreads, std::thread::hardware_concurrency()));
+  const int parts = static_cast<size_t>(rows) * cols < kPackParallelElements ? 1 : std::min<int>(hw, blocks);
+  if (parts <= 1) return band(0, rows);
+  ThreadPool pool(parts);
+  pool.ParallelFor(static_cast<size_t>(parts), [&](size_t part, int) {
+    const int b0 = static_cast<int>(blocks * part / parts), b1 = static_cast<int>(blocks * (part + 1) / parts);
+    band(b0 * kBlock, std::min(rows, b1 * kBlock));
+  });
 }
 
 Status PackedWeights::Ensure(const Device& dev) {
@@ -723,22 +742,40 @@ class TiledGemmOp final : public GpuOp {
       base_bias = [b = bias_const_, N](float* dst) { std::memcpy(dst, b, sizeof(float) * static_cast<size_t>(N)); };
     }
     const std::vector<float> g(gamma, gamma + K), be(beta, beta + K);
+    // The packed weights' producer computes, in the same pass over the K x N weights, beta . W per column (before the
+    // gamma scaling) and the column sums of the scaled weights, for the bias and colsum producers that Enqueue
+    // ensures right after it (each used to re-produce the whole weights: 3x the packing at the first inference).
+    // Same double accumulation in k order as WeightedColumnSums, which they fall back to if they run first.
+    struct FoldSums {
+      std::vector<double> beta_w, colsum;
+    };
+    auto sums = std::make_shared<FoldSums>();
     packed_bias_ = std::make_unique<PackedWeights>(
-        static_cast<size_t>(N), false, [weights, base_bias, be, N, K](float* dst) {
-          const std::vector<double> beta_w = WeightedColumnSums(weights, K, N, be.data());
+        static_cast<size_t>(N), false, [weights, base_bias, be, N, K, sums](float* dst) {
+          const std::vector<double> beta_w =
+              sums->beta_w.empty() ? WeightedColumnSums(weights, K, N, be.data()) : std::move(sums->beta_w);
           if (base_bias) base_bias(dst);
           for (int n = 0; n < N; ++n) dst[n] = static_cast<float>((base_bias ? dst[n] : 0.0) + beta_w[n]);
         });
-    packed_->Then([g, N, K](float* dst) {
+    packed_->Then([g, be, N, K, sums](float* dst) {
+      std::vector<double> beta_w(static_cast<size_t>(N), 0.0), colsum(static_cast<size_t>(N), 0.0);
       for (int kk = 0; kk < K; ++kk) {
         float* row = dst + static_cast<size_t>(kk) * N;
-        for (int n = 0; n < N; ++n) row[n] *= g[kk];
+        const double bk = static_cast<double>(be[kk]);
+        for (int n = 0; n < N; ++n) {
+          beta_w[n] += bk * row[n];
+          row[n] *= g[kk];
+          colsum[n] += 1.0 * row[n];
+        }
       }
+      sums->beta_w = std::move(beta_w);
+      sums->colsum = std::move(colsum);
     });
     ln_colsum_ = std::make_unique<PackedWeights>(
-        static_cast<size_t>(N), false, [scaled = packed_->producer(), N, K](float* dst) {
-          const std::vector<double> sums = WeightedColumnSums(scaled, K, N, nullptr);
-          for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(sums[n]);
+        static_cast<size_t>(N), false, [scaled = packed_->producer(), N, K, sums](float* dst) {
+          const std::vector<double> colsum =
+              sums->colsum.empty() ? WeightedColumnSums(scaled, K, N, nullptr) : std::move(sums->colsum);
+          for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(colsum[n]);
         });
     ln_eps_ = eps;
     plan_ = plan;
@@ -767,6 +804,8 @@ class TiledConvOp final : public GpuOp {
   using GpuOp::scratch_bytes_;
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
+    // the packed filter first: its production is set-up time of its own kind, not part of the tuning (stats)
+    if (packed_) SDGPU_RETURN_IF_ERROR(packed_->Ensure(dev));
     if (tuner_.pending()) {
       SDGPU_RETURN_IF_ERROR(
           tuner_.Tune(dev, [&](const TilePlan& p) { return Launch(dev, p, in, out, scratch, nullptr); }, &plan_));

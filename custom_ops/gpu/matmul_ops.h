@@ -166,7 +166,7 @@ class PackedWeights {
   std::unique_ptr<Buffer> buffer_;
 };
 
-// Transposes a rows x cols row-major matrix into `dst` (cols x rows).
+// Transposes a rows x cols row-major matrix into `dst` (cols x rows); from 2^20 elements on several host threads.
 void TransposeInto(const float* src, int rows, int cols, float* dst);
 
 // IEEE half from float, round to nearest even (what vload_half inverts exactly).

@@ -126,7 +126,8 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
                       "PyTorch CPU fp32 (TF32 off)", "PyTorch CPU fp16"]
     assert float(table[2].split("|")[2]) == pytest.approx(plain_ms / 1e3, abs=0.06)
     assert md.startswith("### tiny random-weight fp32 on ")
-    mem_rows = [line.split("|") for line in md.splitlines() if line.startswith("| UNet step b1 | ours OpenCL")]
+    mem_table = md.split("Delegate memory, placement and parity", 1)[1].split("\n\n")[1]
+    mem_rows = [line.split("|") for line in mem_table.splitlines() if line.startswith("| UNet step b1 | ours OpenCL")]
     assert len(mem_rows) == 2  # unfused, fused + Winograd F4: set-up host ms (pack / upload / tune) from the stats
     assert all(re.fullmatch(r"\d+ / \d+ / \d+", cells[-2].strip()) for cells in mem_rows), mem_rows
     for heading in ("- Command: `", "Time ratios (same machine, same model files):", "Delegate memory, placement and parity",
