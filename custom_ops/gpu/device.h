@@ -24,6 +24,7 @@
 // launches nothing; unused dimensions are 1.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -171,6 +172,22 @@ class Device {
   }
   long long setup_ns(Setup kind) const { return setup_ns_[static_cast<int>(kind)].load(std::memory_order_relaxed); }
 
+  // Zeroed host memory for n floats, reused by every op's weight production (PackedWeights::Ensure): the first
+  // inference then page-faults the largest packed weight once instead of all of them (SD1.5's fused + Winograd UNet
+  // produces ~5 GB, and fresh pages cost ~5x a refill). Valid until the next call or ReleaseStaging; ops produce
+  // their weights one at a time on the invoking thread. GpuPartition releases it after its first invoke.
+  float* StagingFloats(size_t n) const {
+    if (staging_.size() < n) {
+      staging_.clear();
+      staging_.shrink_to_fit();
+      staging_.resize(n);  // value-initialised: zero
+    } else {
+      std::fill(staging_.begin(), staging_.begin() + static_cast<std::ptrdiff_t>(n), 0.0f);
+    }
+    return staging_.data();
+  }
+  void ReleaseStaging() const { std::vector<float>().swap(staging_); }
+
   // Planner overrides from the delegate options gemm_tiles / attention_tiling (benchmarks and tests; delegate/
   // options.h documents them): empty = the planners decide. Set once by GpuBackend before any op is built.
   struct Overrides {
@@ -183,6 +200,7 @@ class Device {
  private:
   mutable std::atomic<size_t> weight_bytes_{0};
   mutable std::array<std::atomic<long long>, 3> setup_ns_{};
+  mutable std::vector<float> staging_;
   Overrides overrides_;
 };
 

@@ -181,17 +181,18 @@ void TransposeInto(const float* src, int rows, int cols, float* dst) {
 
 Status PackedWeights::Ensure(const Device& dev) {
   if (buffer_) return Status::Ok();
-  std::vector<float> host(elements_);
+  float* host = nullptr;
   std::vector<uint16_t> h;
   {
     const SetupTimer timer(dev, Device::Setup::kWeightsHost);
-    produce_(host.data());
+    host = dev.StagingFloats(elements_);
+    produce_(host);
     if (half_) {
       h.resize(elements_);
       for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(host[i]);
     }
   }
-  if (!half_) return UploadWeights(dev, host.data(), elements_ * sizeof(float), &buffer_);
+  if (!half_) return UploadWeights(dev, host, elements_ * sizeof(float), &buffer_);
   return UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_);
 }
 

@@ -635,6 +635,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     const Buffer& buf = *externals_.at(t);
     SDGPU_RETURN_IF_ERROR(dev.Download(buf, 0, std::min(tensor->bytes, buf.bytes()), tensor->data.raw));
   }
+  if (invocations_ == 0) dev.ReleaseStaging();  // every op has produced its weights (Device::StagingFloats)
   ++invocations_;
   if (dev.profiling()) {
     SDGPU_RETURN_IF_ERROR(dev.Finish());
