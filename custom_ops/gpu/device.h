@@ -174,7 +174,7 @@ class Device {
 
   // Zeroed host memory for n floats, reused by every op's weight production (PackedWeights::Ensure): the first
   // inference then page-faults the largest packed weight once instead of all of them (SD1.5's fused + Winograd UNet
-  // produces ~5 GB, and fresh pages cost ~5x a refill). Valid until the next call or ReleaseStaging; ops produce
+  // produces ~5 GB, and fresh pages cost ~5x a refill on the CI host). Valid until the next call or ReleaseStaging; ops produce
   // their weights one at a time on the invoking thread. GpuPartition releases it after its first invoke.
   float* StagingFloats(size_t n) const {
     if (staging_.size() < n) {

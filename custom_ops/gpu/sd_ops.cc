@@ -103,9 +103,6 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
-// Output = a device-resident constant computed on the host at prepare (folded
-// DEQUANTIZE of constant weights): uploaded once, copied into the output per run
-// (unary_f32 with op 0 = identity).
 // A constant's values copied into the op's output at every invoke (unary_f32 mode 0): the DEQUANTIZE of a constant
 // whose output leaves the partition. Its device copy is made at the first Enqueue.
 class ConstantOp final : public GpuOp {

@@ -105,7 +105,8 @@ def device_memory_line(r: "BenchResult") -> str:
 
 
 def device_setup_line(r: "BenchResult") -> str | None:
-    """``Delegate set-up (host ms, ...): weights packed 1.2, uploaded 3.4, GEMM tuning 5.6`` or None."""
+    """``Delegate set-up (host ms, ...): weights packed / transformed 1.2, uploaded 3.4, GEMM tile tuning 5.6 (...)``,
+    or None when the delegate does not report its set-up time (CPU backend)."""
     d = r.device
     if d is None or d.setup_weights_host_us < 0:
         return None
