@@ -35,9 +35,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
-#include "common/thread_pool.h"
 #include "delegate/options.h"
 #include "gpu/builtin_params.h"
 #include "gpu/op_factories.h"
@@ -151,31 +149,20 @@ uint16_t FloatToHalf(float f) {
 }
 
 // Weight packing runs once, at an op's first Enqueue, but SD1.5's UNet packs ~3.3 GB of FC / conv weights: one
-// thread took 2.4 s of the H100 host's first inference (BENCHMARKS session 17), so large matrices are split into
-// bands of source rows over up to kPackThreads threads (a band is a run of 32-row cache blocks).
-constexpr unsigned kPackThreads = 16;
-constexpr size_t kPackParallelElements = size_t{1} << 20;
-
+// thread took 2.4 s of the H100 host's first inference (BENCHMARKS session 17), so matrices from 2^20 elements are
+// split into bands of whole 32-row cache blocks of the source over several host threads.
 void TransposeInto(const float* src, int rows, int cols, float* dst) {
   constexpr int kBlock = 32;  // cache blocking
-  auto band = [&](int rb0, int rb1) {
-    for (int r0 = rb0; r0 < rb1; r0 += kBlock) {
+  const bool parallel = static_cast<size_t>(rows) * cols >= (size_t{1} << 20);
+  HostParallelRanges(rows, kBlock, parallel, [&](int64_t rb0, int64_t rb1) {
+    for (int r0 = static_cast<int>(rb0); r0 < rb1; r0 += kBlock) {
       for (int c0 = 0; c0 < cols; c0 += kBlock) {
-        const int r1 = std::min(rb1, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+        const int r1 = std::min(static_cast<int>(rb1), r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
         for (int r = r0; r < r1; ++r) {
           for (int c = c0; c < c1; ++c) dst[static_cast<size_t>(c) * rows + r] = src[static_cast<size_t>(r) * cols + c];
         }
       }
     }
-  };
-  const int blocks = (rows + kBlock - 1) / kBlock;
-  const unsigned hw = std::max(1u, std::min(kPackThreads, std::thread::hardware_concurrency()));
-  const int parts = static_cast<size_t>(rows) * cols < kPackParallelElements ? 1 : std::min<int>(hw, blocks);
-  if (parts <= 1) return band(0, rows);
-  ThreadPool pool(parts);
-  pool.ParallelFor(static_cast<size_t>(parts), [&](size_t part, int) {
-    const int b0 = static_cast<int>(blocks * part / parts), b1 = static_cast<int>(blocks * (part + 1) / parts);
-    band(b0 * kBlock, std::min(rows, b1 * kBlock));
   });
 }
 

@@ -1,5 +1,10 @@
 #include "gpu/op_util.h"
 
+#include <algorithm>
+#include <thread>
+
+#include "common/thread_pool.h"
+
 #include "gpu/ops.h"
 
 namespace sdgpu::gpu {
@@ -46,6 +51,22 @@ bool CanBroadcast(const Dims& in, const Dims& out) {
     if (in[i] != 1 && in[i] != out[off + i]) return false;
   }
   return true;
+}
+
+void HostParallelRanges(int64_t n, int64_t grain, bool parallel, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr unsigned kMaxThreads = 16;
+  const int64_t chunks = (n + grain - 1) / grain;
+  const unsigned hw = std::max(1u, std::min(kMaxThreads, std::thread::hardware_concurrency()));
+  const int64_t parts = parallel ? std::min<int64_t>(hw, chunks) : 1;
+  if (parts <= 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  ThreadPool pool(static_cast<int>(parts));
+  pool.ParallelFor(static_cast<size_t>(parts), [&](size_t part, int) {
+    const int64_t p = static_cast<int64_t>(part);
+    fn(chunks * p / parts * grain, std::min(n, chunks * (p + 1) / parts * grain));
+  });
 }
 
 Status UploadConstant(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out) {

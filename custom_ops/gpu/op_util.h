@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,11 @@ class SetupTimer {
   Device::Setup kind_;
   std::chrono::steady_clock::time_point t0_;
 };
+
+// One-off host work of an op's set-up (weight packing, Winograd's U): fn(begin, end) over [0, n) in contiguous ranges
+// of whole `grain`-sized chunks, on up to 16 threads (and the host's cores) of a pool made for the call; one range on
+// the calling thread when `parallel` is false or there is a single chunk.
+void HostParallelRanges(int64_t n, int64_t grain, bool parallel, const std::function<void(int64_t, int64_t)>& fn);
 
 // A device buffer holding `bytes` of host data, uploaded once (blocking, so `data` may die after).
 Status UploadConstant(const Device& dev, const void* data, size_t bytes, std::unique_ptr<Buffer>* out);

@@ -34,10 +34,8 @@
 #include <algorithm>
 #include <climits>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "common/thread_pool.h"
 #include "gpu/matmul_ops.h"
 #include "gpu/op_util.h"
 
@@ -93,18 +91,12 @@ void TransformFilterChannels(const WinogradGeom& g, const float* filter, float* 
   }
 }
 
-// The whole transform, split over input channels on up to kTransformThreads host threads: it runs once, at
+// The whole transform, split over input channels in whole 8-channel chunks on several host threads: it runs once, at
 // the op's first Enqueue, but SD1.5's UNet has ~500M filter weights to transform in float64 (~15-20 s on one
 // core of the H200 host).
-constexpr unsigned kTransformThreads = 16;
 void TransformFilter(const WinogradGeom& g, const float* filter, float* u, bool tile_major) {
-  const unsigned hw = std::max(1u, std::min(kTransformThreads, std::thread::hardware_concurrency()));
-  const int parts = static_cast<int>(std::min<int64_t>(hw, std::max(1, g.ci / 8)));
-  ThreadPool pool(parts);
-  pool.ParallelFor(static_cast<size_t>(parts), [&](size_t part, int) {
-    const int64_t p = static_cast<int64_t>(part);
-    TransformFilterChannels(g, filter, u, static_cast<int>(g.ci * p / parts), static_cast<int>(g.ci * (p + 1) / parts),
-                            tile_major);
+  HostParallelRanges(g.ci, 8, true, [&](int64_t c0, int64_t c1) {
+    TransformFilterChannels(g, filter, u, static_cast<int>(c0), static_cast<int>(c1), tile_major);
   });
 }
 

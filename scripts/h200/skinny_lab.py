@@ -96,9 +96,10 @@ def parse_v4_configs(text: str) -> list[dict]:
             cw, kl, kc, pf, rs, tm, s = (int(v) for v in item.split(":"))
         except ValueError:
             raise SystemExit(f"--configs: {item!r} is not CW:KL:KC:PF:RS:TM:S (seven integers)") from None
-        if cw % 4 or (cw // 4 * kl * rs) % 16 or kc % kl or (kc // kl) % pf or tm % (4 * rs) or tm // rs > 16 or not 1 <= s <= MAX_SPLITS:
+        if (cw % 4 or (cw // 4 * kl * rs) % 16 or kc % kl or (kc // kl) % pf or tm % (4 * rs) or tm // rs > 16
+                or not 1 <= s <= MAX_SPLITS):
             raise SystemExit(f"--configs: {item!r}: need CW % 4 == 0, CW/4*KL*RS % 16 == 0, KC % KL == 0, "
-                             f"(KC/KL) % PF == 0, TM % (4*RS) == 0 and 1 <= S <= {MAX_SPLITS}")
+                             f"(KC/KL) % PF == 0, TM % (4*RS) == 0, TM/RS <= 16 and 1 <= S <= {MAX_SPLITS}")
         if max(kc * tm, kl * tm * cw) * 4 > 48 * 1024:
             raise SystemExit(f"--configs: {item!r} needs more than 48 KB of local memory")
         out.append(dict(CW=cw, KL=kl, KC=kc, PF=pf, RS=rs, TM=tm, S=s))

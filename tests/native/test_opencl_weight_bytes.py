@@ -46,3 +46,20 @@ def test_winograd_counts_the_transformed_filters(rng, tile: int) -> None:
 def test_cpu_backend_reports_no_device_weights() -> None:
     """The CPU backend reads the interpreter's own buffers: the key is absent rather than 0."""
     assert "device_weight_bytes" not in native.stats(native.load(backend="cpu"))
+
+
+def test_large_fc_weights_packed_on_several_threads_match_the_reference(rng) -> None:
+    """N x K = 1056 x 1000 (>= 2^20 elements, 33 row blocks of 32: uneven bands) takes TransposeInto's threaded path."""
+    from tflite_gemm_models import fully_connected_ref
+
+    w = (rng.standard_normal((1056, 1000)) * 0.03).astype(np.float32)
+    b = rng.standard_normal(1056).astype(np.float32)
+    x = rng.standard_normal((1, 4, 1000)).astype(np.float32)
+    delegate = native.load(backend="opencl")
+    it = Interpreter(model_content=fully_connected_model([1, 4, 1000], w, b), experimental_delegates=[delegate])
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    np.testing.assert_allclose(got, fully_connected_ref(x, w, b), rtol=1e-4, atol=1e-4)
+    assert native.stats(delegate)["device_weight_bytes"] == 1056 * 1000 * 4 + 1056 * 4
