@@ -6,6 +6,7 @@
 // launches (no host round-trips).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -131,6 +132,31 @@ class GpuOp {
     return 0;
   }
   virtual void EmitNormTable() {}
+  // GroupNorm statistics epilogue (GpuPartition::FuseNormStatistics). Consumer side: true (and the geometry) for an
+  // SdGroupNorm that can take its chunk partials (count, mean, M2) from its producer instead of a statistics pass:
+  // channels-last x [n, positions, channels] with `groups` groups.
+  virtual bool GroupStatsGeometry(int64_t* n, int64_t* positions, int64_t* channels, int* groups) const {
+    (void)n;
+    (void)positions;
+    (void)channels;
+    (void)groups;
+    return false;
+  }
+  // Producer side: from now on also write those partials over this op's output (which must be that x) to the
+  // buffer of set_stats_buffer, in group_norm_partial's layout; returns the chunks per (image, group), 0 = it cannot
+  // (the op is unchanged). SdConv2DWinograd's output transform on devices with Device::winograd_io_fusion.
+  virtual int EmitGroupStats(const Device& dev, int64_t n, int64_t positions, int64_t channels, int groups) {
+    (void)dev;
+    (void)n;
+    (void)positions;
+    (void)channels;
+    (void)groups;
+    return 0;
+  }
+  // Consumer side: from now on read `chunks` partials per (image, group) from the buffer of set_stats_buffer instead
+  // of computing them. Called before scratch_bytes() is read; may change it.
+  virtual void TakeGroupStats(int chunks) { (void)chunks; }
+  void set_stats_buffer(const TensorRef& b) { stats_buffer_ = b; }
 
  protected:
   // FuseResidual for ops whose kernels all take the epilogue's parameters: accepts when the device has them.
@@ -145,6 +171,7 @@ class GpuOp {
   Residual residual_;
   TensorRef residual_input_;
   TensorRef norm_input_;
+  TensorRef stats_buffer_;  // the GroupNorm statistics epilogue's partials (both sides)
 };
 
 // Validates the node and builds its op (shapes and constants read now).

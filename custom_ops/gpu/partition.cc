@@ -189,6 +189,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     FuseGatedGelus(outs, readers);  // first: a gated FC takes no residual
     FuseResidualAdds(outs, readers);
     FuseInputNorms(outs, readers);
+    FuseNormStatistics();
     FuseLayerNorms(context, outs, readers);  // last: it changes what an FC reads
   }
   return Status::Ok();
@@ -361,6 +362,34 @@ void GpuPartition::FuseInputNorms(const std::set<int>& outs, const std::unordere
   }
 }
 
+void GpuPartition::FuseNormStatistics() {
+  std::unordered_map<int, int> producer;  // launching steps only: a folded ADD's output is its producer's now
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    if (!steps_[i].absorbed) producer[steps_[i].output] = i;
+  }
+  std::set<int> claimed;  // a conv writes the partials of one GroupNorm
+  for (int j = 0; j < static_cast<int>(steps_.size()); ++j) {
+    Step& gn = steps_[j];
+    if (gn.group_norm_silu < 0 || gn.absorbed || gn.inputs.empty() || gn.inputs[0] < 0) continue;
+    int64_t n = 0, positions = 0, channels = 0;
+    int groups = 0;
+    float eps = 0.0f;  // a LayerNorm view may still fold into its FC (FuseLayerNorms)
+    if (gn.op->LayerNormEps(&eps) || !gn.op->GroupStatsGeometry(&n, &positions, &channels, &groups)) continue;
+    auto it = producer.find(gn.inputs[0]);
+    for (int hops = 0; hops < 8 && it != producer.end() && steps_[it->second].view; ++hops) {
+      const Step& v = steps_[it->second];  // a RESHAPE: the same bytes
+      it = v.inputs.empty() ? producer.end() : producer.find(v.inputs[0]);
+    }
+    if (it == producer.end() || it->second >= j || claimed.count(it->second)) continue;
+    const int chunks = steps_[it->second].op->EmitGroupStats(device(), n, positions, channels, groups);
+    if (chunks <= 0) continue;
+    gn.op->TakeGroupStats(chunks);
+    gn.stats_producer = it->second;
+    gn.stats_bytes = static_cast<size_t>(3 * n * groups * chunks) * sizeof(float);
+    claimed.insert(it->second);
+  }
+}
+
 void GpuPartition::FuseLayerNorms(abi::TfLiteContext* context, const std::set<int>& outs,
                                   const std::unordered_map<int, std::vector<int>>& readers) {
   const std::unordered_map<int, int> producer = ProducerIndex();
@@ -512,6 +541,10 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       }
       step.scratch_request = planner_.Add(step.op->scratch_bytes(), i, i);
       max_scratch = std::max(max_scratch, step.op->scratch_bytes());
+      if (step.stats_producer >= 0) {  // the statistics epilogue's partials: from their writer to this GroupNorm
+        step.stats_request = planner_.Add(step.stats_bytes, step.stats_producer, i);
+        steps_[step.stats_producer].stats_request = step.stats_request;
+      }
     }
     for (int t : DeviceReads(step)) {
       if (t < 0 || producer.count(t) || constants_.count(t) || externals_.count(t)) continue;
@@ -620,6 +653,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
       SDGPU_RETURN_IF_ERROR(Ref(step.norm_input, &x));
       step.op->set_norm_input(x);
     }
+    if (step.stats_request >= 0) step.op->set_stats_buffer({arena_.get(), planner_.offset(step.stats_request)});
     TensorRef out;
     SDGPU_RETURN_IF_ERROR(Ref(step.output, &out));
     const TensorRef scratch{arena_.get(), planner_.offset(step.scratch_request)};

@@ -60,13 +60,20 @@
 //   reads it (GpuOp::FuseInputNorm / EmitNormTable; OpenCL kernels only):
 //   no apply pass, and the GroupNorm's output shrinks to the table in the
 //   arena. SD's ResNet norm1/norm2 -> conv1/conv2.
+//   GroupNorm statistics: an SdGroupNorm (channels-last) whose input an SdConv2DWinograd writes -- after its
+//   residual ADD, when folded -- takes the (count, mean, M2) partials of its groups from the conv's output
+//   transform, which computes them from the values it writes (GpuOp::EmitGroupStats / TakeGroupStats; OpenCL
+//   kernels only): the GroupNorm launches only group_norm_finalize[_affine] (+ apply), no pass over its input.
+//   The partials live in the arena from the conv to the GroupNorm. SD's ResNet norm2 (after conv1 + time
+//   embedding) and the norms after a ResNet's output (conv2 + shortcut): the next ResNet's norm1, a transformer's
+//   norm.
 //   LayerNorms: an SdGroupNorm LayerNorm (no SiLU, constant gamma / beta)
 //   whose output only a FULLY_CONNECTED reads launches nothing: gamma and
 //   beta are folded into the FC's packed weights and bias, and its GEMM
 //   (the _ln kernel twins) normalises each row of the LayerNorm's input as
 //   it reads it (GpuOp::FuseLayerNorm; OpenCL kernels only, unsplit plans).
 //   SD's transformer norm1/2/3 -> QKV / attn2 Q / GEGLU projections.
-//   Delegate option fuse_epilogues=0 turns these four folds off (A/B
+//   Delegate option fuse_epilogues=0 turns these five folds off (A/B
 //   benchmarks).
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
@@ -131,6 +138,11 @@ class GpuPartition {
     int group_norm_silu = -1;   // SdGroupNorm: 1 with SiLU, 0 without; else -1
     int norm_input = -1;        // input-norm prologue: the tensor this op normalises as it reads it (FuseInputNorms)
     size_t table_bytes = 0;     // an SdGroupNorm writing its norm table instead of its output: the table's bytes
+    // statistics epilogue (FuseNormStatistics): on an SdGroupNorm, the step writing its partials and their bytes;
+    // on both steps, the partials' planner request at this prepare
+    int stats_producer = -1;
+    size_t stats_bytes = 0;
+    int stats_request = -1;
     bool absorbed = false;      // an ADD, gated GELU (and a RESHAPE before it) or LayerNorm folded into a GEMM: no launch
     bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
     size_t alias_offset = 0;    // bytes into the input, when aliased
@@ -179,6 +191,11 @@ class GpuPartition {
                                       const std::unordered_map<int, int>& producer) const;
   void FuseGatedGelus(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
   void FuseInputNorms(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
+  // The GroupNorm statistics epilogue (header comment): an SdGroupNorm over a channels-last tensor that an
+  // SdConv2DWinograd writes (directly or through RESHAPE views) takes its chunk partials from that conv's output
+  // transform and launches no statistics pass. Runs after FuseResidualAdds / FuseInputNorms (the conv's output is
+  // then the residual ADD's, and a GroupNorm's table mode is known).
+  void FuseNormStatistics();
   // A LayerNorm (SdGroupNorm's [rows, 1, C] view) read only by a FULLY_CONNECTED, directly or through a RESHAPE: the
   // FC reads the LayerNorm's input
   // and normalises it inside its GEMM (GpuOp::FuseLayerNorm); the LayerNorm launches nothing. Runs last: it changes

@@ -198,6 +198,7 @@ class SdGroupNormOp final : public GpuOp {
     const int A = static_cast<int>(g_.a), C = static_cast<int>(g_.c), B = static_cast<int>(g_.b);
     const int G = static_cast<int>(g_.groups);
     const size_t ngroups = static_cast<size_t>(g_.n * g_.groups);
+    if (stats_chunks_ > 0) return EnqueueFromPartials(dev, in, out, scratch, timings);
     if (rows_kernel_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0) {
       Args a;
       a.Buf(out.buffer, out.elem_offset() / 4).Buf(in[0].buffer, in[0].elem_offset() / 4);
@@ -267,6 +268,19 @@ class SdGroupNormOp final : public GpuOp {
   }
   void EmitNormTable() override { table_ = true; }
 
+  bool GroupStatsGeometry(int64_t* n, int64_t* positions, int64_t* channels, int* groups) const override {
+    if (st_finalize_ == nullptr || g_.b != 1 || rows_kernel_ != nullptr || g_.groups > INT_MAX) return false;
+    *n = g_.n;
+    *positions = g_.a;
+    *channels = g_.c;
+    *groups = static_cast<int>(g_.groups);
+    return true;
+  }
+  void TakeGroupStats(int chunks) override {
+    stats_chunks_ = chunks;
+    if (!table_) scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(2 * g_.n * g_.groups) * sizeof(float));
+  }
+
   const Kernel* single_ = nullptr;
   const Kernel* rows_kernel_ = nullptr;  // layer_norm_rows: the LayerNorm view (see MakeSdGroupNorm)
   const Kernel* nhwc_ = nullptr;  // group_norm_nhwc: channels-last groups that fit one launch
@@ -284,6 +298,40 @@ class SdGroupNormOp final : public GpuOp {
   bool table_ = false;  // EmitNormTable: write the norm table, not the normalised tensor
   const Kernel* nhwc_affine_ = nullptr;      // group_norm_nhwc_affine (null: the backend lacks it)
   const Kernel* finalize_affine_ = nullptr;  // group_norm_finalize_affine (null: the backend lacks it)
+  // The statistics epilogue (TakeGroupStats; channels-last, devices with Device::winograd_io_fusion): the partials
+  // come from the producer, so only group_norm_finalize_affine (table mode) or group_norm_finalize + apply[4] run.
+  const Kernel* st_finalize_ = nullptr;
+  const Kernel* st_finalize_affine_ = nullptr;
+  const Kernel* st_apply_ = nullptr;
+  const Kernel* st_apply4_ = nullptr;  // null: C % 4 != 0
+  int stats_chunks_ = 0;  // > 0: partials per (image, group) in stats_buffer_ (TakeGroupStats)
+
+ private:
+  Status EnqueueFromPartials(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out,
+                             const TensorRef& scratch, Timings* timings) {
+    const int C = static_cast<int>(g_.c), G = static_cast<int>(g_.groups), A = static_cast<int>(g_.a);
+    const size_t ngroups = static_cast<size_t>(g_.n * g_.groups);
+    const TensorRef& part = stats_buffer_;
+    Args f;
+    if (table_) {
+      f.Buf(out.buffer, out.elem_offset()).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
+      f.Int(static_cast<int>(count_)).Float(eps_).Buf(in[1].buffer, in[1].elem_offset());
+      f.Buf(in[2].buffer, in[2].elem_offset()).Int(C).Int(G);
+      return dev.Launch(*st_finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
+    }
+    f.Buf(scratch.buffer, scratch.elem_offset()).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
+    f.Int(static_cast<int>(count_)).Float(eps_);
+    SDGPU_RETURN_IF_ERROR(dev.Launch(*st_finalize_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings));
+    const bool vec = st_apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
+    const int n = static_cast<int>(g_.n * A * C);
+    Args a;
+    a.Buf(out.buffer, vec ? out.elem_offset() / 4 : out.elem_offset());
+    a.Buf(in[0].buffer, vec ? in[0].elem_offset() / 4 : in[0].elem_offset());
+    a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+    a.Buf(scratch.buffer, scratch.elem_offset()).Int(A).Int(C).Int(1).Int(G).Int(silu_).Int(vec ? n / 4 : n);
+    if (vec) a.Int(1);
+    return Launch1D(dev, vec ? *st_apply4_ : *st_apply_, a, vec ? n / 4 : n, timings);
+  }
 };
 
 // Tiled kernels (the fast path, see kAttnTilings): one NT-wide work-group per (batch, head, block of BQ
@@ -393,6 +441,16 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   u->device_inputs_ = {0, 1, 2};
   u->count_ = g.a * (g.c / g.groups) * g.b;
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
+  // the statistics epilogue's kernels (GroupStatsGeometry): channels-last groups, devices with the Winograd folds
+  if (g.b == 1 && dev.winograd_io_fusion() && g.n * g.a * g.c <= INT_MAX &&
+      !(dev.GetKernel("group_norm_finalize", &u->st_finalize_).ok() &&
+        dev.GetKernel("group_norm_finalize_affine", &u->st_finalize_affine_).ok() &&
+        dev.GetKernel("group_norm_apply", &u->st_apply_).ok())) {
+    u->st_finalize_ = u->st_finalize_affine_ = u->st_apply_ = nullptr;
+  }
+  if (u->st_finalize_ != nullptr && (g.c % 4 != 0 || !dev.GetKernel("group_norm_apply4", &u->st_apply4_).ok())) {
+    u->st_apply4_ = nullptr;
+  }
   // The LayerNorm view ([R, 1, C], one group): one work-group per row, the row in registers (row kernel when
   // the backend has it and C fits; float4-aligned tensors are checked per launch).
   if (g.groups == 1 && g.a == 1 && g.b == 1 && g.c % 4 == 0 && g.c <= kLayerNormRowsMaxC &&

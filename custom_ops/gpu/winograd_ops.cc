@@ -10,6 +10,8 @@
 //                      int act[, R, ro, int rrows, int rsm][, int splits])
 //       y = act(AT M AT^T + bias) cropped to Ho x Wo (+ the residual epilogue, GpuOp::FuseResidual, on devices
 //       whose kernels take it);    global = (Co, T), local = (64, 1, 1)
+//       winograd_output_fM[_sum]_st (..., part, po, int G): the same, also writing the (count, mean, M2) chunk
+//       partials of the SdGroupNorm that reads y (GpuOp::EmitGroupStats, GpuPartition::FuseNormStatistics)
 // (OpenCL sources: ops/conv2d_winograd/opencl.cl.) U[a*a][Ci][Co] = G g G^T is computed on the host in
 // float64 (one rounding, like the CPU backend) and uploaded once at the first Enqueue (see PackedWeights).
 // weights_fp16 stores U as half for F(2x2) only: the output transform's cancellation amplifies U's
@@ -141,8 +143,21 @@ class WinogradOp final : public GpuOp {
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
     AddResidualArgs(dev, residual_, residual_input_, x, &o);
     if (dev.winograd_io_fusion()) o.Int(sum_partials ? plan_.splits : 1);
-    return dev.Launch(sum_partials ? *output_sum_ : *output_, o,
+    if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset()).Int(stats_groups_);
+    const Kernel* const* kernels = stats_groups_ > 0 ? output_st_ : output_k_;
+    return dev.Launch(*kernels[sum_partials ? 1 : 0], o,
                       {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
+  }
+
+  int EmitGroupStats(const Device&, int64_t n, int64_t positions, int64_t channels, int groups) override {
+    if (output_st_[0] == nullptr || output_st_[1] == nullptr || groups <= 0 || n != g_.n ||
+        positions != int64_t{g_.ho} * g_.wo || channels != g_.co || g_.co % groups != 0) {
+      return 0;
+    }
+    const int64_t chunks = int64_t{g_.tiles_h} * g_.tiles_w * (g_.co / groups);
+    if (3 * chunks * g_.n * groups > INT_MAX) return 0;
+    stats_groups_ = groups;
+    return static_cast<int>(chunks);
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
@@ -162,6 +177,10 @@ class WinogradOp final : public GpuOp {
   const Kernel* input_[3] = {nullptr, nullptr, nullptr};
   const Kernel* output_ = nullptr;
   const Kernel* output_sum_ = nullptr;  // winograd_output_fM_sum (Device::winograd_io_fusion), else null
+  const Kernel* output_k_[2] = {nullptr, nullptr};   // {output_, output_sum_}
+  // the GroupNorm statistics epilogue (EmitGroupStats): winograd_output_fM[_sum]_st (winograd_io_fusion), else null
+  const Kernel* output_st_[2] = {nullptr, nullptr};
+  int stats_groups_ = 0;  // > 0: the output transform also writes that GroupNorm's partials (EmitGroupStats)
   std::unique_ptr<PackedWeights> u_;
 };
 
@@ -214,6 +233,13 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
         dev.GetKernel("winograd_output" + suffix + "_sum", &u->output_sum_).ok())) {
     u->input_[1] = u->input_[2] = u->output_sum_ = nullptr;
   }
+  if (ok && u->output_sum_ != nullptr &&
+      !(dev.GetKernel("winograd_output" + suffix + "_st", &u->output_st_[0]).ok() &&
+        dev.GetKernel("winograd_output" + suffix + "_sum_st", &u->output_st_[1]).ok())) {
+    u->output_st_[0] = u->output_st_[1] = nullptr;
+  }
+  u->output_k_[0] = u->output_;
+  u->output_k_[1] = u->output_sum_;
   if (ok) {
     GemmShape& s = u->gemm_;
     s.M = g.tiles;

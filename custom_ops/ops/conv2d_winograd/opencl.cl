@@ -127,7 +127,8 @@ inline int wino_out_pixel(int img, int oy, int ox, int Ho, int Wo) {
 inline void wino_output(const int MT, const int A, __constant const float* at, __global float* Y, int yo,
                         __global const float* Mb, int mo, __global const float* bias, int biaso, int Ho, int Wo,
                         int Co, int tiles_h, int tiles_w, int T, int act, __global const float* R, int ro,
-                        int rrows, int rsm, int splits, const int SUM) {
+                        int rrows, int rsm, int splits, const int SUM, __global float* part, int po, int G,
+                        const int STATS) {
   const int co = get_global_id(0), t = get_global_id(1);
   if (co >= Co || t >= T) return;
   const int tx = t % tiles_w, r = t / tiles_w, ty = r % tiles_h, img = r / tiles_h;
@@ -176,6 +177,8 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
       }
     }
   }
+  float yv[6][6];
+  float ysum = 0.0f, ycnt = 0.0f;
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
 #pragma unroll
@@ -184,8 +187,33 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
 #pragma unroll
       for (int l = 0; l < A; ++l) s = mad(tmp[i][l], at[j * A + l], s);
       const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
-      if (row >= 0) Y[yo + row * Co + co] = sd_act(s + b, act) + (rrows > 0 ? rv[i][j] : 0.0f);
+      const float y = sd_act(s + b, act) + (rrows > 0 ? rv[i][j] : 0.0f);
+      if (row >= 0) Y[yo + row * Co + co] = y;
+      if (STATS) {
+        yv[i][j] = y;
+        ysum += row >= 0 ? y : 0.0f;
+        ycnt += row >= 0 ? 1.0f : 0.0f;
+      }
     }
+  }
+  if (STATS) {
+    // GroupNorm statistics epilogue: this work-item's chunk partial (count, mean, centred M2) of the values it wrote,
+    // in group_norm_partial's layout, chunk = (tile within the image, channel within the group).
+    const float mean = ysum / ycnt;  // ycnt >= 1: every tile holds at least one output pixel
+    float m2 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+      for (int j = 0; j < MT; ++j) {
+        const float d = yv[i][j] - mean;
+        m2 += wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo) >= 0 ? d * d : 0.0f;
+      }
+    }
+    const int cpg = Co / G, g = co / cpg, tpi = tiles_h * tiles_w;
+    const int idx = 3 * ((img * G + g) * (tpi * cpg) + (t - img * tpi) * cpg + (co - g * cpg));
+    part[po + idx] = ycnt;
+    part[po + idx + 1] = mean;
+    part[po + idx + 2] = m2;
   }
 }
 
@@ -204,7 +232,18 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
                      int biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act,                \
                      __global const float* R, int ro, int rrows, int rsm, int splits) {                          \
     wino_output(MT, A, AT, Y, yo, Mb, mo, bias, biaso, Ho, Wo, Co, tiles_h, tiles_w, T, act, R, ro, rrows, rsm,  \
-                splits, SUM);                                                                                    \
+                splits, SUM, Y, 0, 1, 0);                                                                        \
+  }
+// winograd_output_fM[_sum]_st(... the above ..., part, int po, int G): the GroupNorm statistics epilogue (STATS of
+// wino_output, GpuOp::EmitGroupStats): also writes each work-item's (count, mean, M2) chunk partial of an
+// SdGroupNorm with G groups over y to part, whose group_norm_finalize[_affine] then needs no statistics pass.
+#define WINO_OUTPUT_ST_KERNEL(NAME, MT, A, AT, SUM)                                                              \
+  __kernel void NAME(__global float* Y, int yo, __global const float* Mb, int mo, __global const float* bias,   \
+                     int biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T, int act,                \
+                     __global const float* R, int ro, int rrows, int rsm, int splits, __global float* part,      \
+                     int po, int G) {                                                                            \
+    wino_output(MT, A, AT, Y, yo, Mb, mo, bias, biaso, Ho, Wo, Co, tiles_h, tiles_w, T, act, R, ro, rrows, rsm,  \
+                splits, SUM, part, po, G, 1);                                                                    \
   }
 
 WINO_INPUT_KERNEL(winograd_input_f2, 2, 4, wino_f2_bt, 0)
@@ -222,3 +261,9 @@ WINO_OUTPUT_KERNEL(winograd_output_f6, 6, 8, wino_f6_at, 0)
 WINO_OUTPUT_KERNEL(winograd_output_f2_sum, 2, 4, wino_f2_at, 1)
 WINO_OUTPUT_KERNEL(winograd_output_f4_sum, 4, 6, wino_f4_at, 1)
 WINO_OUTPUT_KERNEL(winograd_output_f6_sum, 6, 8, wino_f6_at, 1)
+WINO_OUTPUT_ST_KERNEL(winograd_output_f2_st, 2, 4, wino_f2_at, 0)
+WINO_OUTPUT_ST_KERNEL(winograd_output_f4_st, 4, 6, wino_f4_at, 0)
+WINO_OUTPUT_ST_KERNEL(winograd_output_f6_st, 6, 8, wino_f6_at, 0)
+WINO_OUTPUT_ST_KERNEL(winograd_output_f2_sum_st, 2, 4, wino_f2_at, 1)
+WINO_OUTPUT_ST_KERNEL(winograd_output_f4_sum_st, 4, 6, wino_f4_at, 1)
+WINO_OUTPUT_ST_KERNEL(winograd_output_f6_sum_st, 6, 8, wino_f6_at, 1)

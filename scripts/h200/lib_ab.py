@@ -1,0 +1,85 @@
+"""Delegate builds side by side on the device by wall time: each (model, build) pair is one `sdlite bench` process
+(opencl backend, no device profiling), interleaved over --rounds rounds in one call, so the builds see the same
+machine state.
+
+    python3 scripts/h200/lib_ab.py --model b1=/tmp/h200-work/models/unet_b1/fused+winoauto.tflite \\
+        --lib new=.h200/lib/libsdgpu_delegate.so --lib old=.h200/lib_old/libsdgpu_delegate.so --rounds 2 \\
+        --out $OUT/lib_ab.json
+
+Prints one markdown row per (model, build): the median wall ms of `invoke` of every round, the first run, and the
+ratio to the first build's median of the same round; writes every `sdlite bench --json` result to --out. Needs the
+kit's environment (after `source .h200/setup.sh`). (scripts/h200/ab_libs.sh compares builds by the event profile.)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from precision_ab import bench
+
+
+def _pairs(values: list[str], what: str) -> list[tuple[str, Path]]:
+    out = []
+    for v in values:
+        label, sep, path = v.partition("=")
+        if not sep or not label or not path:
+            raise SystemExit(f"--{what} takes LABEL=path, got {v!r}")
+        if not Path(path).is_file():
+            raise SystemExit(f"--{what} {label}: no file {path}")
+        out.append((label, Path(path)))
+    return out
+
+
+def _median_ms(res: dict) -> float | None:
+    return None if "error" in res else res["timings_us"]["median"] / 1e3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", required=True, help="LABEL=path/to/model.tflite (repeatable)")
+    ap.add_argument("--lib", action="append", required=True, help="LABEL=path/to/libsdgpu_delegate.so (repeatable)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--timeout-s", type=float, default=120.0, help="per bench process")
+    ap.add_argument("--deadline-s", type=float, default=0.0, help="stop starting rows after this many seconds")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    models, libs = _pairs(args.model, "model"), _pairs(args.lib, "lib")
+    start = time.monotonic()
+    results: list[dict] = []
+    print("| model | build | " + " | ".join(f"round {r + 1} ms" for r in range(args.rounds)) + " | first run ms |"
+          " vs " + libs[0][0] + " |")
+    print("|---|---|" + "---:|" * (args.rounds + 2))
+    table: dict[tuple[str, str], list[dict]] = {}
+    for r in range(args.rounds):
+        for mlabel, model in models:
+            for llabel, lib in libs:
+                if args.deadline_s and time.monotonic() - start > args.deadline_s:
+                    break
+                res = bench(model, lib, args.runs, args.timeout_s)
+                res.update({"round": r + 1, "model_label": mlabel, "lib_label": llabel})
+                results.append(res)
+                table.setdefault((mlabel, llabel), []).append(res)
+                if args.out:
+                    args.out.write_text(json.dumps(results, indent=1))
+    for mlabel, _ in models:
+        base = table.get((mlabel, libs[0][0]), [])
+        for llabel, _ in libs:
+            rows = table.get((mlabel, llabel), [])
+            cells, ratios = [], []
+            for k, res in enumerate(rows):
+                ms = _median_ms(res)
+                cells.append(f"{ms:.2f}" if ms else f"error: {res.get('error')}")
+                bms = _median_ms(base[k]) if k < len(base) else None
+                if ms and bms:
+                    ratios.append(f"{ms / bms:.3f}")
+            first = rows[0].get("first_run_us") if rows else None
+            print(f"| {mlabel} | {llabel} | " + " | ".join(cells) + " | " + (f"{first / 1e3:.0f}" if first else "-") +
+                  " | " + " / ".join(ratios) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
