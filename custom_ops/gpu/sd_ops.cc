@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -351,7 +352,7 @@ class SdAttentionOp final : public GpuOp {
     if (splits_ > 1) return EnqueueKeySplit(dev, in, out, scratch, timings);
     const Dim3 global = {groups_ * wg_, 1, 1}, local = {wg_, 1, 1};
     const TensorRef &q = in[0], &k = in[1], &v = in[2];
-    if (attrs_.variant == AttentionVariant::kFlash) {
+    if (attrs_.variant == AttentionVariant::kFlash || single_pass_) {
       Args a;
       a.Buf(out.buffer, out.elem_offset()).Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset());
       a.Buf(v.buffer, v.elem_offset());
@@ -400,7 +401,34 @@ class SdAttentionOp final : public GpuOp {
   int n_ = 0, sq_ = 0, sk_ = 0;
   size_t groups_ = 0, wg_ = 0;
   int splits_ = 1, kps_ = 0;  // key split (flash, row-wise tilings): splits_ ranges of kps_ keys
+  bool single_pass_ = false;  // attn_short_q*: one launch with the exact softmax for either variant
 };
+
+// attn_short_q<BQ> (ops/attention/opencl.cl "Short key sequences"): work-group size ATS_NT, keys up to ATS_KMAX, BQ
+// one of kAttnShortBq. Correctness constants.
+constexpr size_t kAttnShortNt = 160;
+constexpr int kAttnShortMaxKeys = 80;
+constexpr int kAttnShortBq[] = {16, 32, 64};
+
+// Whether attn_short_q* runs an attention of `keys` keys at `head_dim` (unless attention_tiling forces a tiling): up
+// to 80 keys, at the head dims where the tuned tilings lost to it or do not exist. H200, 8 heads, device ms
+// (BENCHMARKS session 18, attn_lab.py --small): 1024 x 77 d80 b1 0.0215 vs d80 0.0251, b2 0.0293 vs 0.0352; but
+// 4096 x 77 d40 b1 0.0317 vs d40 0.0308, b2 0.0566 vs 0.0534, and at d160 r160 was faster from 64 to 256 queries at
+// b1 (256 x 77: 0.0276 vs 0.0251). Other head dims (the text encoder's 64) would take the any-head-dim "dyn"
+// tiling, 3x slower than attn_short_q64 at d80.
+bool UseAttnShort(int keys, int head_dim) {
+  return keys <= kAttnShortMaxKeys && head_dim % 4 == 0 && head_dim != 40 && head_dim != 160;
+}
+
+// The query block of attn_short_q*: the smallest that holds all Sq queries, else 64. Each work-group stages all of K
+// and V, so larger blocks amortise that better: q64 beat q32 / q16 wherever it had enough queries, even with fewer
+// work-groups than compute units (d80 b1: 128 work-groups, 0.0215 vs 0.0252 / 0.0372 ms).
+int AttnShortBq(int sq) {
+  for (int bq : kAttnShortBq) {
+    if (sq <= bq) return bq;
+  }
+  return kAttnShortBq[std::size(kAttnShortBq) - 1];
+}
 
 // Key splits for a flash attention of `groups` work-groups over `key_tiles` staged key tiles (AttnTiling::bk keys
 // each) on `compute_units` CUs. forced: delegate option attention_key_splits (0 = the rule below, 1 = never, n = n
@@ -540,6 +568,24 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   const auto blocks_of = [&](size_t bq) {
     return static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + bq - 1) / bq);
   };
+  // Short key sequences (SD's cross-attention, 77 keys): one launch with every key in the work-group, either variant
+  // (it computes the same exact softmax), where UseAttnShort says; attention_tiling=short forces it where it fits.
+  const bool forced_short = forced != nullptr && std::strcmp(forced, "short") == 0;
+  const bool short_ok = u->sk_ <= kAttnShortMaxKeys && attrs.head_dim % 4 == 0 &&
+                        dev.max_work_group_size() >= kAttnShortNt &&
+                        (forced_short || (forced == nullptr && UseAttnShort(u->sk_, attrs.head_dim)));
+  if (short_ok) {
+    const int bq = AttnShortBq(u->sq_);
+    if (dev.GetKernel("attn_short_q" + std::to_string(bq), &u->k1_).ok()) {
+      u->single_pass_ = true;
+      u->scratch_bytes_ = 0;
+      u->groups_ = blocks_of(static_cast<size_t>(bq));
+      u->wg_ = kAttnShortNt;
+      *out = std::move(u);
+      return Status::Ok();
+    }
+    u->k1_ = nullptr;
+  }
   const std::vector<const AttnTiling*> candidates =
       legacy_only ? std::vector<const AttnTiling*>{}
                   : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);

@@ -146,18 +146,24 @@ def run_splits(lab: Lab, shapes: list, runs: int, splits_list: list[int]) -> lis
     return rows
 
 
-# (name, batch, Sq, Sk, heads, head dim, [(kernel, BQ, NT), ...]); BQ = 1, NT = 64: the fallback (ATT_WG)
+# (name, batch, Sq, Sk, heads, head dim, [(kernel, BQ, NT), ...]); BQ = 1, NT = 64: the fallback (ATT_WG).
+# attn_short_q*: at most 80 keys (skipped above that).
+SHORT_KERNELS = [("attn_short_q64", 64, 160), ("attn_short_q32", 32, 160), ("attn_short_q16", 16, 160)]
 SMALL_KERNELS = {
-    40: [("attn_flash_d40", 64, 128), ("attn_flash_r40", 128, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
-    80: [("attn_flash_d80", 32, 128), ("attn_flash_r80", 64, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
+    40: [("attn_flash_d40", 64, 128), ("attn_flash_r40", 128, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64),
+         *SHORT_KERNELS],
+    80: [("attn_flash_d80", 32, 128), ("attn_flash_r80", 64, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64),
+         *SHORT_KERNELS],
     160: [("attn_flash_r160", 16, 128), ("attn_flash_h160", 16, 256), ("attn_flash_h160w", 32, 256),
-          ("attn_flash_d160", 32, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64)],
+          ("attn_flash_d160", 32, 128), ("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64), *SHORT_KERNELS],
+    64: [("attn_flash_dyn", 32, 256), ("attn_flash", 1, 64), *SHORT_KERNELS],  # the text encoder (CLIP ViT-L/14)
 }
 SMALL_SHAPES = [(f"b{n} {lvl} {kind} {sq}x{sk} d{d}", n, sq, sk, 8, d)
                 for n in (1, 2)
                 for lvl, kind, sq, sk, d in [("64x64", "cross", 4096, 77, 40), ("32x32", "cross", 1024, 77, 80),
                                              ("16x16", "self", 256, 256, 160), ("16x16", "cross", 256, 77, 160),
-                                             ("8x8", "self", 64, 64, 160), ("8x8", "cross", 64, 77, 160)]]
+                                             ("8x8", "self", 64, 64, 160), ("8x8", "cross", 64, 77, 160)]] + [
+    ("b1 text self 77x77 d64 (12 heads)", 1, 77, 77, 12, 64)]
 QUICK_SMALL_SHAPES = [("quick cross d40", 1, 100, 77, 2, 40), ("quick self d160", 1, 40, 40, 2, 160)]
 
 
@@ -174,6 +180,8 @@ def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
         qd, kd, vd = (lab.buffer(x) for x in (q, k, v))
         o_d = lab.buffer(nbytes=q.nbytes)
         for kname, bq, nt in SMALL_KERNELS[d]:
+            if kname.startswith("attn_short") and sk > 80:
+                continue
             kern = lab.cl.Kernel(prog, kname)
             kern.set_args(o_d, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(sq), i32(sk), i32(heads), i32(d),
                           np.float32(1.0 / np.sqrt(d)), i32(0))

@@ -68,14 +68,16 @@ def test_attn_lab_key_split_sweep_checks_every_split(tmp_path: Path) -> None:
 
 
 def test_attn_lab_small_runs_every_kernel_family(tmp_path: Path) -> None:
-    # the short-sequence sweep: all four d40 kernels (tiled, row-wise, dyn, fallback) on a cross-attention shape and
-    # all six d160 ones on a self-attention shape, each checked against float64 before it is timed
+    # the short-sequence sweep: all four d40 kernels (tiled, row-wise, dyn, fallback) and the three one-launch
+    # attn_short_q* on a cross-attention shape (77 keys), all six d160 ones and attn_short_q* on a 40-key
+    # self-attention shape, each checked against float64 before it is timed
     rows = _run(tmp_path, "attn_lab.py", "--small")["rows"]
+    short = {f"attn_short_q{bq}" for bq in (64, 32, 16)}
     assert {(r["shape"], r["config"]) for r in rows} == {
         (shape, f"attn_flash{k}") for shape, kernels in (("quick cross d40", ("_d40", "_r40", "_dyn", "")),
                                                           ("quick self d160",
                                                            ("_r160", "_h160", "_h160w", "_d160", "_dyn", "")))
-        for k in kernels}
+        for k in kernels} | {(shape, k) for shape in ("quick cross d40", "quick self d160") for k in short}
     assert all(r["err"] < 1e-4 for r in rows)
 
 

@@ -1050,6 +1050,163 @@ ATR_INSTANTIATE(h160x, 160, 4, 8, 4, 4, 1, 0.0f, 0, 8)
 #endif
 #undef ATR_INSTANTIATE
 
+// ===========================================================================
+// Short key sequences (Sk <= ATS_KMAX; SD's cross-attention over the 77 text tokens), any head dim D % 4 == 0:
+// attn_short_q<BQ>. Every key fits the work-group at once, so there is no online softmax and no key loop:
+//   1. scores S = Q K^T for BQ queries x ATS_KMAX keys, over ATS_DC-wide chunks of the head dim (the Q and K
+//      chunks staged in local memory); work-item (rg, kg) = (lid / 10, lid % 10) accumulates rows rg*RS ..
+//      rg*RS + RS - 1 (RS = BQ / 16) against keys kg + 10*jj (jj < 8) in registers;
+//   2. the exact softmax per row: max, exp2 and sum over the ten key groups' partials through local memory;
+//      the unnormalised P goes to local memory (over the Q chunk);
+//   3. O = P V / sum over ATS_DC-wide chunks (the V chunk staged where K was); work-item (rg, c4) holds its RS
+//      rows x float4 column c4 of the chunk.
+// Against the tiled / row-wise flash kernels above at 77 keys: K and V are staged once per head-dim chunk instead of
+// per key tile, with no per-tile rescaling or row-max round trip. Costs: keys are padded to ATS_KMAX (77 -> 80),
+// every work-group stages all of K and V (so BQ 64 wins wherever the queries fill it), and local memory holds
+// BQ x ATS_KMAX probabilities (BQ 64: 38 KB in all). The host takes it where it measured faster or where no tuned
+// tiling exists (gpu/sd_ops.cc UseAttnShort: H200, d80 14-17% faster than d80; d40 / d160 slower than d40 / r160).
+// Parameters and grid of attn_flash_<t>: global = ceil(Sq/BQ)*H*N*ATS_NT, local = ATS_NT (host: kAttnShortNt).
+#define ATS_NT 160
+#define ATS_KMAX 80
+#define ATS_KG 10                // key groups = float4 columns of a chunk
+#define ATS_KPG (ATS_KMAX / ATS_KG)  // keys per group
+#define ATS_DC4 10               // head-dim chunk in float4 (ATS_DC = 40 floats)
+#define ATS_S4 11                // local row stride of a Q / K / V chunk in float4 (odd: distinct banks per key group)
+#define ATS_PS 84                // local row stride of P in floats (rows stay 16-byte aligned)
+
+// rows x ATS_DC4 float4 of src rows row0.. (zeros past rows_valid or past column D) -> dst[r * ATS_S4 + c4], times mul.
+ATT_INLINE void ats_stage(__local float4* dst, int rows, __global const float* src, int row0, int rows_valid,
+                          int row_stride, int col0, int d0, int D, float mul, int lid) {
+  for (int e = lid; e < rows * ATS_DC4; e += ATS_NT) {
+    const int r = e / ATS_DC4, c4 = e - r * ATS_DC4, d = d0 + 4 * c4;
+    float4 v = (float4)(0.0f);
+    if (r < rows_valid && d < D) v = vload4(0, src + (row0 + r) * row_stride + col0 + d) * mul;
+    dst[r * ATS_S4 + c4] = v;
+  }
+}
+
+ATT_INLINE void attn_short_body(__global float* O, int oo, __global const float* Q, int qo, __global const float* K,
+                                int ko, __global const float* V, int vo, int Sq, int Sk, int H, int D, float scale,
+                                int causal, __local float4* qp, __local float4* kv, __local float* red,
+                                __local float* lsum, const int BQ) {
+  const int RS = BQ / 16;
+  const int lid = get_local_id(0), rg = lid / ATS_KG, kg = lid - rg * ATS_KG;
+  int n, h, q0;
+  att_block_coords(Sq, H, BQ, &n, &h, &q0);
+  const int HD = H * D, col0 = h * D, qrows = min(BQ, Sq - q0);
+  const float sl2 = scale * ATT_LOG2E;
+  __global const float* Qb = Q + qo + n * Sq * HD;
+  __global const float* Kb = K + ko + n * Sk * HD;
+  __global const float* Vb = V + vo + n * Sk * HD;
+  float acc[4][ATS_KPG];
+#pragma unroll
+  for (int i = 0; i < RS; ++i) {
+#pragma unroll
+    for (int jj = 0; jj < ATS_KPG; ++jj) acc[i][jj] = 0.0f;
+  }
+  for (int d0 = 0; d0 < D; d0 += 4 * ATS_DC4) {
+    ats_stage(qp, BQ, Qb, q0, qrows, HD, col0, d0, D, sl2, lid);
+    ats_stage(kv, ATS_KMAX, Kb, 0, Sk, HD, col0, d0, D, 1.0f, lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int c4 = 0; c4 < ATS_DC4; ++c4) {
+      float4 qv[4];
+#pragma unroll
+      for (int i = 0; i < RS; ++i) qv[i] = qp[(rg * RS + i) * ATS_S4 + c4];
+#pragma unroll
+      for (int jj = 0; jj < ATS_KPG; ++jj) {
+        const float4 k4 = kv[(kg + ATS_KG * jj) * ATS_S4 + c4];
+#pragma unroll
+        for (int i = 0; i < RS; ++i) {
+          acc[i][jj] = mad(qv[i].x, k4.x, mad(qv[i].y, k4.y, mad(qv[i].z, k4.z, mad(qv[i].w, k4.w, acc[i][jj]))));
+        }
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  // masked keys -> -inf; the row max over the ten key groups
+#pragma unroll
+  for (int i = 0; i < RS; ++i) {
+    const int row = q0 + rg * RS + i;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < ATS_KPG; ++jj) {
+      const int j = kg + ATS_KG * jj;
+      if (j >= Sk || (causal && j > row)) acc[i][jj] = -INFINITY;
+      mx = fmax(mx, acc[i][jj]);
+    }
+    red[(rg * RS + i) * ATS_KG + kg] = mx;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  __local float* P = (__local float*)qp;  // the Q chunk is dead now
+#pragma unroll
+  for (int i = 0; i < RS; ++i) {
+    const int r = rg * RS + i;
+    float mx = red[r * ATS_KG];
+#pragma unroll
+    for (int g = 1; g < ATS_KG; ++g) mx = fmax(mx, red[r * ATS_KG + g]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < ATS_KPG; ++jj) {
+      const float pj = mx == -INFINITY ? 0.0f : exp2(acc[i][jj] - mx);  // a fully masked row: zeros
+      sum += pj;
+      P[r * ATS_PS + kg + ATS_KG * jj] = pj;
+    }
+    acc[i][0] = sum;  // the partial sum, kept until the max's reads are done
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int i = 0; i < RS; ++i) red[(rg * RS + i) * ATS_KG + kg] = acc[i][0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid < BQ) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int g = 0; g < ATS_KG; ++g) sum += red[lid * ATS_KG + g];
+    lsum[lid] = sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+  // P . V per head-dim chunk; work-item (rg, c4 = kg) writes rows rg*RS.. x float4 column c4
+  const int kq = (min(Sk, ATS_KMAX) + 3) / 4;
+  for (int d0 = 0; d0 < D; d0 += 4 * ATS_DC4) {
+    barrier(CLK_LOCAL_MEM_FENCE);  // the previous chunk's reads of kv (and lsum's writes) are done
+    ats_stage(kv, ATS_KMAX, Vb, 0, Sk, HD, col0, d0, D, 1.0f, lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float4 o[4];
+#pragma unroll
+    for (int i = 0; i < RS; ++i) o[i] = (float4)(0.0f);
+    for (int j4 = 0; j4 < kq; ++j4) {
+      const float4 v0 = kv[(4 * j4) * ATS_S4 + kg], v1 = kv[(4 * j4 + 1) * ATS_S4 + kg];
+      const float4 v2 = kv[(4 * j4 + 2) * ATS_S4 + kg], v3 = kv[(4 * j4 + 3) * ATS_S4 + kg];
+#pragma unroll
+      for (int i = 0; i < RS; ++i) {
+        const float4 p4 = vload4(0, P + (rg * RS + i) * ATS_PS + 4 * j4);
+        o[i] = mad((float4)(p4.x), v0, mad((float4)(p4.y), v1, mad((float4)(p4.z), v2, mad((float4)(p4.w), v3, o[i]))));
+      }
+    }
+    const int d = d0 + 4 * kg;
+#pragma unroll
+    for (int i = 0; i < RS; ++i) {
+      const int r = rg * RS + i;
+      if (r < qrows && d < D) vstore4(o[i] * lsum[r], 0, O + oo + (n * Sq + q0 + r) * HD + col0 + d);
+    }
+  }
+}
+
+// Local memory: qp max(BQ x ATS_S4 float4, BQ x ATS_PS floats) + kv ATS_KMAX x ATS_S4 float4 + red BQ x ATS_KG + lsum BQ.
+#define ATS_INSTANTIATE(BQ)                                                                                             \
+  __kernel __attribute__((reqd_work_group_size(ATS_NT, 1, 1))) void attn_short_q##BQ(                                  \
+      __global float* O, int oo, __global const float* Q, int qo, __global const float* K, int ko,                     \
+      __global const float* V, int vo, int Sq, int Sk, int H, int D, float scale, int causal) {                         \
+    __local float4 qp[((BQ) * ATS_PS / 4 > (BQ) * ATS_S4) ? (BQ) * ATS_PS / 4 : (BQ) * ATS_S4];                         \
+    __local float4 kv[ATS_KMAX * ATS_S4];                                                                               \
+    __local float red[(BQ) * ATS_KG];                                                                                   \
+    __local float lsum[BQ];                                                                                             \
+    attn_short_body(O, oo, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal, qp, kv, red, lsum, BQ);                    \
+  }
+ATS_INSTANTIATE(64)
+ATS_INSTANTIATE(32)
+ATS_INSTANTIATE(16)
+#undef ATS_INSTANTIATE
+
 // Key split ("flash-decoding"): when (batch x heads x query blocks) leaves most compute units idle (SD1.5 at b1:
 // 128 work-groups for the 32x32 and 16x16 self-attention on a 132-SM H200), attn_flash_ks_<t> runs `splits`
 // work-groups per query block, split s taking keys [s*kps, (s+1)*kps) (kps a multiple of the tiling's BK), and
