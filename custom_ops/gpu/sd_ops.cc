@@ -420,14 +420,20 @@ bool UseAttnShort(int keys, int head_dim) {
   return keys <= kAttnShortMaxKeys && head_dim % 4 == 0 && head_dim != 40 && head_dim != 160;
 }
 
-// The query block of attn_short_q*: the smallest that holds all Sq queries, else 64. Each work-group stages all of K
-// and V, so larger blocks amortise that better: q64 beat q32 / q16 wherever it had enough queries, even with fewer
-// work-groups than compute units (d80 b1: 128 work-groups, 0.0215 vs 0.0252 / 0.0372 ms).
-int AttnShortBq(int sq) {
-  for (int bq : kAttnShortBq) {
-    if (sq <= bq) return bq;
+// The query block of attn_short_q*: the largest whose grid (`blocks_of(bq)` work-groups) still gives every two compute
+// units one work-group, else the smallest. Each work-group stages all of K and V, so larger blocks amortise that better
+// wherever the grid stays near a wave: H200 (132 CUs, BENCHMARKS session 18), 1024 x 77 d80 b1 q64 (128 work-groups)
+// 0.0209 vs q32 0.0249 / q16 0.0365 ms; but the text encoder's 77 x 77 d64, 12 heads: q16 (60) 0.0161 vs q32 (36)
+// 0.0169 / q64 (24) 0.0200, and 256 x 77 d160: b1 q16 (128) 0.0276 vs q64 (32) 0.0348, b2 q32 (128) 0.0292 vs q16
+// 0.0395 / q64 0.0346. `forced_bq` (attention_tiling=short16 / short32 / short64) wins.
+template <typename BlocksOf>
+int AttnShortBq(const BlocksOf& blocks_of, int compute_units, int forced_bq) {
+  if (forced_bq > 0) return forced_bq;
+  for (int i = static_cast<int>(std::size(kAttnShortBq)) - 1; i >= 0; --i) {
+    const int bq = kAttnShortBq[i];
+    if (compute_units <= 0 || 2 * blocks_of(static_cast<size_t>(bq)) >= static_cast<size_t>(compute_units)) return bq;
   }
-  return kAttnShortBq[std::size(kAttnShortBq) - 1];
+  return kAttnShortBq[0];
 }
 
 // Key splits for a flash attention of `groups` work-groups over `key_tiles` staged key tiles (AttnTiling::bk keys
@@ -570,12 +576,20 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   };
   // Short key sequences (SD's cross-attention, 77 keys): one launch with every key in the work-group, either variant
   // (it computes the same exact softmax), where UseAttnShort says; attention_tiling=short forces it where it fits.
-  const bool forced_short = forced != nullptr && std::strcmp(forced, "short") == 0;
+  // "short" (the block by AttnShortBq) or "short16" / "short32" / "short64"
+  int forced_bq = 0;
+  bool forced_short = false;
+  if (forced != nullptr && std::strncmp(forced, "short", 5) == 0) {
+    for (int bq : kAttnShortBq) {
+      if (std::strcmp(forced + 5, std::to_string(bq).c_str()) == 0) forced_bq = bq;
+    }
+    forced_short = forced[5] == '\0' || forced_bq > 0;
+  }
   const bool short_ok = u->sk_ <= kAttnShortMaxKeys && attrs.head_dim % 4 == 0 &&
                         dev.max_work_group_size() >= kAttnShortNt &&
                         (forced_short || (forced == nullptr && UseAttnShort(u->sk_, attrs.head_dim)));
   if (short_ok) {
-    const int bq = AttnShortBq(u->sq_);
+    const int bq = AttnShortBq(blocks_of, dev.compute_units(), forced_bq);
     if (dev.GetKernel("attn_short_q" + std::to_string(bq), &u->k1_).ok()) {
       u->single_pass_ = true;
       u->scratch_bytes_ = 0;

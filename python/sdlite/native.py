@@ -75,8 +75,9 @@ class DelegateOptions:
     forces that tile config and split count on every tiled GEMM / conv (no tuning); malformed is rejected by the
     delegate when it loads, a config the backend lacks when the first GEMM is built.
     ``attention_tiling`` (GPU backends; benchmarks and tests): an SdAttention tiling suffix (``"r40"``, ``"h80"``,
-    ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys)
-    used for every attention whose head dim (and, for ``"short"``, key count) it fits.
+    ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
+    ``"short16"`` / ``"short32"`` / ``"short64"`` with that query block) used for every attention whose head dim
+    (and, for ``"short*"``, key count) it fits.
     """
 
     backend: str = "cpu"

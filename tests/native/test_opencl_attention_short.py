@@ -2,9 +2,9 @@
 (PoCL in CI): one launch of attn_short_q<BQ> for either variant, every key in the work-group at once (exact softmax,
 no online rescaling), the head dim in 40-wide chunks. Parity with the float64 reference at partial query blocks,
 1..80 keys, head dims from 4 to 168 (a partial last chunk), causal masks, batch 2 and several heads (forced with
-attention_tiling=short). The op picks it by itself at head dims without a tuned tiling (the text encoder's 64) and at
-80, with the smallest query block that holds Sq (else 64); 81 keys, a head dim % 4 != 0, and 40 / 160 (where d40 /
-r160 measured faster) keep the tiled kernels."""
+attention_tiling=short16 / short32 / short64). The op picks it by itself at head dims without a tuned tiling (the text
+encoder's 64) and at 80, with the largest query block whose grid gives every two compute units a work-group; 81 keys,
+a head dim % 4 != 0, and 40 / 160 (where d40 / r160 measured faster) keep the tiled kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +28,9 @@ from harness import assert_close
         (1, 4, 4, 1, 600),     # above the tiled kernels' 512: 15 chunks
     ],
 )
-def test_short_attention_matches_reference(rng, variant, causal, n, sq, sk, heads, head_dim):
-    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim, attention_tiling="short")
+@pytest.mark.parametrize("bq", [64, 32, 16])
+def test_short_attention_matches_reference(rng, bq, variant, causal, n, sq, sk, heads, head_dim):
+    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim, attention_tiling=f"short{bq}")
     assert_close(actual, expected, rtol=1e-5)
 
 
@@ -41,11 +42,14 @@ def test_sharp_softmax_is_stable(rng):
 
 
 @pytest.mark.parametrize("head_dim", [80, 64])
-def test_one_launch_for_either_variant_with_the_smallest_block_that_holds_the_queries(tmp_path, rng, head_dim):
+def test_one_launch_for_either_variant_and_the_block_follows_the_grid(tmp_path, rng, head_dim):
+    # the largest query block whose grid gives every two compute units a work-group, else 16
+    _, cus = profiled_kernels(tmp_path, rng, 8, 77, 1, head_dim)
     for variant in ("flash", "partial_softmax"):
-        for sq, bq in ((200, 64), (64, 64), (33, 64), (32, 32), (17, 32), (16, 16), (3, 16)):
-            kernels, _ = profiled_kernels(tmp_path, rng, sq, 77, 2, head_dim, variant=variant)
-            assert kernels == [f"attn_short_q{bq}"], (variant, sq, kernels)
+        for sq, heads in ((200, 2), (64, 1), (33, 3), (16, 1), (3, 2), (32 * cus, 1), (8 * cus, 1)):
+            want = next((bq for bq in (64, 32, 16) if 2 * -(-sq // bq) * heads >= cus), 16)
+            kernels, _ = profiled_kernels(tmp_path, rng, sq, 77, heads, head_dim, variant=variant)
+            assert kernels == [f"attn_short_q{want}"], (variant, sq, heads, cus, kernels)
 
 
 @pytest.mark.parametrize("sk,head_dim,kernel", [(81, 80, "attn_flash_d80"), (77, 50, "attn_flash_dyn"),
@@ -56,5 +60,7 @@ def test_more_keys_an_unaligned_head_dim_or_a_tuned_tiling_keep_the_tiled_kernel
 
 def test_forced_tiling_overrides_the_pick(tmp_path, rng):
     assert profiled_kernels(tmp_path, rng, 40, 77, 2, 80, attention_tiling="d80")[0] == ["attn_flash_d80"]
-    assert profiled_kernels(tmp_path, rng, 40, 77, 2, 40, attention_tiling="short")[0] == ["attn_short_q64"]
+    assert profiled_kernels(tmp_path, rng, 400, 77, 2, 40, attention_tiling="short")[0] == ["attn_short_q64"]
+    assert profiled_kernels(tmp_path, rng, 400, 77, 2, 40, attention_tiling="short16")[0] == ["attn_short_q16"]
     assert profiled_kernels(tmp_path, rng, 40, 81, 2, 80, attention_tiling="short")[0] == ["attn_flash_d80"]
+    assert profiled_kernels(tmp_path, rng, 40, 77, 2, 80, attention_tiling="short48")[0] == ["attn_flash_d80"]
