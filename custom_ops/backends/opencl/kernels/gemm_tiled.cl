@@ -708,43 +708,27 @@ SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
 // the conv reads x * scale + shift (then SiLU when nsilu) with (scale, shift) = ntab[nto + 2*(img*Ci + ci) ..], the
 // per-(image, channel) table of group_norm_*_affine (GpuOp::FuseInputNorm), so a GroupNorm(+SiLU) feeding the conv
 // writes only that table (SD's transformer norm -> proj_in). Applied to each A tile when it is stored (its loads have
-// landed by then); img = pixel row / hw, once per row. With the float4 loader the table entries of the next K step
-// are loaded with its A tile (GT_CONV_ADVANCE_N_1), so no load waits in the main loop: loading them at store time
-// made the b2 proj_in convs 20% slower on the H200 (BENCHMARKS session 18). Extra trailing parameters:
-// __global const float* ntab, int nto, int hw, int nsilu.
+// landed by then); img = pixel row / hw. Extra trailing parameters: __global const float* ntab, int nto, int hw,
+// int nsilu.
 #define GT_CN_PARAMS_0
 #define GT_CN_PARAMS_1 , __global const float *ntab, int nto, int hw, int nsilu
 #define GT_CN_ACT(v) (nsilu ? (v) * native_recip(1.0f + native_exp(-(v))) : (v))
-// (scale, shift) of the four channels k0 + (lid & 3) * 4 .. + 3 of row p's image: cn_a = (s0, h0, s1, h1), cn_b = (s2, ..)
-#define GT_CN_LOAD(p, k0)                                           \
-  {                                                                 \
-    const int t_ = cn_base[p] + 2 * ((k0) + (lid & 3) * 4);         \
-    cn_a[p] = vload4(0, ntab + t_);                                 \
-    cn_b[p] = vload4(0, ntab + t_ + 4);                             \
-  }
-#define GT_CONV_NORM_PRO_0(BM, NT)
-#define GT_CONV_NORM_PRO_1(BM, NT)                                                        \
-  int cn_base[4 * (BM) / (NT)];                                                           \
-  float4 cn_a[4 * (BM) / (NT)], cn_b[4 * (BM) / (NT)];                                    \
-  _Pragma("unroll")                                                                       \
-  for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                             \
-    cn_base[p] = nto + 2 * (min(m0 + (lid >> 2) + p * ((NT) / 4), M - 1) / hw) * Ci;      \
-    if (a_mode == GT_KC_VEC) GT_CN_LOAD(p, kbeg)                                          \
-  }
 #define GT_CONV_NORM_0(BM, NT, kt)
 #define GT_CONV_NORM_1(BM, NT, kt)                                                        \
   if (a_mode == GT_KC_VEC) {                                                              \
     _Pragma("unroll")                                                                     \
     for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                           \
-      float4 v = mad(ra4[p], (float4)(cn_a[p].x, cn_a[p].z, cn_b[p].x, cn_b[p].z),        \
-                     (float4)(cn_a[p].y, cn_a[p].w, cn_b[p].y, cn_b[p].w));               \
+      const int m = min(m0 + (lid >> 2) + p * ((NT) / 4), M - 1), c = (kt) + (lid & 3) * 4; \
+      const int t = nto + 2 * ((m / hw) * Ci + c);                                        \
+      const float4 sa = vload4(0, ntab + t), sb = vload4(0, ntab + t + 4);                \
+      float4 v = mad(ra4[p], (float4)(sa.x, sa.z, sb.x, sb.z), (float4)(sa.y, sa.w, sb.y, sb.w)); \
       v.x = GT_CN_ACT(v.x);                                                               \
       v.y = GT_CN_ACT(v.y);                                                               \
       v.z = GT_CN_ACT(v.z);                                                               \
       v.w = GT_CN_ACT(v.w);                                                               \
       ra4[p] = v;                                                                         \
     }                                                                                     \
-  } else { /* the scalar loader (x not 16-byte aligned: not reached with Ci % 16 == 0 and whole-pixel views) */ \
+  } else {                                                                                \
     _Pragma("unroll")                                                                     \
     for (int p = 0; p < 16 * (BM) / (NT); ++p) {                                          \
       const int m = min(m0 + (lid >> 4) + p * ((NT) / 16), M - 1), c = (kt) + (lid & 15); \
@@ -752,13 +736,6 @@ SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
       const float v = mad(GT_GET(ra4[p >> 2], p & 3), ntab[t], ntab[t + 1]);              \
       GT_SET(ra4[p >> 2], p & 3, GT_CN_ACT(v))                                            \
     }                                                                                     \
-  }
-#define GT_CONV_ADVANCE_N_0(BM, NT) GT_CONV_ADVANCE
-#define GT_CONV_ADVANCE_N_1(BM, NT)                                                       \
-  GT_CONV_ADVANCE                                                                         \
-  if (a_mode == GT_KC_VEC) {                                                              \
-    _Pragma("unroll")                                                                     \
-    for (int p = 0; p < 4 * (BM) / (NT); ++p) GT_CN_LOAD(p, kt + GT_BK)                   \
   }
 
 #define SD_CONV_TILED(NAME, BM, BN, NT) \
@@ -787,8 +764,7 @@ SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
     barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
     int ky = kbeg / (KW * Ci), kx = (kbeg / Ci) % KW, ci0 = kbeg % Ci;                            \
     const int a_mode = (xo & 3) == 0 ? GT_KC_VEC : GT_KC; /* pixel rows are 16-float multiples */ \
-    GT_CONV_NORM_PRO_##NORM(BM, NT)                                                               \
-    GT_MAIN_LOOP_S(BM, BN, NT, a_mode, CONV, GT_CONV_ADVANCE_N_##NORM(BM, NT), GT_CONV_NORM_##NORM(BM, NT, kt)) \
+    GT_MAIN_LOOP_S(BM, BN, NT, a_mode, CONV, GT_CONV_ADVANCE, GT_CONV_NORM_##NORM(BM, NT, kt))   \
     GT_EPILOGUE(BM, BN, NT, Y, yo + sz * scs, Co, Co, 0)                                          \
   }
 
