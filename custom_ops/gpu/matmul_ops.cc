@@ -340,14 +340,6 @@ void TileTuner::UseLnTwins(const Device& dev) {
   candidates_ = kept.size() < 2 ? std::vector<TilePlan>{} : std::move(kept);
 }
 
-void TileTuner::UseTwins(const Device& dev, const std::string& suffix) {
-  std::vector<TilePlan> kept;
-  for (TilePlan p : candidates_) {
-    if (p.kernel != nullptr && dev.GetKernel(p.kernel->name() + suffix, &p.kernel).ok()) kept.push_back(p);
-  }
-  candidates_ = kept.size() < 2 ? std::vector<TilePlan>{} : std::move(kept);
-}
-
 Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key,
                        bool enabled, int free_splits) {
   candidates_.clear();
@@ -831,17 +823,14 @@ class TiledConvOp final : public GpuOp {
     const int M = s_.n * s_.oh * s_.ow;
     const TensorRef& dst = split ? scratch : out;
     const TensorRef& bias = s_.has_bias ? in[2] : in[0];
-    // with the input-norm prologue in[0] is the GroupNorm's table and norm_input_ the tensor to convolve
-    const TensorRef& x = norm_ > 0 ? norm_input_ : in[0];
     Args a;
-    a.Buf(dst.buffer, dst.elem_offset()).Int(split ? M * s_.co : 0).Buf(x.buffer, x.elem_offset());
+    a.Buf(dst.buffer, dst.elem_offset()).Int(split ? M * s_.co : 0).Buf(in[0].buffer, in[0].elem_offset());
     a.Buf(b.buffer, b.offset).Int(sbk).Int(sbn).Int(b.half ? 1 : 0);
     a.Buf(bias.buffer, bias.elem_offset()).Int(s_.has_bias && !split ? 1 : 0);
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(split ? 0 : s_.act);
     a.Int(plan.splits).Int(plan.k_split);
     AddResidualArgs(dev, split ? Residual() : residual_, residual_input_, in[0], &a);
-    if (norm_ > 0) a.Buf(in[0].buffer, in[0].elem_offset()).Int(s_.oh * s_.ow).Int(norm_ == 2 ? 1 : 0);
     const size_t ty = static_cast<size_t>(plan.threads / 16);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*plan.kernel, a,
                                      {static_cast<size_t>(CeilDiv(s_.co, plan.bn) * 16),
@@ -854,24 +843,6 @@ class TiledConvOp final : public GpuOp {
 
  public:
   bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
-  // The input-norm prologue (gpu/ops.h) for 1x1 convolutions with stride 1 and no padding (SD's transformer proj_in):
-  // the conv_t*_gn twins normalise each A tile as they store it (kernels/gemm_tiled.cl). Needs the twin of the plan
-  // and of every tuning candidate that stays.
-  bool FuseInputNorm(const Device& dev, bool silu) override {
-    const Kernel* twin = nullptr;
-    if (!dev.winograd_io_fusion() || !dev.residual_epilogue() || s_.kh != 1 || s_.kw != 1 || s_.sh != 1 ||
-        s_.sw != 1 || s_.ph != 0 || s_.pw != 0 || plan_.kernel == nullptr ||
-        !dev.GetKernel(plan_.kernel->name() + "_gn", &twin).ok()) {
-      return false;
-    }
-    plan_.kernel = twin;
-    tuner_.UseTwins(dev, "_gn");
-    norm_ = silu ? 2 : 1;
-    return true;
-  }
-
- private:
-  int norm_ = 0;  // input-norm prologue: 0 none, 1 affine, 2 affine + SiLU
 };
 
 // The tiled GEMM for `s`, with B packed from `b_const` (an N x K row-major host matrix when

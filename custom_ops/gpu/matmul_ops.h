@@ -110,8 +110,6 @@ class TileTuner {
   Status UseGatedTwins(const Device& dev);
   // LnTwin on every candidate that has one; the others (split plans, configs without the twin) are dropped.
   void UseLnTwins(const Device& dev);
-  // The input-norm twin (kernel name + `suffix`) of every candidate that has one; the others are dropped.
-  void UseTwins(const Device& dev, const std::string& suffix);
 
  private:
   std::vector<TilePlan> candidates_;

@@ -98,9 +98,8 @@ class GpuOp {
   // Input-norm prologue (GpuPartition folds an SdGroupNorm(+SiLU) that only this op reads into it), consumer side:
   // from now on the op's first input is the GroupNorm's norm table (EmitNormTable) and set_norm_input (before each
   // Enqueue) gives the un-normalised tensor x; the op reads x * scale + shift per (image, channel), then SiLU when
-  // `silu`, wherever it read its input. SdConv2DWinograd's input transform and 1x1 CONV_2Ds (stride 1, no padding) on
-  // the tiled conv kernels, on devices with the prologue (Device::winograd_io_fusion), return true; false (the
-  // default) leaves the op unchanged.
+  // `silu`, wherever it read its input. SdConv2DWinograd's input transform on devices with the prologue
+  // (Device::winograd_io_fusion) returns true; false (the default) leaves the op unchanged.
   virtual bool FuseInputNorm(const Device& dev, bool silu) {
     (void)dev;
     (void)silu;

@@ -349,10 +349,7 @@ void GpuPartition::FuseInputNorms(const std::set<int>& outs, const std::unordere
   const std::unordered_map<int, int> producer = ProducerIndex();
   for (Step& conv : steps_) {
     // (a residual R == the GroupNorm's output has a second reader, its ADD, so SoleProducer refuses it too)
-    if ((conv.code != kCustom && conv.code != kConv2D) || conv.inputs.empty() || conv.norm_input >= 0 ||
-        conv.residual == conv.inputs[0]) {
-      continue;
-    }
+    if (conv.code != kCustom || conv.inputs.empty() || conv.norm_input >= 0 || conv.residual == conv.inputs[0]) continue;
     const int p = SoleProducer(conv.inputs[0], outs, readers, producer);
     if (p < 0) continue;
     Step& gn = steps_[p];

@@ -54,14 +54,12 @@
 //   v * gelu(g) (GpuOp::FuseGatedGelu; OpenCL kernels only). SD's GEGLU
 //   feed-forward inputs.
 //   GroupNorm prologues: an SdGroupNorm(+SiLU) whose output only an
-//   SdConv2DWinograd or a 1x1 CONV_2D (stride 1, no padding) reads (as its
-//   input, not a partition output) writes a per-(image, channel) norm table
-//   instead of its normalised tensor, and the conv's input transform (or
-//   the 1x1 conv's A tiles) normalises x (the GroupNorm's input) as it
+//   SdConv2DWinograd reads (as its input, not a partition output) writes a
+//   per-(image, channel) norm table instead of its normalised tensor, and
+//   the conv's input transform normalises x (the GroupNorm's input) as it
 //   reads it (GpuOp::FuseInputNorm / EmitNormTable; OpenCL kernels only):
 //   no apply pass, and the GroupNorm's output shrinks to the table in the
-//   arena. SD's ResNet norm1/norm2 -> conv1/conv2, a transformer's norm ->
-//   proj_in.
+//   arena. SD's ResNet norm1/norm2 -> conv1/conv2.
 //   GroupNorm statistics: an SdGroupNorm (channels-last) whose input an SdConv2DWinograd writes -- after its
 //   residual ADD, when folded -- takes the (count, mean, M2) partials of its groups from the conv's output
 //   transform, which computes them from the values it writes (GpuOp::EmitGroupStats / TakeGroupStats; OpenCL

@@ -3,15 +3,13 @@ writes a per-(image, channel) norm table (scale, shift) instead of its normalise
 transform applies it, then SiLU, to the pixels it reads (zero padding stays zero). Both GroupNorm paths that can
 (the one-launch channels-last kernel and the two-stage partials, by rows or by groups) drop their output pass;
 the results match GroupNorm then a float64 convolution. Cases that must keep the GroupNorm's own output: a second
-reader, fuse_epilogues=0. The same for a 1x1 CONV_2D consumer (SD's transformer norm -> proj_in): its conv_t*_gn twin
-normalises the A tiles as it stores them; a 3x3 conv keeps the normalised tensor."""
+reader, fuse_epilogues=0."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
-from ai_edge_litert import schema_py_generated as S
 
 from harness import assert_close, make_interpreter
 from sdconvert.ops import group_norm as GN
@@ -114,68 +112,3 @@ def test_split_winograd_gemm_partials_are_summed_by_the_output_transform(rng, tm
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert kernels["SdConv2DWinograd"] == ["winograd_input_f4_gnsilu", f"gemm_t{tiles.split('/')[0]}",
                                            "winograd_output_f4_sum"]
-
-
-# ---- 1x1 CONV_2D consumers (SD's transformer norm -> proj_in): the conv_t*_gn twins normalise A as they store it ----
-
-def _conv_model(x_shape, groups: int, silu: bool, w, b, gamma, beta) -> bytes:
-    g = OpGraphBuilder()
-    x = g.input("x", list(x_shape))
-    h = g.tensor("h", list(x_shape))
-    attrs = GN.GroupNormAttrs(groups=groups, activation="silu" if silu else "none")
-    g.custom("SdGroupNorm", [x, g.const("gamma", gamma), g.const("beta", beta)], [h], GN.SPEC.encode(attrs))
-    o = S.Conv2DOptionsT()
-    o.padding = S.Padding.SAME
-    o.strideH = o.strideW = o.dilationHFactor = o.dilationWFactor = 1
-    y = g.tensor("y", [*x_shape[:3], w.shape[0]])
-    g.builtin(S.BuiltinOperator.CONV_2D, S.BuiltinOptions.Conv2DOptions, o, [h, g.const("w", w), g.const("b", b)], [y])
-    g.output(y)
-    return g.build()
-
-
-def _conv_case(rng, x_shape, groups: int, silu: bool, co: int = 40, kernel: int = 1):
-    ci = x_shape[-1]
-    xv = _rand(rng, *x_shape) * 2.0 + 0.5
-    gamma, beta = 1.0 + 0.5 * _rand(rng, ci), _rand(rng, ci)
-    w, b = 0.2 * _rand(rng, co, kernel, kernel, ci), _rand(rng, co)
-    h = GN.reference([xv, gamma, beta], GN.GroupNormAttrs(groups=groups, activation="silu" if silu else "none"))
-    return xv, gamma, beta, w, b, conv2d_ref(h, w, b)
-
-
-def _conv_run(model: bytes, tmp_path, xv, **options):
-    profile = tmp_path / "profile.json"
-    delegate = native.load(backend="opencl", profile_path=str(profile), **options)
-    out = make_interpreter(model, delegate).get_signature_runner("serving_default")(x=xv)
-    assert native.stats(delegate)["partitions"] == 1 and native.stats(delegate)["declined_nodes"] == 0
-    nodes = json.loads(profile.read_text())["nodes"]
-    return out["y"], {op: [k["name"] for n in nodes if n["op"] == op for k in n["kernels"]]
-                      for op in ("SdGroupNorm", "CONV_2D")}
-
-
-@pytest.mark.parametrize("silu", [False, True])
-@pytest.mark.parametrize("x_shape,groups", [((2, 16, 18, 32), 8),   # one-launch GroupNorm, 2 images
-                                            ((1, 48, 48, 32), 4)])  # two-stage (partials by rows)
-def test_group_norm_folds_into_a_1x1_conv(rng, tmp_path, x_shape, groups, silu):
-    xv, gamma, beta, w, b, want = _conv_case(rng, x_shape, groups, silu)
-    got, kernels = _conv_run(_conv_model(xv.shape, groups, silu, w, b, gamma, beta), tmp_path, xv)
-    assert_close(got, want.astype(np.float32), rtol=1e-4)
-    assert not OUTPUT_KERNELS & set(kernels["SdGroupNorm"]), kernels
-    assert len(kernels["CONV_2D"]) == 1 and kernels["CONV_2D"][0].endswith("_gn"), kernels
-
-
-def test_group_norm_folds_into_a_split_1x1_conv(rng, tmp_path):
-    xv, gamma, beta, w, b, want = _conv_case(rng, (1, 16, 16, 64), 8, False)
-    got, kernels = _conv_run(_conv_model(xv.shape, 8, False, w, b, gamma, beta), tmp_path, xv, gemm_tiles="64x64/2")
-    assert_close(got, want.astype(np.float32), rtol=1e-4)
-    assert kernels["CONV_2D"] == ["conv_t64x64_gn", "gemm_splitk_reduce"], kernels
-
-
-@pytest.mark.parametrize("case", ["3x3", "off"])
-def test_a_3x3_conv_or_fuse_epilogues_off_keeps_the_normalised_tensor(rng, tmp_path, case):
-    kernel = 3 if case == "3x3" else 1
-    xv, gamma, beta, w, b, want = _conv_case(rng, (1, 16, 16, 32), 8, True, kernel=kernel)
-    opts = {"fuse_epilogues": False} if case == "off" else {}
-    got, kernels = _conv_run(_conv_model(xv.shape, 8, True, w, b, gamma, beta), tmp_path, xv, **opts)
-    assert_close(got, want.astype(np.float32), rtol=1e-4)
-    assert OUTPUT_KERNELS & set(kernels["SdGroupNorm"]), kernels
-    assert not any(k.endswith("_gn") for k in kernels["CONV_2D"]), kernels

@@ -704,50 +704,12 @@ SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
     }                      \
   }
 
-// Input-norm twins (NAME_gn; NORM = 1 below, 1x1 convolutions with stride 1 and no padding only, checked by the host):
-// the conv reads x * scale + shift (then SiLU when nsilu) with (scale, shift) = ntab[nto + 2*(img*Ci + ci) ..], the
-// per-(image, channel) table of group_norm_*_affine (GpuOp::FuseInputNorm), so a GroupNorm(+SiLU) feeding the conv
-// writes only that table (SD's transformer norm -> proj_in). Applied to each A tile when it is stored (its loads have
-// landed by then); img = pixel row / hw. Extra trailing parameters: __global const float* ntab, int nto, int hw,
-// int nsilu.
-#define GT_CN_PARAMS_0
-#define GT_CN_PARAMS_1 , __global const float *ntab, int nto, int hw, int nsilu
-#define GT_CN_ACT(v) (nsilu ? (v) * native_recip(1.0f + native_exp(-(v))) : (v))
-#define GT_CONV_NORM_0(BM, NT, kt)
-#define GT_CONV_NORM_1(BM, NT, kt)                                                        \
-  if (a_mode == GT_KC_VEC) {                                                              \
-    _Pragma("unroll")                                                                     \
-    for (int p = 0; p < 4 * (BM) / (NT); ++p) {                                           \
-      const int m = min(m0 + (lid >> 2) + p * ((NT) / 4), M - 1), c = (kt) + (lid & 3) * 4; \
-      const int t = nto + 2 * ((m / hw) * Ci + c);                                        \
-      const float4 sa = vload4(0, ntab + t), sb = vload4(0, ntab + t + 4);                \
-      float4 v = mad(ra4[p], (float4)(sa.x, sa.z, sb.x, sb.z), (float4)(sa.y, sa.w, sb.y, sb.w)); \
-      v.x = GT_CN_ACT(v.x);                                                               \
-      v.y = GT_CN_ACT(v.y);                                                               \
-      v.z = GT_CN_ACT(v.z);                                                               \
-      v.w = GT_CN_ACT(v.w);                                                               \
-      ra4[p] = v;                                                                         \
-    }                                                                                     \
-  } else {                                                                                \
-    _Pragma("unroll")                                                                     \
-    for (int p = 0; p < 16 * (BM) / (NT); ++p) {                                          \
-      const int m = min(m0 + (lid >> 4) + p * ((NT) / 16), M - 1), c = (kt) + (lid & 15); \
-      const int t = nto + 2 * ((m / hw) * Ci + c);                                        \
-      const float v = mad(GT_GET(ra4[p >> 2], p & 3), ntab[t], ntab[t + 1]);              \
-      GT_SET(ra4[p >> 2], p & 3, GT_CN_ACT(v))                                            \
-    }                                                                                     \
-  }
-
-#define SD_CONV_TILED(NAME, BM, BN, NT) \
-  SD_CONV_TILED_N(NAME, BM, BN, NT, 0)  \
-  SD_CONV_TILED_N(NAME##_gn, BM, BN, NT, 1)
-#define SD_CONV_TILED_N(NAME, BM, BN, NT, NORM)                                                   \
+#define SD_CONV_TILED(NAME, BM, BN, NT)                                                           \
   __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
       __global float* Y, int yo, int scs, __global const float* X, int xo, __global const float* B, int bo, \
       int sbk, int sbn, int b_half, __global const float* bias, int biaso, int has_bias, int H, int Wd, \
       int Ci, int OH, int OW, int Co, int KH, int KW, int sh, int sw, int dh, int dw, int ph, int pw, \
-      int M, int act, int splits, int k_split, __global const float* R, int ro, int rrows, int rsm   \
-      GT_CN_PARAMS_##NORM) {                                                                      \
+      int M, int act, int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) { \
     const int N = Co, K = KH * KW * Ci;                                                           \
     const float alpha = 1.0f;                                                                     \
     GT_DECLS(BM, BN, NT)                                                                          \
@@ -764,7 +726,7 @@ SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
     barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
     int ky = kbeg / (KW * Ci), kx = (kbeg / Ci) % KW, ci0 = kbeg % Ci;                            \
     const int a_mode = (xo & 3) == 0 ? GT_KC_VEC : GT_KC; /* pixel rows are 16-float multiples */ \
-    GT_MAIN_LOOP_S(BM, BN, NT, a_mode, CONV, GT_CONV_ADVANCE, GT_CONV_NORM_##NORM(BM, NT, kt))   \
+    GT_MAIN_LOOP(BM, BN, NT, a_mode, CONV, GT_CONV_ADVANCE)                                       \
     GT_EPILOGUE(BM, BN, NT, Y, yo + sz * scs, Co, Co, 0)                                          \
   }
 
