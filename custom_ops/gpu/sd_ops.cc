@@ -411,13 +411,12 @@ constexpr int kAttnShortMaxKeys = 80;
 constexpr int kAttnShortBq[] = {16, 32, 64};
 
 // Whether attn_short_q* runs an attention of `keys` keys at `head_dim` (unless attention_tiling forces a tiling): up
-// to 80 keys, at the head dims where the tuned tilings lost to it or do not exist. H200, 8 heads, device ms
-// (BENCHMARKS session 18, attn_lab.py --small): 1024 x 77 d80 b1 0.0215 vs d80 0.0251, b2 0.0293 vs 0.0352; but
-// 4096 x 77 d40 b1 0.0317 vs d40 0.0308, b2 0.0566 vs 0.0534, and at d160 r160 was faster from 64 to 256 queries at
-// b1 (256 x 77: 0.0276 vs 0.0251). Other head dims (the text encoder's 64) would take the any-head-dim "dyn"
-// tiling, 3x slower than attn_short_q64 at d80.
+// to 80 keys, at every head dim but 160. H200, 8 heads, device ms (BENCHMARKS session 18, attn_lab.py --small, call 7):
+// 4096 x 77 d40 b1 q64 0.0278 vs d40 0.0304, b2 0.0491 vs 0.0527; 1024 x 77 d80 b1 0.0213 vs d80 0.0249, b2 0.0290
+// vs 0.0344; the text encoder's 77 x 77 d64 (12 heads) q16 0.0162 vs "dyn" 0.0321; but at d160 r160 was faster from
+// 64 to 256 queries at b1 (256 x 77: 0.0243 vs q16 0.0272).
 bool UseAttnShort(int keys, int head_dim) {
-  return keys <= kAttnShortMaxKeys && head_dim % 4 == 0 && head_dim != 40 && head_dim != 160;
+  return keys <= kAttnShortMaxKeys && head_dim % 4 == 0 && head_dim != 160;
 }
 
 // The query block of attn_short_q*: the largest whose grid (`blocks_of(bq)` work-groups) still gives every two compute

@@ -1063,8 +1063,9 @@ ATR_INSTANTIATE(h160x, 160, 4, 8, 4, 4, 1, 0.0f, 0, 8)
 // Against the tiled / row-wise flash kernels above at 77 keys: K and V are staged once per head-dim chunk instead of
 // per key tile, with no per-tile rescaling or row-max round trip. Costs: keys are padded to ATS_KMAX (77 -> 80),
 // every work-group stages all of K and V (so BQ 64 wins wherever the queries fill it), and local memory holds
-// BQ x ATS_KMAX probabilities (BQ 64: 38 KB in all). The host takes it where it measured faster or where no tuned
-// tiling exists (gpu/sd_ops.cc UseAttnShort: H200, d80 14-17% faster than d80; d40 / d160 slower than d40 / r160).
+// BQ x ATS_KMAX probabilities (BQ 64: 38 KB in all). The host takes it where it measured faster (gpu/sd_ops.cc
+// UseAttnShort: H200, 7-17% faster than d40 / d80 at SD1.5's cross-attention, 2x "dyn" at the text encoder's d64;
+// slower than r160 at d160).
 // Parameters and grid of attn_flash_<t>: global = ceil(Sq/BQ)*H*N*ATS_NT, local = ATS_NT (host: kAttnShortNt).
 #define ATS_NT 160
 #define ATS_KMAX 80
@@ -1098,30 +1099,14 @@ ATT_INLINE void attn_short_body(__global float* O, int oo, __global const float*
   __global const float* Qb = Q + qo + n * Sq * HD;
   __global const float* Kb = K + ko + n * Sk * HD;
   __global const float* Vb = V + vo + n * Sk * HD;
-  float acc[4][ATS_KPG];
+  float acc[4 * ATS_KPG];  // acc[i * ATS_KPG + jj]: row rg*RS + i, key kg + ATS_KG*jj
 #pragma unroll
-  for (int i = 0; i < RS; ++i) {
-#pragma unroll
-    for (int jj = 0; jj < ATS_KPG; ++jj) acc[i][jj] = 0.0f;
-  }
+  for (int e = 0; e < RS * ATS_KPG; ++e) acc[e] = 0.0f;
   for (int d0 = 0; d0 < D; d0 += 4 * ATS_DC4) {
     ats_stage(qp, BQ, Qb, q0, qrows, HD, col0, d0, D, sl2, lid);
     ats_stage(kv, ATS_KMAX, Kb, 0, Sk, HD, col0, d0, D, 1.0f, lid);
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int c4 = 0; c4 < ATS_DC4; ++c4) {
-      float4 qv[4];
-#pragma unroll
-      for (int i = 0; i < RS; ++i) qv[i] = qp[(rg * RS + i) * ATS_S4 + c4];
-#pragma unroll
-      for (int jj = 0; jj < ATS_KPG; ++jj) {
-        const float4 k4 = kv[(kg + ATS_KG * jj) * ATS_S4 + c4];
-#pragma unroll
-        for (int i = 0; i < RS; ++i) {
-          acc[i][jj] = mad(qv[i].x, k4.x, mad(qv[i].y, k4.y, mad(qv[i].z, k4.z, mad(qv[i].w, k4.w, acc[i][jj]))));
-        }
-      }
-    }
+    att_dot(acc, qp, kv, ATS_S4, ATS_DC4, rg, kg, RS, ATS_KPG, ATS_KG);
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   // masked keys -> -inf; the row max over the ten key groups
@@ -1132,8 +1117,8 @@ ATT_INLINE void attn_short_body(__global float* O, int oo, __global const float*
 #pragma unroll
     for (int jj = 0; jj < ATS_KPG; ++jj) {
       const int j = kg + ATS_KG * jj;
-      if (j >= Sk || (causal && j > row)) acc[i][jj] = -INFINITY;
-      mx = fmax(mx, acc[i][jj]);
+      if (j >= Sk || (causal && j > row)) acc[i * ATS_KPG + jj] = -INFINITY;
+      mx = fmax(mx, acc[i * ATS_KPG + jj]);
     }
     red[(rg * RS + i) * ATS_KG + kg] = mx;
   }
@@ -1148,15 +1133,15 @@ ATT_INLINE void attn_short_body(__global float* O, int oo, __global const float*
     float sum = 0.0f;
 #pragma unroll
     for (int jj = 0; jj < ATS_KPG; ++jj) {
-      const float pj = mx == -INFINITY ? 0.0f : exp2(acc[i][jj] - mx);  // a fully masked row: zeros
+      const float pj = mx == -INFINITY ? 0.0f : exp2(acc[i * ATS_KPG + jj] - mx);  // a fully masked row: zeros
       sum += pj;
       P[r * ATS_PS + kg + ATS_KG * jj] = pj;
     }
-    acc[i][0] = sum;  // the partial sum, kept until the max's reads are done
+    acc[i * ATS_KPG] = sum;  // the partial sum, kept until the max's reads are done
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
-  for (int i = 0; i < RS; ++i) red[(rg * RS + i) * ATS_KG + kg] = acc[i][0];
+  for (int i = 0; i < RS; ++i) red[(rg * RS + i) * ATS_KG + kg] = acc[i * ATS_KPG];
   barrier(CLK_LOCAL_MEM_FENCE);
   if (lid < BQ) {
     float sum = 0.0f;
