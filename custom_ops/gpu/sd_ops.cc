@@ -263,14 +263,15 @@ class SdGroupNormOp final : public GpuOp {
   // path, whose affine kernel MakeSdGroupNorm fetched (only on devices with the prologue); the table is [N][C] x
   // (scale, shift).
   size_t NormTableBytes(const Device&) const override {
-    const Kernel* affine = nhwc_ != nullptr ? nhwc_affine_ : finalize_affine_;  // the latter: two-stage path only
+    // (finalize_affine_ is fetched for the statistics epilogue too: the table needs the two-stage path's partials)
+    const Kernel* affine = nhwc_ != nullptr ? nhwc_affine_ : partial_ != nullptr ? finalize_affine_ : nullptr;
     if (affine == nullptr || g_.b != 1 || rows_kernel_ != nullptr) return 0;
     return static_cast<size_t>(g_.n * g_.c) * 2 * sizeof(float);
   }
   void EmitNormTable() override { table_ = true; }
 
   bool GroupStatsGeometry(int64_t* n, int64_t* positions, int64_t* channels, int* groups) const override {
-    if (st_finalize_ == nullptr || g_.b != 1 || rows_kernel_ != nullptr || g_.groups > INT_MAX) return false;
+    if (!stats_kernels_ || g_.b != 1 || rows_kernel_ != nullptr || g_.groups > INT_MAX) return false;
     *n = g_.n;
     *positions = g_.a;
     *channels = g_.c;
@@ -300,11 +301,9 @@ class SdGroupNormOp final : public GpuOp {
   const Kernel* nhwc_affine_ = nullptr;      // group_norm_nhwc_affine (null: the backend lacks it)
   const Kernel* finalize_affine_ = nullptr;  // group_norm_finalize_affine (null: the backend lacks it)
   // The statistics epilogue (TakeGroupStats; channels-last, devices with Device::winograd_io_fusion): the partials
-  // come from the producer, so only group_norm_finalize_affine (table mode) or group_norm_finalize + apply[4] run.
-  const Kernel* st_finalize_ = nullptr;
-  const Kernel* st_finalize_affine_ = nullptr;
-  const Kernel* st_apply_ = nullptr;
-  const Kernel* st_apply4_ = nullptr;  // null: C % 4 != 0
+  // come from the producer, so only finalize_affine_ (table mode) or finalize_ + apply[4]_ run, whatever path the
+  // shape picked otherwise; MakeSdGroupNorm fetched those for every channels-last op on such devices.
+  bool stats_kernels_ = false;
   int stats_chunks_ = 0;  // > 0: partials per (image, group) in stats_buffer_ (TakeGroupStats)
 
  private:
@@ -318,12 +317,12 @@ class SdGroupNormOp final : public GpuOp {
       f.Buf(out.buffer, out.elem_offset()).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
       f.Int(static_cast<int>(count_)).Float(eps_).Buf(in[1].buffer, in[1].elem_offset());
       f.Buf(in[2].buffer, in[2].elem_offset()).Int(C).Int(G);
-      return dev.Launch(*st_finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
+      return dev.Launch(*finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
     }
     f.Buf(scratch.buffer, scratch.elem_offset()).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
     f.Int(static_cast<int>(count_)).Float(eps_);
-    SDGPU_RETURN_IF_ERROR(dev.Launch(*st_finalize_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings));
-    const bool vec = st_apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
+    SDGPU_RETURN_IF_ERROR(dev.Launch(*finalize_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings));
+    const bool vec = apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
     const int n = static_cast<int>(g_.n * A * C);
     Args a;
     a.Buf(out.buffer, vec ? out.elem_offset() / 4 : out.elem_offset());
@@ -331,7 +330,7 @@ class SdGroupNormOp final : public GpuOp {
     a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
     a.Buf(scratch.buffer, scratch.elem_offset()).Int(A).Int(C).Int(1).Int(G).Int(silu_).Int(vec ? n / 4 : n);
     if (vec) a.Int(1);
-    return Launch1D(dev, vec ? *st_apply4_ : *st_apply_, a, vec ? n / 4 : n, timings);
+    return Launch1D(dev, vec ? *apply4_ : *apply_, a, vec ? n / 4 : n, timings);
   }
 };
 
@@ -475,14 +474,12 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   u->count_ = g.a * (g.c / g.groups) * g.b;
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
   // the statistics epilogue's kernels (GroupStatsGeometry): channels-last groups, devices with the Winograd folds
-  if (g.b == 1 && dev.winograd_io_fusion() && g.n * g.a * g.c <= INT_MAX &&
-      !(dev.GetKernel("group_norm_finalize", &u->st_finalize_).ok() &&
-        dev.GetKernel("group_norm_finalize_affine", &u->st_finalize_affine_).ok() &&
-        dev.GetKernel("group_norm_apply", &u->st_apply_).ok())) {
-    u->st_finalize_ = u->st_finalize_affine_ = u->st_apply_ = nullptr;
-  }
-  if (u->st_finalize_ != nullptr && (g.c % 4 != 0 || !dev.GetKernel("group_norm_apply4", &u->st_apply4_).ok())) {
-    u->st_apply4_ = nullptr;
+  u->stats_kernels_ = g.b == 1 && dev.winograd_io_fusion() && g.n * g.a * g.c <= INT_MAX &&
+                      dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&
+                      dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok() &&
+                      dev.GetKernel("group_norm_apply", &u->apply_).ok();
+  if (u->stats_kernels_ && (g.c % 4 != 0 || !dev.GetKernel("group_norm_apply4", &u->apply4_).ok())) {
+    u->apply4_ = nullptr;
   }
   // The LayerNorm view ([R, 1, C], one group): one work-group per row, the row in registers (row kernel when
   // the backend has it and C fits; float4-aligned tensors are checked per launch).

@@ -144,8 +144,8 @@ class WinogradOp final : public GpuOp {
     AddResidualArgs(dev, residual_, residual_input_, x, &o);
     if (dev.winograd_io_fusion()) o.Int(sum_partials ? plan_.splits : 1);
     if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset()).Int(stats_groups_);
-    const Kernel* const* kernels = stats_groups_ > 0 ? output_st_ : output_k_;
-    return dev.Launch(*kernels[sum_partials ? 1 : 0], o,
+    const Kernel* output = stats_groups_ > 0 ? output_st_[sum_partials ? 1 : 0] : sum_partials ? output_sum_ : output_;
+    return dev.Launch(*output, o,
                       {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
   }
 
@@ -177,7 +177,6 @@ class WinogradOp final : public GpuOp {
   const Kernel* input_[3] = {nullptr, nullptr, nullptr};
   const Kernel* output_ = nullptr;
   const Kernel* output_sum_ = nullptr;  // winograd_output_fM_sum (Device::winograd_io_fusion), else null
-  const Kernel* output_k_[2] = {nullptr, nullptr};   // {output_, output_sum_}
   // the GroupNorm statistics epilogue (EmitGroupStats): winograd_output_fM[_sum]_st (winograd_io_fusion), else null
   const Kernel* output_st_[2] = {nullptr, nullptr};
   int stats_groups_ = 0;  // > 0: the output transform also writes that GroupNorm's partials (EmitGroupStats)
@@ -238,8 +237,6 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
         dev.GetKernel("winograd_output" + suffix + "_sum_st", &u->output_st_[1]).ok())) {
     u->output_st_[0] = u->output_st_[1] = nullptr;
   }
-  u->output_k_[0] = u->output_;
-  u->output_k_[1] = u->output_sum_;
   if (ok) {
     GemmShape& s = u->gemm_;
     s.M = g.tiles;
