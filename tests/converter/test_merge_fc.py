@@ -147,3 +147,75 @@ def test_bias_free_siblings_merge_per_width(tmp_path, rng):
     want, got = _run(src, inputs), _run(dst, inputs)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+def _late_time_projection(rng: np.random.Generator, *, f16: bool, rows: int = 1, seq: bool = False) -> Model:
+    """SD's ResNet order, small: e = RELU(t) (the time embedding), a big op on the image (h = FC(x)), then
+    s = RELU(e) (each ResNet's SiLU of e, exported after its conv1) read by three biased FCs (the time projections),
+    each added to h. With `seq` the projections read [1, rows, 8] (q/k/v-like, not hoisted)."""
+    sg = Subgraph("main")
+    t = sg.add_tensor(Tensor("t", (1, rows, 8) if seq else (rows, 8)))
+    x = sg.add_tensor(Tensor("x", (1, rows, 8) if seq else (rows, 8)))
+    e = _relu(sg, t)
+    h, _ = _fc(sg, x, rng.standard_normal((8, 8)).astype(np.float32), None)  # "conv1"
+    s = _relu(sg, e)
+    outs = []
+    for _ in range(3):
+        p, _ = _fc(sg, s, rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32),
+                   f16=f16)
+        y = sg.add_tensor(Tensor(f"add_{len(sg.ops)}", h.shape))
+        sg.ops.append(Op(OpCode.of("ADD"), [h, p], [y], options_type=S.BuiltinOptions.AddOptions,
+                         options=S.AddOptionsT()))
+        outs.append(y)
+    return _model(sg, [t, x], outs)
+
+
+@pytest.mark.parametrize("f16", [False, True])
+def test_few_row_projection_is_hoisted_before_the_conv(tmp_path, rng, f16):
+    """The merged time projection, the SiLU it reads and (fp16) its weights' DEQUANTIZE move to just after the time
+    embedding: before "conv1", so a GPU delegate can fold every ADD into the op that writes h. Parity unchanged."""
+    model = _late_time_projection(rng, f16=f16)
+    src = write_model(model, tmp_path / "src.tflite")
+    assert merge_sibling_fcs(model) == 2
+    dst = write_model(model, tmp_path / "dst.tflite")
+    ops = read_model(dst).main.ops
+    order = [op.type for op in ops]
+    conv1 = next(i for i, op in enumerate(ops) if op.type == "FULLY_CONNECTED" and op.inputs[0].name == "x")
+    merged = next(i for i, op in enumerate(ops) if op.type == "FULLY_CONNECTED" and op.inputs[1].shape[0] == 24)
+    assert order[:2] == ["RELU", "RELU"]  # e, then the hoisted s
+    assert merged == (3 if f16 else 2) and merged < conv1 and order[merged + 1:merged + 4] == ["SLICE"] * 3
+    assert order[2] == ("DEQUANTIZE" if f16 else "FULLY_CONNECTED")  # the weights' DEQUANTIZE right before it
+    assert all(i > conv1 for i, op in enumerate(ops) if op.type == "ADD")
+    inputs = {"t": rng.standard_normal((1, 8)).astype(np.float32), "x": rng.standard_normal((1, 8)).astype(np.float32)}
+    want, got = _run(src, inputs), _run(dst, inputs)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, seq", [(17, False), (1, True)])
+def test_projections_of_many_rows_or_sequences_stay_in_place(rng, rows, seq):
+    """Only a [rows <= HOIST_MAX_ROWS, C] input hoists: 17 rows, or a [1, S, C] sequence (q/k/v), keep the merged FC
+    at its first sibling's position (after "conv1"): moving those would make large tensors live longer."""
+    model = _late_time_projection(rng, f16=False, rows=rows, seq=seq)
+    assert merge_sibling_fcs(model) == 2
+    ops = model.main.ops
+    conv1 = next(i for i, op in enumerate(ops) if op.type == "FULLY_CONNECTED" and op.inputs[0].name == "x")
+    merged = next(i for i, op in enumerate(ops) if op.type == "FULLY_CONNECTED" and op.inputs[1].shape[0] == 24)
+    assert [op.type for op in ops][:2] == ["RELU", "FULLY_CONNECTED"] and merged > conv1
+
+
+def test_tiny_unet_time_projection_precedes_every_resnet_conv(tiny_export):
+    """Tiny UNet: after `--fuse`, the merged time-embedding projection (the only merged FC with a bias) and all its
+    SLICEs come before the first 3x3 conv of the first ResNet, i.e. right after the time embedding."""
+    from sdconvert.rewrite.fuse import fuse
+
+    model = read_model(tiny_export / "unet.tflite")
+    fuse(model)
+    ops = model.main.ops
+    temb = [i for i, op in enumerate(ops) if op.type == "FULLY_CONNECTED" and len(op.inputs) > 2
+            and op.inputs[2] is not None and "merged_fc" in op.outputs[0].name]
+    assert len(temb) == 1
+    slices = [i for i, op in enumerate(ops) if op.type == "SLICE" and op.inputs[0] is ops[temb[0]].outputs[0]]
+    convs = [i for i, op in enumerate(ops) if op.type in ("CONV_2D", "SdConv2DWinograd")
+             and "ResnetBlock2D_0" in op.outputs[0].name and "conv1" in op.outputs[0].name]
+    assert len(slices) >= 4 and convs and max([temb[0], *slices]) < min(convs)

@@ -19,7 +19,14 @@ time-embedding projections: at batch 1 their slices are contiguous runs, which t
 Merged: FCs whose input is the same tensor, with equal options (activation, keepNumDims, weights format), float32
 weights that are constants or ``DEQUANTIZE`` of float16 constants used only by that FC (merged into one
 DEQUANTIZE), optional float32 constant biases (a missing bias becomes zeros when a sibling has one), and outputs
-that are not subgraph outputs. The merged FC takes the position of the first sibling, the SLICEs follow it.
+that are not subgraph outputs. The merged FC takes the position of the first sibling, the SLICEs follow it, except
+for a projection of a ``[rows, C]`` input with at most ``HOIST_MAX_ROWS`` rows: it moves to just after its input
+is computed, together with the ops no larger than that input that compute it (``_hoist``). In SD that is the time embedding's: each
+ResNet applies SiLU to it and projects it after its conv1, so the merged projection stood after the FIRST ResNet's
+conv1, and the GPU delegate, which folds a residual ADD into the conv that writes the other operand only when the
+added tensor exists before that conv runs, could not fold that ResNet's time-embedding ADD (one more launch, and
+its norm2 kept its own statistics pass). Hoisting moves only a few-row chain (SD: a [batch, 1280] SiLU), so no large
+tensor lives longer.
 """
 
 from __future__ import annotations
@@ -84,6 +91,34 @@ def _mergeable(sg: Subgraph, op: Op) -> bool:
     )
 
 
+HOIST_MAX_ROWS = 16  # a merged FC over a [rows, C] input of at most this many rows (SD: the time embedding) is hoisted
+
+
+def _hoist(sg: Subgraph, op: Op, max_elems: int, done: set[int] | None = None) -> None:
+    """Move ``op`` to just after the last producer of its inputs, first hoisting each producer whose outputs all have
+    at most ``max_elems`` elements (so only small tensors start living earlier); a producer that reads only constants
+    (the merged fp16 weights' DEQUANTIZE, which runs once) moves along to just before ``op``. Topological order is
+    kept: an op only ever moves to a position after all of its producers."""
+    done = set() if done is None else done
+    if id(op) in done:
+        return
+    done.add(id(op))
+    producers = [t.producer for t in op.inputs if t is not None and t.producer is not None and t.producer in sg.ops]
+    const = [p for p in producers if all(t is None or t.is_constant for t in p.inputs)]
+    deps = [p for p in producers if not any(p is c for c in const)]
+    for p in deps:
+        if all(0 <= o.numel <= max_elems for o in p.outputs):
+            _hoist(sg, p, max_elems, done)
+    target = max((sg._index(p) for p in deps), default=-1) + 1
+    if sg._index(op) > target:
+        sg.ops.remove(op)
+        sg.ops.insert(target, op)
+    for c in const:
+        if sg._index(c) > sg._index(op):
+            sg.ops.remove(c)
+            sg.insert_op(c, before=op)
+
+
 def _merge_group(sg: Subgraph, group: list[Op]) -> None:
     first = min(group, key=sg._index)
     weights = [_weight(op) for op in group]
@@ -135,6 +170,14 @@ def _merge_group(sg: Subgraph, group: list[Op]) -> None:
         sg.replace_uses(out, sliced)
         offset += n
     sg.remove_ops(group)
+    x = fc.inputs[0]
+    if x.shape is not None and len(x.shape) == 2 and 0 < int(x.shape[0]) <= HOIST_MAX_ROWS:  # [batch, C]
+        _hoist(sg, fc, x.numel)
+        prev = fc
+        for sl in sorted(merged.consumers, key=sg._index):  # the SLICEs (their only readers) follow it again
+            sg.ops.remove(sl)
+            sg.insert_op(sl, after=prev)
+            prev = sl
 
 
 def _by_width(group: list[Op]) -> list[list[Op]]:
