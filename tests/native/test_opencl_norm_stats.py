@@ -124,6 +124,18 @@ def test_conv_output_transform_writes_the_group_norm_statistics(rng, tmp_path, t
     assert convs[1][0] == f"winograd_input_f{tile}_gnsilu"
 
 
+@pytest.mark.parametrize("tile", [2, 6])
+def test_statistics_hold_under_a_large_mean(rng, tmp_path, tile):
+    """Outputs of mean ~300 and spread ~3 (conv bias 300): the transform's one-pass partials are shifted by each
+    tile's first output, so their M2 keeps its precision (unshifted sums of squares lose ~1e-3 of it here)."""
+    case = ResnetHalf(rng, (2, 19, 17, 16), ci=16, groups=4, tile=tile)
+    case.b1 = case.b1 + 300.0
+    out, launches = _run(case.model(), tmp_path, case.feeds())
+    assert_close(out["y2"], case.want()[0].astype(np.float32), rtol=1e-4)
+    assert _kernels(launches, "SdConv2DWinograd")[0][-1] == f"winograd_output_f{tile}_st"
+    assert _kernels(launches, "SdGroupNorm") == [["group_norm_finalize_affine"]]
+
+
 @pytest.mark.parametrize("residual", ["full", "per_image"])
 def test_statistics_include_the_folded_residual(rng, tmp_path, residual):
     """conv1 + R (SD: the time embedding, one row per image; or a full-shape skip): the partials are of y + R."""
