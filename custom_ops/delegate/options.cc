@@ -104,11 +104,21 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       out->gemm_tiles = std::string(value);
     } else if (key == "attention_tiling") {
       out->attention_tiling = std::string(value);
+    } else if (key == "layer_norm_fold") {
+      if (value == "auto") {
+        out->layer_norm_fold = LnFold::kAuto;
+      } else if (value == "twin") {
+        out->layer_norm_fold = LnFold::kTwin;
+      } else if (value == "rows") {
+        out->layer_norm_fold = LnFold::kRows;
+      } else {
+        return Status::Error("option layer_norm_fold='" + std::string(value) + "' must be auto, twin or rows");
+      }
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
-                           "attention_key_splits, gemm_tiles, attention_tiling)");
+                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold)");
     }
   }
   return Status::Ok();

@@ -24,6 +24,7 @@ class GpuBackend final : public Backend {
     Device::Overrides o;
     if (GemmTiles t; !options.gemm_tiles.empty() && ParseGemmTiles(options.gemm_tiles, &t)) o.gemm_tiles = t;
     o.attention_tiling = options.attention_tiling;
+    o.ln_fold = options.layer_norm_fold;
     device_->set_overrides(std::move(o));
   }
 

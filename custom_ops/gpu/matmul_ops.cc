@@ -86,6 +86,12 @@ constexpr int kMinSplitK = 256;  // no split slice shorter than 16 K steps
 constexpr int kMinFreeSplitK = 128;
 constexpr int kFreeSplitConfigs = 3;
 constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuning candidate may add
+// layer_norm_rows (ops/group_norm/opencl.cl, LN_WG / LN_V4): its work-group size and widest row (correctness
+// constants; gpu/sd_ops.cc launches it for SdGroupNorm's LayerNorm view too)
+constexpr size_t kLnRowsWg = 64;
+constexpr int kLnRowsMaxK = 4 * 64 * 8;
+
+size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 // Tuning time per candidate: kTuneRounds rounds (candidates interleaved), each of at least kTuneRuns launches and
 // at least kTuneMinRoundS of host time (at most kTuneMaxRuns launches); the fastest round counts. Three launches
 // of a 70 us kernel timed once on the host clock (session 11's tuner) picked a 7% slower Winograd GEMM plan in an
@@ -238,13 +244,13 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   return Status::Ok();
 }
 
-// Winners of earlier tunings, process-wide: "device|problem" -> (bm, bn, threads, splits).
+// Winners of earlier tunings, process-wide: "device|problem" -> (bm, bn, threads, splits, ln_rows).
 std::mutex& TuneMutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::string, std::array<int, 4>>& TuneMemo() {
-  static std::map<std::string, std::array<int, 4>> memo;
+std::map<std::string, std::array<int, 5>>& TuneMemo() {
+  static std::map<std::string, std::array<int, 5>> memo;
   return memo;
 }
 
@@ -332,10 +338,15 @@ Status LnTwin(const Device& dev, TilePlan* plan) {
   return Status::Ok();
 }
 
-void TileTuner::UseLnTwins(const Device& dev) {
+void TileTuner::UseLnTwins(const Device& dev, size_t rows_bytes, bool twins) {
   std::vector<TilePlan> kept;
   for (TilePlan p : candidates_) {
-    if (LnTwin(dev, &p).ok()) kept.push_back(p);
+    if (twins && LnTwin(dev, &p).ok()) kept.push_back(p);
+  }
+  for (TilePlan p : rows_bytes > 0 ? candidates_ : std::vector<TilePlan>{}) {
+    p.ln_rows = true;
+    p.scratch_bytes += rows_bytes;
+    kept.push_back(p);
   }
   candidates_ = kept.size() < 2 ? std::vector<TilePlan>{} : std::move(kept);
 }
@@ -392,9 +403,9 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   if (candidates_.empty()) return Status::Ok();
   std::vector<TilePlan> candidates;
   candidates.swap(candidates_);  // tune once, whatever happens below
-  auto pick = [&](const std::array<int, 4>& w) {
+  auto pick = [&](const std::array<int, 5>& w) {
     for (const TilePlan& p : candidates) {
-      if (p.bm == w[0] && p.bn == w[1] && p.threads == w[2] && p.splits == w[3]) {
+      if (p.bm == w[0] && p.bn == w[1] && p.threads == w[2] && p.splits == w[3] && (p.ln_rows ? 1 : 0) == w[4]) {
         *plan = p;
         return true;
       }
@@ -437,7 +448,7 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   const TilePlan* best = &candidates[std::min_element(per_launch.begin(), per_launch.end()) - per_launch.begin()];
   *plan = *best;
   std::lock_guard<std::mutex> lock(TuneMutex());
-  TuneMemo()[key_] = {best->bm, best->bn, best->threads, best->splits};
+  TuneMemo()[key_] = {best->bm, best->bn, best->threads, best->splits, best->ln_rows ? 1 : 0};
   return Status::Ok();
 }
 
@@ -614,17 +625,28 @@ class TiledGemmOp final : public GpuOp {
       colsum_ref = &colsum;
       if (in[s_.a_input].elem_offset() % 4 != 0) return Status::Error("LayerNorm GEMM input not 16-byte aligned");
     }
+    auto run = [&](const TilePlan& p, Timings* t) -> Status {
+      if (!p.ln_rows) {
+        return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, t, residual_, residual_input_, false,
+                               colsum_ref, ln_eps_);
+      }
+      // the rows, normalised (unit affine), at the head of the scratch; the plan's own scratch (split partials) after
+      const TensorRef rows{scratch.buffer, scratch.offset};
+      const TensorRef rest{scratch.buffer, scratch.offset + ln_rows_bytes_};
+      SDGPU_RETURN_IF_ERROR(ln_ones_->Ensure(dev));
+      SDGPU_RETURN_IF_ERROR(ln_zeros_->Ensure(dev));
+      if (rows.offset % 16 != 0) return Status::Error("LayerNorm rows scratch not 16-byte aligned");
+      Args a;
+      a.Buf(rows.buffer, rows.elem_offset(16)).Buf(in[s_.a_input].buffer, in[s_.a_input].elem_offset(16));
+      a.Buf(ln_ones_->operand().buffer, 0).Buf(ln_zeros_->operand().buffer, 0).Int(s_.K / 4).Float(ln_eps_).Int(0);
+      SDGPU_RETURN_IF_ERROR(
+          dev.Launch(*ln_rows_kernel_, a, {static_cast<size_t>(s_.M) * kLnRowsWg, 1, 1}, {kLnRowsWg, 1, 1}, t));
+      return LaunchTiledGemm(dev, p, s_, out, rows, b, bias, rest, t, residual_, residual_input_, false, nullptr, 0.0f);
+    };
     if (tuner_.pending()) {
-      SDGPU_RETURN_IF_ERROR(tuner_.Tune(
-          dev,
-          [&](const TilePlan& p) {
-            return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, nullptr, residual_,
-                                   residual_input_, false, colsum_ref, ln_eps_);
-          },
-          &plan_));
+      SDGPU_RETURN_IF_ERROR(tuner_.Tune(dev, [&](const TilePlan& p) { return run(p, nullptr); }, &plan_));
     }
-    return LaunchTiledGemm(dev, plan_, s_, out, in[s_.a_input], b, bias, scratch, timings, residual_,
-                           residual_input_, false, colsum_ref, ln_eps_);
+    return run(plan_, timings);
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override {
@@ -706,8 +728,9 @@ class TiledGemmOp final : public GpuOp {
     // A split plan stays as it is: its unsplit replacement cost more than the LayerNorm launch it saves (H200,
     // BENCHMARKS session 14: SD's 32x32-level attn2 Q 45 -> 58 us, 8x8 GEGLU 79 -> 94 us, vs ~7 us of LayerNorm).
     if (plan_.splits > 1) return false;
+    const LnFold fold = dev.overrides().ln_fold;
     TilePlan plan = plan_;
-    if (!LnTwin(dev, &plan).ok()) {
+    if (fold != LnFold::kRows && !LnTwin(dev, &plan).ok()) {
       // a kernel without the twin (gemm_t16x64): the cheapest unsplit plan with one, when it still fills the device
       // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less)
       if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, gated, &plan).ok() ||
@@ -720,7 +743,21 @@ class TiledGemmOp final : public GpuOp {
         (gated && !tuner.UseGatedTwins(dev).ok())) {
       return false;
     }
-    tuner.UseLnTwins(dev);
+    // The other form (TilePlan::ln_rows): layer_norm_rows into the op's scratch, then the plain GEMM. The tuner
+    // times both forms (layer_norm_fold=auto): a twin's LayerNorm work sits in its main loop and costs some shapes
+    // more than the extra launch (H200, BENCHMARKS session 19: SD's 64x64 GEGLU at b2, twin 424 us vs plain 401).
+    size_t rows_bytes = 0;
+    if (fold != LnFold::kTwin && s_.K <= kLnRowsMaxK && dev.max_work_group_size() >= kLnRowsWg &&
+        dev.GetKernel("layer_norm_rows", &ln_rows_kernel_).ok()) {
+      rows_bytes = RoundUp(static_cast<size_t>(s_.M) * static_cast<size_t>(s_.K) * sizeof(float), size_t{256});
+    } else if (fold == LnFold::kRows) {
+      return false;
+    }
+    tuner.UseLnTwins(dev, rows_bytes, fold != LnFold::kRows);
+    if (fold == LnFold::kRows) {  // the cost model's plain plan (already gated when gated), in its ln_rows form
+      plan.ln_rows = true;
+      plan.scratch_bytes += rows_bytes;
+    }
     const int N = s_.N * s_.batch, K = s_.K;  // packed columns (all blocks)
     const std::function<void(float*)> weights = packed_->producer();  // K x N, before the gamma scaling
     std::function<void(float*)> base_bias;
@@ -766,6 +803,13 @@ class TiledGemmOp final : public GpuOp {
           for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(colsum[n]);
         });
     ln_eps_ = eps;
+    if (rows_bytes > 0) {
+      ln_rows_bytes_ = rows_bytes;
+      ln_ones_ = std::make_unique<PackedWeights>(static_cast<size_t>(K), false,
+                                                 [K](float* dst) { std::fill(dst, dst + K, 1.0f); });
+      ln_zeros_ = std::make_unique<PackedWeights>(static_cast<size_t>(K), false,
+                                                  [K](float* dst) { std::fill(dst, dst + K, 0.0f); });
+    }
     plan_ = plan;
     tuner_ = std::move(tuner);
     scratch_bytes_ = std::max(plan_.scratch_bytes, tuner_.scratch_bytes());
@@ -779,6 +823,11 @@ class TiledGemmOp final : public GpuOp {
   std::unique_ptr<PackedWeights> packed_bias_;  // the bias re-packed (gated-GELU epilogue) or LayerNorm-folded
   std::unique_ptr<PackedWeights> ln_colsum_;    // FuseLayerNorm: the column sums of the gamma-scaled weights
   float ln_eps_ = 0.0f;
+  // FuseLayerNorm's ln_rows plans: layer_norm_rows, its unit gamma / zero beta (K floats each) and the bytes its
+  // normalised rows take at the head of the scratch (0: no ln_rows plan among the candidates)
+  const Kernel* ln_rows_kernel_ = nullptr;
+  std::unique_ptr<PackedWeights> ln_ones_, ln_zeros_;
+  size_t ln_rows_bytes_ = 0;
   const float* b_const_ = nullptr;     // FULLY_CONNECTED's constant N x K weights (host, interpreter lifetime)
   const float* bias_const_ = nullptr;  // and its constant bias, when it has one
   bool b_half_ = false;

@@ -49,6 +49,10 @@ struct TilePlan {
   const Kernel* reduce = nullptr;  // gemm_splitk_reduce when splits > 1
   size_t scratch_bytes = 0;        // split-K partials
   bool ln = false;                 // the kernel is a LayerNorm twin (NAME_ln / NAME_gg_ln, gemm_tiled.cl)
+  // A folded LayerNorm's other form (TiledGemmOp::FuseLayerNorm): the op first normalises A's rows into the head of
+  // its scratch (layer_norm_rows, unit affine: gamma and beta are in the packed weights and bias), then runs this
+  // plain plan on them; scratch_bytes includes those rows.
+  bool ln_rows = false;
 };
 
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
@@ -108,8 +112,10 @@ class TileTuner {
   Status Tune(const Device& dev, const std::function<Status(const TilePlan&)>& launch, TilePlan* plan);
   // GatedTwin on every candidate (before Tune).
   Status UseGatedTwins(const Device& dev);
-  // LnTwin on every candidate that has one; the others (split plans, configs without the twin) are dropped.
-  void UseLnTwins(const Device& dev);
+  // LnTwin on every candidate that has one; the others (split plans, configs without the twin) are dropped. With
+  // `rows_bytes` > 0 every candidate also stays as an ln_rows plan (its scratch grows by rows_bytes), and with
+  // `twins` false only those do.
+  void UseLnTwins(const Device& dev, size_t rows_bytes = 0, bool twins = true);
 
  private:
   std::vector<TilePlan> candidates_;

@@ -41,6 +41,7 @@ ENV_DELEGATE_PATH = "SDLITE_DELEGATE_PATH"
 LIBRARY_NAME = "libsdgpu_delegate.dylib" if sys.platform == "darwin" else "libsdgpu_delegate.so"
 BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
+LAYER_NORM_FOLDS = ("auto", "twin", "rows")
 
 
 class NativeDelegateError(BackendUnavailableError):
@@ -78,6 +79,10 @@ class DelegateOptions:
     ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
     ``"short16"`` / ``"short32"`` / ``"short64"`` with that query block) used for every attention whose head dim
     (and, for ``"short*"``, key count) it fits.
+    ``layer_norm_fold`` (OpenCL; unset = the delegate's default, ``"auto"``): how a LayerNorm folded into the
+    FULLY_CONNECTED that reads it runs: ``"twin"`` inside the GEMM (its LayerNorm twin kernels), ``"rows"`` as one
+    ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
+    faster per shape (``"twin"`` when ``gemm_autotune`` is off).
     """
 
     backend: str = "cpu"
@@ -93,6 +98,7 @@ class DelegateOptions:
     attention_key_splits: int | None = None
     gemm_tiles: str | None = None
     attention_tiling: str | None = None
+    layer_norm_fold: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -116,6 +122,9 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
+        if self.layer_norm_fold not in (None, *LAYER_NORM_FOLDS):
+            raise NativeDelegateError(f"layer_norm_fold must be one of {', '.join(LAYER_NORM_FOLDS)} or None, "
+                                      f"got {self.layer_norm_fold!r}")
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -124,7 +133,7 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None:
                 out[name] = str(value)
-        for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling"):
+        for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling", "layer_norm_fold"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)
@@ -194,7 +203,7 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
     attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune,
-    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling),
+    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """

@@ -11,6 +11,8 @@ is checked against a float64 numpy reference on the first 256 query rows before 
 plain attn_flash_<t>) at every SD1.5 self/cross-attention shape the row-wise tilings run, b1 and b2; the time is
 the two launches' device time summed.
 
+--reqd: the row-wise kernels built with reqd_work_group_size(NT) against the library build (attention file only).
+
 --small: the short-sequence shapes (cross-attention with 77 keys, the 16x16 / 8x8 levels), b1 and b2, through every
 kernel family that can run them (the tiled d*/r* tilings, "dyn", and the one-row-per-work-group fallback
 attn_flash), to check the op's per-shape pick.
@@ -26,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cl_lab import Lab, lib_source, rel_err  # noqa: E402
+from cl_lab import ROOT, Lab, lib_source, rel_err  # noqa: E402
 
 # (name, S (= Sq = Sk), heads, head dim, the library's tiling, its BQ, its NT)
 SHAPES = [("64x64 self 4096 d40", 4096, 8, 40, "r40", 128, 128), ("32x32 self 1024 d80", 1024, 8, 80, "r80", 64, 128)]
@@ -280,6 +282,40 @@ def run_xs(lab: Lab, shapes: list, runs: int, nv: bool) -> list[dict]:
     return rows
 
 
+# --reqd (session 19): the row-wise kernels with reqd_work_group_size(NT) (ptxas then knows the work-group size:
+# .reqntid) against the library's build, both from the attention file alone (no GEMM / Winograd kernels to build).
+REQD_SHAPES = [("b1 4096 d40", 4096, 8, 40, [("r40", 128, 128)]), ("b2 4096 d40", 4096, 16, 40, [("r40", 128, 128)]),
+               ("b1 1024 d80", 1024, 8, 80, [("h80", 64, 256)]), ("b2 1024 d80", 1024, 16, 80, [("r80", 64, 128)]),
+               ("b1 256 d160", 256, 8, 160, [("h160", 16, 256)]),
+               ("b2 256 d160", 256, 16, 160, [("h160x", 32, 256), ("h160w", 32, 256)])]
+QUICK_REQD_SHAPES = [("quick d40", 256, 2, 40, [("r40", 128, 128)]), ("quick d80", 128, 2, 80, [("h80", 64, 256)])]
+ATTENTION_FILE = "ops/attention/opencl.cl"
+
+
+def reqd_source(src: str) -> str:
+    """`src` with reqd_work_group_size(RW * NS * DS) on every ATR_INSTANTIATE kernel (the macro body's parameters)."""
+    head, sep, body = src.partition("#define ATR_INSTANTIATE(")
+    macro, use, rest = body.partition("ATR_INSTANTIATE(r40")  # the macro's definition ends before its first use
+    if not sep or not use:
+        raise ValueError("no ATR_INSTANTIATE definition and r40 instantiation in the attention source")
+    attr = "__kernel __attribute__((reqd_work_group_size((RW) * (NS) * (DS), 1, 1))) void attn_"
+    macro = macro.replace("__kernel void attn_", attr)
+    if macro.count(attr) != 4:
+        raise ValueError(f"expected 4 row-wise kernels in ATR_INSTANTIATE, found {macro.count(attr)}")
+    return head + sep + macro + use + rest
+
+
+def run_reqd(lab: Lab, shapes: list, runs: int) -> list[dict]:
+    src = (ROOT / "custom_ops" / ATTENTION_FILE).read_text()
+    builds = {"lib": src, "reqd": reqd_source(src)}
+    rng = np.random.default_rng(1)
+    rows = []
+    for name, s, heads, d, tilings in shapes:
+        variants = [(f"{b} attn_flash_{t}", builds[b], "", t, bq, nt) for t, bq, nt in tilings for b in builds]
+        rows += time_flash(lab, rng, name, s, heads, d, variants, runs, report_build_errors=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None)
@@ -288,10 +324,13 @@ def main() -> int:
     ap.add_argument("--splits", default=None, help="comma-separated key-split counts (1 = unsplit): the split sweep")
     ap.add_argument("--small", action="store_true", help="short-sequence shapes through every kernel family")
     ap.add_argument("--xs", action="store_true", help="head-dim split with shfl.sync exchange (NVIDIA) vs the library")
+    ap.add_argument("--reqd", action="store_true", help="row-wise kernels with reqd_work_group_size vs the library")
     args = ap.parse_args()
     lab = Lab()
     print(f"device: {lab.describe()}", flush=True)
-    if args.xs:
+    if args.reqd:
+        rows = run_reqd(lab, QUICK_REQD_SHAPES if args.quick else REQD_SHAPES, args.runs)
+    elif args.xs:
         rows = run_xs(lab, QUICK_XS_SHAPES if args.quick else XS_SHAPES, args.runs,
                       nv="NVIDIA" in lab.dev.platform.name)
     elif args.small:

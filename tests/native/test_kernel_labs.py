@@ -94,6 +94,16 @@ def test_attn_lab_xs_checks_every_head_dim_split(tmp_path: Path) -> None:
     assert all(r["err"] < 1e-4 for r in rows)
 
 
+def test_attn_lab_reqd_checks_both_builds(tmp_path: Path) -> None:
+    # --reqd: the attention file as the library has it and with reqd_work_group_size on the row-wise kernels (PoCL
+    # rejects a launch whose local size differs, so this also checks the attribute matches the host's NT)
+    rows = _run(tmp_path, "attn_lab.py", "--reqd")["rows"]
+    assert {(r["shape"], r["config"]) for r in rows} == {
+        (shape, f"{b} attn_flash_{t}") for shape, t in (("quick d40", "r40"), ("quick d80", "h80"))
+        for b in ("lib", "reqd")}
+    assert all(r["err"] < 1e-4 for r in rows)
+
+
 def test_lds_lab_times_every_load_kind(tmp_path: Path) -> None:
     """The local-memory / FMA microbenchmark (no numerical result to check): every load kind at both quick FMA
     counts builds, runs and reports a positive time and rate."""

@@ -141,3 +141,56 @@ def test_column_split_fc_folds_per_block(rng, tmp_path):
     assert all(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"])
     full = _want(xv, gamma, beta, wt, None, False)
     assert_close(out["y"][0], (full[:, :w] + full[:, w:2 * w]) * full[:, 2 * w:], rtol=1e-5)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1000.0])
+@pytest.mark.parametrize("m,k,n,bias,gated", [(200, 96, 72, True, False), (130, 64, 96, True, True)])
+def test_rows_form_normalises_into_scratch_then_runs_the_plain_gemm(rng, tmp_path, offset, m, k, n, bias, gated):
+    """layer_norm_fold=rows: the folded LayerNorm still launches nothing as a node; the FC launches layer_norm_rows
+    (unit affine: gamma and beta are in its weights and bias) into its scratch, then the plain (gated) GEMM."""
+    model, gamma, beta, w, b = _model(rng, m, k, n, bias, gated)
+    xv = (_rand(rng, m, 1, k) * 2.0 + offset).astype(np.float32)
+    out, kernels, _ = _run(tmp_path, model, xv, layer_norm_fold="rows")
+    assert kernels["SdGroupNorm"] == [] and kernels["SdGelu"] == []
+    fc = kernels["FULLY_CONNECTED"]
+    assert fc[0] == "layer_norm_rows" and len(fc) >= 2 and not any(name.endswith("_ln") for name in fc)
+    assert fc[1].endswith("_gg") == gated
+    assert_close(out["y" if gated else "ff"][0], _want(xv, gamma, beta, w, b, gated), rtol=1e-5)
+
+
+def test_rows_form_of_a_column_split_fc_normalises_the_shared_rows_once(rng, tmp_path):
+    m, k, w = 150, 64, 40
+    g = OpGraphBuilder()
+    _, hv, gamma, beta = _layer_norm(rng, g, m, k)
+    wt = _rand(rng, 3 * w, k) * 0.2
+    qkv = _fc(g, hv, wt, None, [1, m, 3 * w], "qkv")
+    for i in range(3):
+        g.output(_slice(g, qkv, [0, 0, i * w], [1, m, w], f"s{i}"))
+    xv = _rand(rng, m, 1, k) * 3.0 + 50.0
+    out, kernels, _ = _run(tmp_path, g.build(), xv, layer_norm_fold="rows")
+    assert kernels["SdGroupNorm"] == [] and kernels["FULLY_CONNECTED"][0] == "layer_norm_rows"
+    assert kernels["FULLY_CONNECTED"].count("layer_norm_rows") == 1
+    full = _want(xv, gamma, beta, wt, None, False)
+    for i in range(3):
+        assert_close(out[f"s{i}"][0], full[:, i * w:(i + 1) * w], rtol=1e-5)
+
+
+def test_auto_times_both_forms_and_keeps_one(rng, tmp_path):
+    """layer_norm_fold=auto with the tuner on: twins and rows plans are timed together; whichever wins, the result
+    matches and exactly one form runs (on PoCL either can win)."""
+    model, gamma, beta, w, b = _model(rng, 256, 64, 128, True, True)
+    xv = (_rand(rng, 256, 1, 64) + 5.0).astype(np.float32)
+    out, kernels, _ = _run(tmp_path, model, xv, layer_norm_fold="auto", gemm_autotune="1")
+    fc = kernels["FULLY_CONNECTED"]
+    rows = fc[:1] == ["layer_norm_rows"]
+    assert kernels["SdGroupNorm"] == [] and (rows or all(name.endswith("_gg_ln") for name in fc)), fc
+    assert not rows or not any(name.endswith("_ln") for name in fc[1:])
+    assert_close(out["y"][0], _want(xv, gamma, beta, w, b, True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("value", ["Rows", "none", ""])
+def test_layer_norm_fold_option_is_validated(value):
+    with pytest.raises(ValueError, match="layer_norm_fold='.*' must be auto, twin or rows"):
+        load_delegate(str(native.delegate_path()), {"backend": "opencl", "layer_norm_fold": value})
+    with pytest.raises(native.NativeDelegateError, match="layer_norm_fold must be one of auto, twin, rows"):
+        native.DelegateOptions(backend="opencl", layer_norm_fold=value)

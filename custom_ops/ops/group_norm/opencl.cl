@@ -388,19 +388,24 @@ __kernel __attribute__((reqd_work_group_size(LN_WG, 1, 1))) void layer_norm_rows
   __local float red[LN_WG];
   const int row = get_group_id(0), lid = get_local_id(0);
   const int base = row * C4;
+  // Centred on x0 = the row's first element: values are held as x - x0 (exact for a row of one scale) and centred as
+  // (x - x0) - (mean - x0), so neither the sum nor the rounding of a mean far from zero enters them (mean 1000,
+  // spread 2: a plain sum and x - mean put ~1e-4 of the spread into every output; tests/native/
+  // test_opencl_layer_norm_fold.py, offset 1000).
+  const float x0 = x[xo + base].x;
   float4 v[LN_V4];
   float s = 0.0f;
   for (int t = 0; t < LN_V4; ++t) {
     const int c = lid + t * LN_WG;
-    v[t] = c < C4 ? x[xo + base + c] : (float4)(0.0f);
+    v[t] = (c < C4 ? x[xo + base + c] : (float4)(x0)) - x0;
     s += (v[t].x + v[t].y) + (v[t].z + v[t].w);
   }
   const float inv_n = 1.0f / (4.0f * (float)C4);
-  const float mean = gn_tree_sum(red, s, LN_WG) * inv_n;
+  const float md = gn_tree_sum(red, s, LN_WG) * inv_n;  // mean - x0
   float q = 0.0f;
   for (int t = 0; t < LN_V4; ++t) {
     if (lid + t * LN_WG < C4) {
-      const float4 d = v[t] - mean;
+      const float4 d = v[t] - md;
       q += dot(d, d);
     }
   }
@@ -408,7 +413,7 @@ __kernel __attribute__((reqd_work_group_size(LN_WG, 1, 1))) void layer_norm_rows
   for (int t = 0; t < LN_V4; ++t) {
     const int c = lid + t * LN_WG;
     if (c >= C4) break;
-    float4 r = (v[t] - mean) * rstd * vload4(c, gamma + go) + vload4(c, beta + bo);
+    float4 r = (v[t] - md) * rstd * vload4(c, gamma + go) + vload4(c, beta + bo);
     if (silu) r = r / (1.0f + exp(-r));
     y[yo + base + c] = r;
   }
