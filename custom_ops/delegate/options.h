@@ -23,9 +23,11 @@
 //   attention_tiling   gpu backends, benchmarks and tests: an SdAttention tiling suffix (e.g. "r40", "h80",
 //                      "dyn"; "legacy" = the fallback kernels) tried first for every attention whose head dim it
 //                      fits; "" (default) = the per-shape rule (gpu/sd_ops.cc kAttnTilings).
-//   layer_norm_fold    opencl: how a LayerNorm folded into the FULLY_CONNECTED that reads it runs: "twin" = inside
-//                      the GEMM (its _ln kernels), "rows" = one layer_norm_rows launch into the FC's scratch, then
-//                      the plain GEMM; "auto" (default) = the tuner times both (gemm_autotune; untuned: "twin").
+//   layer_norm_fold    opencl: how a LayerNorm folded into the FULLY_CONNECTED that reads it runs: "twin" (default)
+//                      = inside the GEMM (its _ln kernels), "rows" = one layer_norm_rows launch into the FC's scratch,
+//                      then the plain GEMM; "auto" = the tuner times both (gemm_autotune; untuned: "twin"). On the
+//                      H200 auto gained <= 1.5% on SD's b2 GEGLUs and its picks lost 11% on b1's 32x32 GEGLUs
+//                      (the tuner's spread; BENCHMARKS session 19), hence twin.
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
@@ -55,7 +57,7 @@ struct DelegateOptions {
   int attention_key_splits = 0;  // gpu: SdAttention key ranges per query block (0 = auto, 1 = off, 2..64)
   std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS][/splits]" ("" = planner)
   std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
-  LnFold layer_norm_fold = LnFold::kAuto;  // opencl: folded LayerNorm inside the GEMM, as its own launch, or timed
+  LnFold layer_norm_fold = LnFold::kTwin;  // opencl: folded LayerNorm inside the GEMM, as its own launch, or timed
 };
 
 // A gemm_tiles value: BMxBN[nTHREADS][/splits] (threads default 256, splits 1). False when `text` is malformed.

@@ -193,7 +193,7 @@ class Device {
   struct Overrides {
     std::optional<GemmTiles> gemm_tiles;  // parsed once (ParseDelegateOptions has checked the syntax)
     std::string attention_tiling;
-    LnFold ln_fold = LnFold::kAuto;  // layer_norm_fold
+    LnFold ln_fold = LnFold::kTwin;  // layer_norm_fold
   };
   void set_overrides(Overrides o) { overrides_ = std::move(o); }
   const Overrides& overrides() const { return overrides_; }

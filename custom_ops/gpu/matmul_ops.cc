@@ -743,9 +743,11 @@ class TiledGemmOp final : public GpuOp {
         (gated && !tuner.UseGatedTwins(dev).ok())) {
       return false;
     }
-    // The other form (TilePlan::ln_rows): layer_norm_rows into the op's scratch, then the plain GEMM. The tuner
-    // times both forms (layer_norm_fold=auto): a twin's LayerNorm work sits in its main loop and costs some shapes
-    // more than the extra launch (H200, BENCHMARKS session 19: SD's 64x64 GEGLU at b2, twin 424 us vs plain 401).
+    // The other form (TilePlan::ln_rows; layer_norm_fold=rows, or auto: the tuner times both): layer_norm_rows into
+    // the op's scratch, then the plain GEMM. A twin's LayerNorm work sits in its main loop and costs some shapes more
+    // than the extra launch (H200, BENCHMARKS session 19: SD's 64x64 GEGLU at b2, twin 424 us vs 13.5 + 404), but by
+    // little, and under auto the tuner's picks also lost elsewhere (b1 32x32 GEGLU 225 -> 7 + 243 us): twin stays
+    // the default.
     size_t rows_bytes = 0;
     if (fold != LnFold::kTwin && s_.K <= kLnRowsMaxK && dev.max_work_group_size() >= kLnRowsWg &&
         dev.GetKernel("layer_norm_rows", &ln_rows_kernel_).ok()) {

@@ -79,10 +79,11 @@ class DelegateOptions:
     ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
     ``"short16"`` / ``"short32"`` / ``"short64"`` with that query block) used for every attention whose head dim
     (and, for ``"short*"``, key count) it fits.
-    ``layer_norm_fold`` (OpenCL; unset = the delegate's default, ``"auto"``): how a LayerNorm folded into the
+    ``layer_norm_fold`` (OpenCL; unset = the delegate's default, ``"twin"``): how a LayerNorm folded into the
     FULLY_CONNECTED that reads it runs: ``"twin"`` inside the GEMM (its LayerNorm twin kernels), ``"rows"`` as one
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
-    faster per shape (``"twin"`` when ``gemm_autotune`` is off).
+    faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
+    GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
     """
 
     backend: str = "cpu"

@@ -188,6 +188,16 @@ def test_auto_times_both_forms_and_keeps_one(rng, tmp_path):
     assert_close(out["y"][0], _want(xv, gamma, beta, w, b, True), rtol=1e-5)
 
 
+def test_default_times_twins_only(rng, tmp_path):
+    """The default (layer_norm_fold=twin) with the tuner on: only twin plans are candidates."""
+    model, gamma, beta, w, b = _model(rng, 256, 64, 128, True, True)
+    xv = (_rand(rng, 256, 1, 64) + 5.0).astype(np.float32)
+    out, kernels, _ = _run(tmp_path, model, xv, gemm_autotune="1")
+    assert kernels["SdGroupNorm"] == [] and kernels["FULLY_CONNECTED"]
+    assert all(name.endswith("_gg_ln") for name in kernels["FULLY_CONNECTED"]), kernels
+    assert_close(out["y"][0], _want(xv, gamma, beta, w, b, True), rtol=1e-5)
+
+
 @pytest.mark.parametrize("value", ["Rows", "none", ""])
 def test_layer_norm_fold_option_is_validated(value):
     with pytest.raises(ValueError, match="layer_norm_fold='.*' must be auto, twin or rows"):
