@@ -63,8 +63,8 @@ def model_inputs(runner) -> dict[str, np.ndarray]:
 
 # Variant modifiers, "<backend>:<mod>+<mod>" (e.g. gl:finish+noprof): GL debugging knobs (gl_device.h) and
 # profiling off (timer queries / events add per-launch work).
-MODIFIERS = {"finish": {"SDGPU_GL_FINISH_EACH": "1"}, "minimal": {"SDGPU_GL_BARRIER": "minimal"},
-             "plain": {"SDGPU_GL_PLAIN_BUFFERS": "1"}, "noprof": {}}
+MODIFIERS = {"finish": {"gl_finish_each": "1"}, "minimal": {"gl_barrier": "minimal"},
+             "plain": {"gl_plain_buffers": "1"}, "noprof": {}}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -74,13 +74,13 @@ def child(args: argparse.Namespace) -> None:
     model, variant, work = Path(args.model_path), args.backend, Path(args.work)
     backend, _, mods = variant.partition(":")
     mods = [m for m in mods.split("+") if m]
-    for m in mods:
-        os.environ.update(MODIFIERS[m])
     tag = f"{model.stem}_{variant.replace(':', '-').replace('+', '-')}"
     profile = work / f"{tag}_profile.json"
     delegates = []
     if backend != "cpu":
         opts = {"backend": backend, "log_level": "info"}
+        for m in mods:
+            opts.update(MODIFIERS[m])  # delegate options (the GL debugging knobs)
         if "noprof" not in mods:
             opts["profile_path"] = str(profile)
         delegates = [load_delegate(args.lib, opts)]

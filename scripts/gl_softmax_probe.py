@@ -2,16 +2,16 @@
 float64 and the OpenCL backend, under kernel variants and compiler knobs, in one command.
 
 Every case is a one-node .tflite model (tests/native builders) run once to compile and once to measure (repeat_max_diff: the two outputs
-differ = a race); each (backend, knobs) row gets a fresh delegate with its environment knobs set (gl_device.h lists them:
-SDGPU_GL_KERNEL_ALIAS swaps a library kernel in under an op's kernel name, SDGPU_GL_NO_NV_PRAGMAS drops
-``#pragma optionNV``, SDGPU_GL_PLAIN_BUFFERS drops readonly/writeonly)::
+differ = a race); each (backend, knobs) row gets a fresh delegate with its debugging options set (gl_device.h lists
+them: gl_kernel_alias swaps a library kernel in under an op's kernel name, gl_nv_pragmas=0 drops
+``#pragma optionNV``, gl_plain_buffers=1 drops readonly/writeonly)::
 
     python3 scripts/gl_softmax_probe.py --lib build/gf/libsdgpu_delegate.so --shapes 1x1x512x4096 \
         --configs opencl,gl,gl_nopragma --sections softmax,group_norm,attention,gelu
 
 Issue #7 (softmax_f32 re-read a reused shared slot on NVIDIA; shaders/common.glsl) was found with kernel
-variants swapped in through SDGPU_GL_KERNEL_ALIAS and the NV assembly from SDGPU_GL_DUMP_DIR (--out packs
-the dump folder as dump.tgz).
+variants swapped in through gl_kernel_alias and the NV assembly from gl_dump_dir (--dump-dir; with --out the dump
+folder is packed as dump.tgz).
 
 Columns: rel = |y - ref| / |ref| (2-norm), max_abs, rowsum = max |sum(row) - 1|, bad_rows = rows with a
 relative error above 1e-4, warps = bad elements whose column % 64 lies in invocations 0-31 / 32-63 (the
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import tarfile
 import time
@@ -34,38 +33,29 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "native"), str(ROOT / "converter"), str(ROOT / "python")]
 
-# (backend, environment knobs) per config name.
+# (backend, delegate options) per config name.
 CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "opencl": ("opencl", {}),
     "gl": ("gl", {}),
-    "gl_nopragma": ("gl", {"SDGPU_GL_NO_NV_PRAGMAS": "1"}),
-    "gl_plain": ("gl", {"SDGPU_GL_PLAIN_BUFFERS": "1"}),
-    "gl_finish": ("gl", {"SDGPU_GL_FINISH_EACH": "1"}),
+    "gl_nopragma": ("gl", {"gl_nv_pragmas": "0"}),
+    "gl_plain": ("gl", {"gl_plain_buffers": "1"}),
+    "gl_finish": ("gl", {"gl_finish_each": "1"}),
 }
+GL_EXTRA: dict[str, str] = {}  # options every GL config gets (--dump-dir, --alias)
 
 
-def run_model(lib: str, config: str, model: bytes, feeds: dict[str, np.ndarray],
-              extra_env: dict[str, str] | None = None) -> tuple[np.ndarray, float, dict[str, Any]]:
+def run_model(lib: str, config: str, model: bytes,
+              feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, float, dict[str, Any]]:
     """(output, ms of the second invoke, delegate stats) of `model` on a fresh delegate of `config`."""
     from ai_edge_litert.interpreter import Interpreter, load_delegate
 
-    backend, env = CONFIGS[config]
-    env = {**env, **(extra_env or {})}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        d = load_delegate(lib, {"backend": backend})
-        runner = Interpreter(model_content=model, experimental_delegates=[d]).get_signature_runner("serving_default")
-        first = next(iter(runner(**feeds).values())).copy()
-        t0 = time.perf_counter()
-        out = next(iter(runner(**feeds).values()))
-        ms = (time.perf_counter() - t0) * 1e3
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    backend, knobs = CONFIGS[config]
+    d = load_delegate(lib, {"backend": backend, **knobs, **(GL_EXTRA if backend == "gl" else {})})
+    runner = Interpreter(model_content=model, experimental_delegates=[d]).get_signature_runner("serving_default")
+    first = next(iter(runner(**feeds).values())).copy()
+    t0 = time.perf_counter()
+    out = next(iter(runner(**feeds).values()))
+    ms = (time.perf_counter() - t0) * 1e3
     return out, ms, {"repeat_max_diff": float(np.abs(out.astype(np.float64) - first).max())}
 
 
@@ -224,8 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default="1x1x4096x4096,1x1x512x4096,1x1x4096x512,8x4096x4096")
     ap.add_argument("--scales", default="1,30,300")
     ap.add_argument("--tokens", type=int, default=4096)
-    ap.add_argument("--out", default="", help="folder: probe.jsonl (+ dump.tgz with SDGPU_GL_DUMP_DIR)")
+    ap.add_argument("--out", default="", help="folder: probe.jsonl (+ dump.tgz with --dump-dir)")
+    ap.add_argument("--dump-dir", default="", help="GL configs: write each compiled program here (gl_dump_dir)")
+    ap.add_argument("--alias", default="", help="GL configs: gl_kernel_alias, e.g. softmax_f32=my_variant")
     args = ap.parse_args(argv)
+    if args.dump_dir:
+        Path(args.dump_dir).mkdir(parents=True, exist_ok=True)
+        GL_EXTRA["gl_dump_dir"] = args.dump_dir
+    if args.alias:
+        GL_EXTRA["gl_kernel_alias"] = args.alias
     out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -243,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         sections[name](args, np.random.default_rng(0), report)
         print(f"# section {name}: {time.perf_counter() - t0:.1f} s", flush=True)
-    dump = os.environ.get("SDGPU_GL_DUMP_DIR")
+    dump = args.dump_dir
     if out and dump and Path(dump).is_dir():
         with tarfile.open(out / "dump.tgz", "w:gz") as tar:
             tar.add(dump, arcname="dump")

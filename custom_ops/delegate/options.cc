@@ -104,6 +104,21 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       out->gemm_tiles = std::string(value);
     } else if (key == "attention_tiling") {
       out->attention_tiling = std::string(value);
+    } else if (key == "gl_finish_each") {
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gl_finish_each));
+    } else if (key == "gl_plain_buffers") {
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gl_plain_buffers));
+    } else if (key == "gl_nv_pragmas") {
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gl_nv_pragmas));
+    } else if (key == "gl_barrier") {
+      if (value != "all" && value != "minimal") {
+        return Status::Error("option gl_barrier='" + std::string(value) + "' must be all or minimal");
+      }
+      out->gl_minimal_barrier = value == "minimal";
+    } else if (key == "gl_kernel_alias") {
+      out->gl_kernel_alias = std::string(value);
+    } else if (key == "gl_dump_dir") {
+      out->gl_dump_dir = std::string(value);
     } else if (key == "layer_norm_fold") {
       if (value == "auto") {
         out->layer_norm_fold = LnFold::kAuto;
@@ -118,7 +133,8 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
-                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold)");
+                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, gl_finish_each, gl_barrier, "
+                           "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir)");
     }
   }
   return Status::Ok();

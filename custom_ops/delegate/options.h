@@ -28,6 +28,12 @@
 //                      then the plain GEMM; "auto" = the tuner times both (gemm_autotune; untuned: "twin"). On the
 //                      H200 auto gained <= 1.5% on SD's b2 GEGLUs and its picks lost 11% on b1's 32x32 GEGLUs
 //                      (the tuner's spread; BENCHMARKS session 19), hence twin.
+//   gl_finish_each, gl_barrier, gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir
+//                      gl, debugging a driver-specific parity failure (not for production; backends/gl/gl_device.h):
+//                      "1" = glFinish after every launch; "minimal" = SHADER_STORAGE | BUFFER_UPDATE barrier bits only
+//                      ("all", default); "1" = no readonly / writeonly qualifiers; "0" = the sources' `#pragma
+//                      optionNV` lines dropped (default "1"); "a=b,c=d" = kernel b compiled where an op asks for a;
+//                      a folder to write each compiled program's source and driver binary into.
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
@@ -58,6 +64,13 @@ struct DelegateOptions {
   std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS][/splits]" ("" = planner)
   std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
   LnFold layer_norm_fold = LnFold::kTwin;  // opencl: folded LayerNorm inside the GEMM, as its own launch, or timed
+  // gl debugging knobs (see above)
+  bool gl_finish_each = false;
+  bool gl_minimal_barrier = false;
+  bool gl_plain_buffers = false;
+  bool gl_nv_pragmas = true;
+  std::string gl_kernel_alias;
+  std::string gl_dump_dir;
 };
 
 // A gemm_tiles value: BMxBN[nTHREADS][/splits] (threads default 256, splits 1). False when `text` is malformed.

@@ -42,6 +42,7 @@ LIBRARY_NAME = "libsdgpu_delegate.dylib" if sys.platform == "darwin" else "libsd
 BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
+GL_FLAGS = ("gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")  # the GL debugging knobs that are 0/1 flags
 
 
 class NativeDelegateError(BackendUnavailableError):
@@ -84,6 +85,12 @@ class DelegateOptions:
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
     faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
     GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
+    GL debugging knobs (for localising a driver-specific parity failure, not for production;
+    ``custom_ops/backends/gl/gl_device.h``): ``gl_finish_each`` (glFinish after every launch), ``gl_barrier``
+    (``"minimal"``: SHADER_STORAGE | BUFFER_UPDATE barrier bits only; default ``"all"``), ``gl_plain_buffers`` (no
+    readonly / writeonly qualifiers), ``gl_nv_pragmas`` (``False``: the sources' ``#pragma optionNV`` lines dropped),
+    ``gl_kernel_alias`` (``"a=b,c=d"``: kernel b compiled where an op asks for a) and ``gl_dump_dir`` (a folder for
+    each compiled program's source and driver binary).
     """
 
     backend: str = "cpu"
@@ -100,6 +107,12 @@ class DelegateOptions:
     gemm_tiles: str | None = None
     attention_tiling: str | None = None
     layer_norm_fold: str | None = None
+    gl_finish_each: bool | None = None
+    gl_barrier: str | None = None
+    gl_plain_buffers: bool | None = None
+    gl_nv_pragmas: bool | None = None
+    gl_kernel_alias: str | None = None
+    gl_dump_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -115,11 +128,13 @@ class DelegateOptions:
             raise NativeDelegateError(f"attention_key_splits must be an int in 0..64, got {value!r}")
         if not isinstance(self.weights_fp16, bool):
             raise NativeDelegateError(f"weights_fp16 must be a bool, got {self.weights_fp16!r}")
-        for name in ("gemm_autotune", "fuse_epilogues"):
+        for name in ("gemm_autotune", "fuse_epilogues", *GL_FLAGS):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
-        for name in ("gemm_tiles", "attention_tiling"):
+        if self.gl_barrier not in (None, "all", "minimal"):
+            raise NativeDelegateError(f"gl_barrier must be 'all', 'minimal' or None, got {self.gl_barrier!r}")
+        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
@@ -134,13 +149,14 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None:
                 out[name] = str(value)
-        for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling", "layer_norm_fold"):
+        for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling", "layer_norm_fold",
+                     "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)
         if self.weights_fp16:
             out["weights_fp16"] = "1"
-        for name in ("gemm_autotune", "fuse_epilogues"):
+        for name in ("gemm_autotune", "fuse_epilogues", *GL_FLAGS):
             value = getattr(self, name)
             if value is not None:
                 out[name] = "1" if value else "0"
@@ -204,7 +220,7 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
     attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune,
-    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold),
+    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, gl_*),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """

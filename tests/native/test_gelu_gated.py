@@ -96,13 +96,12 @@ def test_every_cpu_instruction_set(monkeypatch, rng, isa, mode):
         assert_close(y, G.reference([x], _attrs(mode)))
 
 
-def test_gl_picks_the_vec4_kernel_only_when_f_is_a_multiple_of_4(rng, tmp_path, monkeypatch):
-    """The host side (gpu/sd_ops.cc) is shared by OpenCL and GL; GL's program dump shows which kernel ran and
-    with which 2-D work-group (width = next power of two >= the columns, capped at 64 invocations)."""
-    monkeypatch.setenv("SDGPU_GL_DUMP_DIR", str(tmp_path))
+def test_gl_picks_the_vec4_kernel_only_when_f_is_a_multiple_of_4(rng, tmp_path):
+    """The host side (gpu/sd_ops.cc) is shared by OpenCL and GL; GL's program dump (gl_dump_dir) shows which kernel
+    ran and with which 2-D work-group (width = next power of two >= the columns, capped at 64 invocations)."""
     for shape in ((2, 24), (2, 10), (2, 2 * 4 * 100)):
         x = rng.standard_normal(shape).astype(np.float32)
-        run(gated_model(shape, G.SPEC.encode(_attrs("tanh"))), {"x": x}, backend="gl")
+        run(gated_model(shape, G.SPEC.encode(_attrs("tanh"))), {"x": x}, backend="gl", gl_dump_dir=str(tmp_path))
     dumped = sorted(p.name for p in tmp_path.glob("gelu_gated_*.comp"))
     assert dumped == ["gelu_gated_f32_8x8x1.comp", "gelu_gated_f32_v4_4x16x1.comp", "gelu_gated_f32_v4_64x1x1.comp"]
 

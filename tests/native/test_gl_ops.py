@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as S
+from ai_edge_litert.interpreter import load_delegate
 
 import gpu_cases
 from harness import assert_close, make_interpreter, run
@@ -86,8 +87,8 @@ def _unary_model(code: int, shape: Sequence[int], in_dtype=np.float32, options_t
     return g.build()
 
 
-def _run_fully_delegated(model: bytes, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    result = run(model, inputs, backend=BACKEND)
+def _run_fully_delegated(model: bytes, inputs: dict[str, np.ndarray], **options) -> np.ndarray:
+    result = run(model, inputs, backend=BACKEND, **options)
     assert result.stats["claimed_nodes"] >= 1 and result.stats["declined_nodes"] == 0
     assert result.stats["partitions"] == 1
     return result.outputs["y"]
@@ -331,20 +332,36 @@ def test_softmax_of_4096_wide_rows_matches_float64(rng, scale):
     np.testing.assert_array_equal(got, first)
 
 
-def test_debug_knobs_dump_programs_strip_nv_pragmas_and_alias_kernels(rng, tmp_path, monkeypatch):
-    """SDGPU_GL_DUMP_DIR / SDGPU_GL_NO_NV_PRAGMAS / SDGPU_GL_KERNEL_ALIAS (gl_device.h), the tools that
-    localised issue #7 on the H200 (scripts/gl_softmax_probe.py)."""
+def test_debug_knobs_dump_programs_strip_nv_pragmas_and_alias_kernels(rng, tmp_path):
+    """The delegate options gl_dump_dir / gl_nv_pragmas / gl_kernel_alias (gl_device.h), the tools that localised
+    issue #7 on the H200 (scripts/gl_softmax_probe.py)."""
     x = rng.standard_normal((4, 100)).astype(np.float32)
     options = S.SoftmaxOptionsT()
     options.beta = 1.0
     model = _unary_model(S.BuiltinOperator.SOFTMAX, x.shape, np.float32, S.BuiltinOptions.SoftmaxOptions, options)
-    monkeypatch.setenv("SDGPU_GL_DUMP_DIR", str(tmp_path))
-    monkeypatch.setenv("SDGPU_GL_NO_NV_PRAGMAS", "1")
-    _run_fully_delegated(model, {"x": x})
+    _run_fully_delegated(model, {"x": x}, gl_dump_dir=str(tmp_path), gl_nv_pragmas=False)
     source = (tmp_path / "softmax_f32_64x1x1.comp").read_text()
     assert source.startswith("#version 310 es\n") and "shared float ssum[RED_WG];" in source
     assert "optionNV" not in source
-    monkeypatch.setenv("SDGPU_GL_KERNEL_ALIAS", "softmax_f32=no_such_kernel")
     with pytest.raises(native.NativeDelegateError,
-                       match="SDGPU_GL_KERNEL_ALIAS: 'softmax_f32=no_such_kernel' is not <kernel>=<library kernel>"):
-        native.load(backend=BACKEND)
+                       match="gl_kernel_alias: 'softmax_f32=no_such_kernel' is not <kernel>=<library kernel>"):
+        native.load(backend=BACKEND, gl_kernel_alias="softmax_f32=no_such_kernel")
+
+
+@pytest.mark.parametrize("key,value,message", [("gl_barrier", "some", "gl_barrier='some' must be all or minimal"),
+                                               ("gl_finish_each", "yes", "gl_finish_each='yes' must be 0 or 1")])
+def test_debug_knob_values_are_validated(key, value, message):
+    with pytest.raises(ValueError, match=message):
+        load_delegate(str(native.delegate_path()), {"backend": BACKEND, key: value})
+
+
+def test_debug_knobs_finish_barrier_plain_keep_results(rng):
+    """gl_finish_each / gl_barrier=minimal / gl_plain_buffers change how launches are synchronised and compiled,
+    not what they compute."""
+    x = rng.standard_normal((4, 100)).astype(np.float32)
+    options = S.SoftmaxOptionsT()
+    options.beta = 1.0
+    model = _unary_model(S.BuiltinOperator.SOFTMAX, x.shape, np.float32, S.BuiltinOptions.SoftmaxOptions, options)
+    e = np.exp(x.astype(np.float64) - x.max(axis=-1, keepdims=True))
+    got = _run_fully_delegated(model, {"x": x}, gl_finish_each=True, gl_barrier="minimal", gl_plain_buffers=True)
+    assert_close(got, (e / e.sum(axis=-1, keepdims=True)).astype(np.float32), rtol=1e-5)

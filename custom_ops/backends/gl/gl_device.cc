@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -129,27 +128,19 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   timer_query_ = !software && HasExtension(extensions.c_str(), "GL_EXT_disjoint_timer_query") &&
                  a.glGenQueriesEXT != nullptr && a.glDeleteQueriesEXT != nullptr && a.glBeginQueryEXT != nullptr &&
                  a.glEndQueryEXT != nullptr && a.glGetQueryObjectui64vEXT != nullptr;
-  // Debugging knobs (environment, read once per device; see gl_device.h).
-  const char* env = std::getenv("SDGPU_GL_FINISH_EACH");
-  finish_each_ = env != nullptr && std::strcmp(env, "1") == 0;
-  env = std::getenv("SDGPU_GL_BARRIER");
-  if (env != nullptr && std::strcmp(env, "minimal") == 0) {
-    barrier_bits_ = GL_SHADER_STORAGE_BARRIER_BIT | GL_BUFFER_UPDATE_BARRIER_BIT;
-  }
-  env = std::getenv("SDGPU_GL_PLAIN_BUFFERS");
-  plain_buffers_ = env != nullptr && std::strcmp(env, "1") == 0;
-  env = std::getenv("SDGPU_GL_NO_NV_PRAGMAS");
-  no_nv_pragmas_ = env != nullptr && std::strcmp(env, "1") == 0;
-  env = std::getenv("SDGPU_GL_DUMP_DIR");
-  dump_dir_ = env != nullptr ? env : "";
-  env = std::getenv("SDGPU_GL_KERNEL_ALIAS");
-  for (std::string list = env != nullptr ? env : "", item; !list.empty();) {
+  // Debugging knobs (delegate options gl_*; see gl_device.h).
+  finish_each_ = options.finish_each;
+  if (options.minimal_barrier) barrier_bits_ = GL_SHADER_STORAGE_BARRIER_BIT | GL_BUFFER_UPDATE_BARRIER_BIT;
+  plain_buffers_ = options.plain_buffers;
+  no_nv_pragmas_ = !options.nv_pragmas;
+  dump_dir_ = options.dump_dir;
+  for (std::string list = options.kernel_alias, item; !list.empty();) {
     const size_t comma = list.find(',');
     item = list.substr(0, comma);
     list = comma == std::string::npos ? "" : list.substr(comma + 1);
     const size_t eq = item.find('=');
     if (eq == std::string::npos || library_.Find(item.substr(eq + 1)) == nullptr) {
-      return Status::Error("gl: SDGPU_GL_KERNEL_ALIAS: '" + item + "' is not <kernel>=<library kernel>");
+      return Status::Error("gl: gl_kernel_alias: '" + item + "' is not <kernel>=<library kernel>");
     }
     kernel_alias_[item.substr(0, eq)] = item.substr(eq + 1);
   }
@@ -163,10 +154,9 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
                std::to_string(max_group_count_[2]) + ", SSBO blocks " + std::to_string(max_ssbo_blocks_) +
                ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes) +
                " bytes; " + std::to_string(library_.num_kernels()) + " kernels; profiling timer: " + timing_method() +
-               (finish_each_ ? "; SDGPU_GL_FINISH_EACH" : "") + (plain_buffers_ ? "; SDGPU_GL_PLAIN_BUFFERS" : "") +
-               (barrier_bits_ != GL_ALL_BARRIER_BITS ? "; SDGPU_GL_BARRIER=minimal" : "") +
-               (no_nv_pragmas_ ? "; SDGPU_GL_NO_NV_PRAGMAS" : "") +
-               (kernel_alias_.empty() ? "" : "; SDGPU_GL_KERNEL_ALIAS"));
+               (finish_each_ ? "; gl_finish_each" : "") + (plain_buffers_ ? "; gl_plain_buffers" : "") +
+               (barrier_bits_ != GL_ALL_BARRIER_BITS ? "; gl_barrier=minimal" : "") +
+               (no_nv_pragmas_ ? "; gl_nv_pragmas=0" : "") + (kernel_alias_.empty() ? "" : "; gl_kernel_alias"));
   return Status::Ok();
 }
 
@@ -365,7 +355,7 @@ void GlDevice::DumpProgram(const std::string& stem, const std::string& source, G
     std::FILE* f = std::fopen(path.c_str(), "wb");
     const bool ok = f != nullptr && std::fwrite(data, 1, bytes, f) == bytes;
     if (f != nullptr) std::fclose(f);
-    if (!ok) logger_.Warning("gl: SDGPU_GL_DUMP_DIR: cannot write " + path);
+    if (!ok) logger_.Warning("gl: gl_dump_dir: cannot write " + path);
   };
   write(dump_dir_ + "/" + stem + ".comp", source.data(), source.size());
   if (!binary.empty()) write(dump_dir_ + "/" + stem + ".bin", binary.data(), binary.size());

@@ -18,15 +18,15 @@
 // the others, and a driver may serve `readonly` SSBO reads through caches
 // (constant / texture) that only other bits are documented to invalidate.
 //
-// Debugging knobs (environment, read at device creation; for localising a
-// driver-specific parity failure, not for production):
-//   SDGPU_GL_FINISH_EACH=1     glFinish after every launch (no overlap at all)
-//   SDGPU_GL_BARRIER=minimal   SHADER_STORAGE | BUFFER_UPDATE bits only
-//   SDGPU_GL_PLAIN_BUFFERS=1   compile without readonly / writeonly qualifiers
-//   SDGPU_GL_NO_NV_PRAGMAS=1   compile without the `#pragma optionNV(...)` lines of the sources
-//   SDGPU_GL_KERNEL_ALIAS=a=b,c=d  GetKernel("a") returns kernel b (A/B a variant under an op's kernel name)
-//   SDGPU_GL_DUMP_DIR=dir      write each compiled program's source (<kernel>_<local>.comp) and driver
-//                              binary (.bin: NVIDIA's holds its assembly as text) into dir
+// Debugging knobs (delegate options, per device; for localising a driver-specific parity failure, not for
+// production; GlDeviceOptions):
+//   gl_finish_each=1      glFinish after every launch (no overlap at all)
+//   gl_barrier=minimal    SHADER_STORAGE | BUFFER_UPDATE bits only
+//   gl_plain_buffers=1    compile without readonly / writeonly qualifiers
+//   gl_nv_pragmas=0       compile without the `#pragma optionNV(...)` lines of the sources
+//   gl_kernel_alias=a=b,c=d  GetKernel("a") returns kernel b (A/B a variant under an op's kernel name)
+//   gl_dump_dir=dir       write each compiled program's source (<kernel>_<local>.comp) and driver
+//                         binary (.bin: NVIDIA's holds its assembly as text) into dir
 //
 // Threads: a GL context is current on at most one thread. Every entry point
 // takes the context's mutex and makes it current on the calling thread
@@ -67,6 +67,13 @@ namespace sdgpu::gl {
 
 struct GlDeviceOptions {
   bool profiling = false;  // launches record Timers
+  // the debugging knobs above (delegate options gl_*)
+  bool finish_each = false;
+  bool minimal_barrier = false;
+  bool plain_buffers = false;
+  bool nv_pragmas = true;
+  std::string kernel_alias;  // "a=b,c=d"
+  std::string dump_dir;
 };
 
 class GlDevice final : public gpu::Device {
@@ -116,7 +123,7 @@ class GlDevice final : public gpu::Device {
   Status ProgramFor(const KernelSource& kernel, const std::array<size_t, 3>& local, Program** out) const;
   Status CheckSignature(const std::string& kernel, const Program& p, const gpu::Args& args) const;
   Status ResolveTimers() const;
-  // SDGPU_GL_DUMP_DIR: best effort (a failed write is logged, never an error).
+  // gl_dump_dir: best effort (a failed write is logged, never an error).
   void DumpProgram(const std::string& stem, const std::string& source, GLuint program) const;
 
   std::shared_ptr<GlContext> ctx_;
@@ -135,8 +142,8 @@ class GlDevice final : public gpu::Device {
   bool finish_each_ = false;
   bool plain_buffers_ = false;
   bool no_nv_pragmas_ = false;
-  std::map<std::string, std::string> kernel_alias_;  // SDGPU_GL_KERNEL_ALIAS
-  std::string dump_dir_;                             // SDGPU_GL_DUMP_DIR
+  std::map<std::string, std::string> kernel_alias_;  // gl_kernel_alias
+  std::string dump_dir_;                             // gl_dump_dir
 
   // Guarded by ctx_->mutex() (every access is inside a GlScope).
   mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
