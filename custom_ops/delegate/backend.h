@@ -69,12 +69,15 @@ class Backend {
   // The backend's own counters for the delegate stats (DelegateStats::ToJson); -1 = not applicable.
   //   device_weight_bytes: bytes of model constants held on the device (the CPU backend reads the interpreter's
   //     own buffers);
+  //   host_weight_bytes: bytes of model constants the backend holds on the host besides the interpreter's (GPU:
+  //     folded fp16 / int8 DEQUANTIZEs as float32, until the first invoke has uploaded what they feed);
   //   setup_*_us: host time of the lazy preparation the first invokes do (GPU partitions build their device
   //     data at an op's first Enqueue, not at load): packing / transforming constant weights on the host,
   //     uploading them, and timing GEMM tile candidates (TileTuner). Summed over ops, so a benchmark can say
   //     where its "first inference" time went.
   struct Counters {
     long long device_weight_bytes = -1;
+    long long host_weight_bytes = -1;
     long long setup_weights_host_us = -1;
     long long setup_weights_upload_us = -1;
     long long setup_tuning_us = -1;

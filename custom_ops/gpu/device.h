@@ -161,6 +161,11 @@ class Device {
   // reports it as stats device_weight_bytes, so benchmarks report what the GPU holds, not the model's bytes.
   void NoteWeightBytes(size_t bytes) const { weight_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
   size_t weight_bytes() const { return weight_bytes_.load(std::memory_order_relaxed); }
+  // Bytes of model constants the partitions hold on the HOST now: the float32 values of folded constant
+  // DEQUANTIZEs (GpuPartition::FoldConstantDequantizes), held until the first invoke has produced every op's device
+  // weights from them, then released (stats host_weight_bytes).
+  void NoteHostWeightBytes(long long delta) const { host_weight_bytes_.fetch_add(delta, std::memory_order_relaxed); }
+  long long host_weight_bytes() const { return host_weight_bytes_.load(std::memory_order_relaxed); }
 
   // Host time of the lazy set-up an op does at its first Enqueue (stats setup_*_us, Backend::Counters): producing
   // its packed / transformed constant weights on the host (PackedWeights), uploading weights (UploadWeights and
@@ -200,6 +205,7 @@ class Device {
 
  private:
   mutable std::atomic<size_t> weight_bytes_{0};
+  mutable std::atomic<long long> host_weight_bytes_{0};
   mutable std::array<std::atomic<long long>, 3> setup_ns_{};
   mutable std::vector<float> staging_;
   Overrides overrides_;

@@ -185,8 +185,10 @@ Status PackedWeights::Ensure(const Device& dev) {
       for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(host[i]);
     }
   }
-  if (!half_) return UploadWeights(dev, host, elements_ * sizeof(float), &buffer_);
-  return UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_);
+  SDGPU_RETURN_IF_ERROR(half_ ? UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_)
+                              : UploadWeights(dev, host, elements_ * sizeof(float), &buffer_));
+  produce_ = nullptr;  // never needed again; what it captured (host sources, fold sums) goes with it
+  return Status::Ok();
 }
 
 namespace {

@@ -103,10 +103,20 @@ Status GpuPartition::FoldConstantDequantizes(abi::TfLiteContext* context, const 
     f->tensor.allocation = nullptr;
     f->tensor.quantization = abi::TfLiteQuantization{};
     f->tensor.params = abi::TfLiteQuantizationParams{};
+    device().NoteHostWeightBytes(static_cast<long long>(f->tensor.bytes));
     folded_.emplace(out_index, std::move(f));
     folded_nodes_.push_back(node_index);
   }
   return Status::Ok();
+}
+
+void GpuPartition::ReleaseFoldedConstants() {
+  for (auto& [index, f] : folded_) {
+    if (f->tensor.data.raw == nullptr) continue;
+    device().NoteHostWeightBytes(-static_cast<long long>(f->tensor.bytes));
+    std::vector<float>().swap(f->data);
+    f->tensor.data.raw = nullptr;  // a later read is an error (IsConstant fails), not a use after free
+  }
 }
 
 Status GpuPartition::TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLiteTensor** out) const {
@@ -669,7 +679,10 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     const Buffer& buf = *externals_.at(t);
     SDGPU_RETURN_IF_ERROR(dev.Download(buf, 0, std::min(tensor->bytes, buf.bytes()), tensor->data.raw));
   }
-  if (invocations_ == 0) dev.ReleaseStaging();  // every op has produced its weights (Device::StagingFloats)
+  if (invocations_ == 0) {  // every op has produced its device weights: their host sources are no longer read
+    dev.ReleaseStaging();    // (Device::StagingFloats)
+    ReleaseFoldedConstants();
+  }
   ++invocations_;
   if (dev.profiling()) {
     SDGPU_RETURN_IF_ERROR(dev.Finish());

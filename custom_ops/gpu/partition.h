@@ -10,9 +10,10 @@
 //   transform (Winograd's U) and upload them once like any float32 weight
 //   instead of reading a per-invoke copy in the arena as non-constant
 //   operands (which also cost a direct-conv fallback for Winograd convs).
-//   Trade-off: the host keeps the float32 copy (2x the fp16 bytes) for the
-//   partition's lifetime; the GPU holds what it would for a float32 model
-//   (half with the weights_fp16 option).
+//   The host holds that float32 copy (2x the fp16 bytes) only until the first
+//   invoke has produced every op's device weights from it (stats
+//   host_weight_bytes); the GPU holds what it would for a float32 model (half
+//   with the weights_fp16 option).
 // prepare(): re-checks the output sizes, uploads constant inputs once (kept
 //   across prepares, keyed by tensor), plans ONE device arena for every tensor
 //   that lives only inside the partition plus per-node scratch
@@ -163,6 +164,9 @@ class GpuPartition {
   GpuPartition(SdDelegate* d, GpuBackend* b) : delegate_(d), backend_(b) {}
   // Fills folded_ from the partition's DEQUANTIZE nodes (before any op is built).
   Status FoldConstantDequantizes(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);
+  // After the first invoke: frees the folded constants' host values (every op has uploaded what it derives from
+  // them: Prepare's constant uploads, PackedWeights at the ops' first Enqueue).
+  void ReleaseFoldedConstants();
   // GetTensor, but a folded DEQUANTIZE output resolves to its constant view.
   Status TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLiteTensor** out) const;
   Status Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);

@@ -15,6 +15,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from sdconvert.export.precision import convert_weights
 from sdlite import native
+from test_opencl_residual import _fc, _reshape
 from test_winograd_delegate import _opts, conv_model
 from tflite_gemm_models import OpGraphBuilder, fully_connected_model
 
@@ -110,3 +111,34 @@ def test_setup_time_is_reported_and_spent_at_the_first_invoke_only(rng) -> None:
 
 def test_cpu_backend_reports_no_setup_time() -> None:
     assert not any(k.startswith("setup_") for k in native.stats(native.load(backend="cpu")))
+
+
+@pytest.mark.parametrize("backend", ["opencl", "gl"])
+def test_folded_host_values_are_released_after_the_first_invoke(tmp_path: Path, rng, backend: str) -> None:
+    """The float32 host values of folded DEQUANTIZEs (stats host_weight_bytes) live until the first invoke has
+    packed / uploaded what the ops derive from them (an FC's packed weights, a Winograd conv's U), then they are
+    freed; later invokes still compute the same result from the device copies."""
+    g = OpGraphBuilder()
+    x = g.input("x", [1, 16, 16, 8])
+    w = (rng.standard_normal((16, 3, 3, 8)) * 0.2).astype(np.float32)
+    c = g.tensor("c", [1, 16, 16, 16])
+    g.custom("SdConv2DWinograd", [x, g.const("w", w), g.const("b", np.zeros(16, np.float32))], [c], _opts(4))
+    r = _reshape(g, c, [1, 256, 16], "r")
+    wf = (rng.standard_normal((300, 16)) * 0.1).astype(np.float32)
+    g.output(_fc(g, r, wf, None, [1, 256, 300], "y"))
+    model = _quantized(tmp_path, g.build(), "fp16")
+    inputs = {"x": rng.standard_normal((1, 16, 16, 8)).astype(np.float32)}
+    want, _ = _run(model, inputs, "cpu")
+    delegate = native.load(backend=backend)
+    it = Interpreter(model_content=model, experimental_delegates=[delegate])
+    it.allocate_tensors()
+    held = native.stats(delegate)["host_weight_bytes"]
+    assert held == (16 * 3 * 3 * 8 + 300 * 16) * 4  # both weight tensors, as float32
+    it.set_tensor(it.get_input_details()[0]["index"], inputs["x"])
+    outs = []
+    for _ in range(2):
+        it.invoke()
+        outs.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
+        assert native.stats(delegate)["host_weight_bytes"] == 0
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert _rel(outs[1], want["y"]) < 1e-4
