@@ -166,22 +166,42 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
   // The residual's m*m values are loaded before any store: interleaved with the stores (R and Y may alias as far as
   // the compiler knows) each load's latency was exposed in turn, and the output transform with a full-shape
   // residual took 2.1-2.6x the time of one without (H200, BENCHMARKS session 11).
+  // R's row of output pixel `row` is row / rrows (the residual epilogue's GEMM rows); the two layouts the host folds
+  // need no division per pixel: rrows = 1 (a full-shape R: the pixel's own row) and rrows = an image's rows or a
+  // multiple (one R row per image, SD's time embedding, or one for all: the tile's pixels share one image, so one
+  // load). Other rrows keep the division per pixel.
   float rv[6][6];
-  if (rrows > 0) {
+  if (rrows == 1) {
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
-        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);  // the residual epilogue's GEMM row
+        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
+        rv[i][j] = row >= 0 ? R[ro + row * rsm + co] : 0.0f;
+      }
+    }
+  } else if (rrows > 0 && rrows % (Ho * Wo) == 0) {
+    const float r = R[ro + (img * Ho * Wo / rrows) * rsm + co];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+      for (int j = 0; j < MT; ++j) rv[i][j] = r;
+    }
+  } else if (rrows > 0) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+      for (int j = 0; j < MT; ++j) {
+        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
         rv[i][j] = row >= 0 ? R[ro + (row / rrows) * rsm + co] : 0.0f;
       }
     }
   }
   // STATS: sums of d = y - y0 and d^2 over the written values, shifted by the tile's first output y0 (always written:
-  // a tile starts inside the image), accumulated as the values are produced. A two-pass (mean, then centred M2) form
-  // kept the m*m outputs in registers for the second pass, and those registers cost the F6 transform 55-65% of its
-  // time on the H200 (b1 64x64: 11.8 -> 18.4 us, BENCHMARKS session 19); the shift keeps the one-pass M2 well
-  // conditioned (the values of one tile and channel are of one scale).
+  // a tile starts inside the image), accumulated as the values are produced. The two-pass form before (mean, then
+  // centred M2) kept the m*m outputs in registers for its second pass; one pass is 7-12% faster for F6 on the H200
+  // (b1 18.3 -> 16.1 us, b2 30.4 -> 28.1; BENCHMARKS session 19). The shift keeps the one-pass M2 well conditioned
+  // (the values of one tile and channel are of one scale).
   float y0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
