@@ -160,7 +160,13 @@ class WinogradOp final : public GpuOp {
     return static_cast<int>(chunks);
   }
 
-  bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
+  // The output transforms index R without a division per pixel, which needs rows = 1 or a multiple of an image's
+  // pixels (every layout GpuPartition folds; any other leaves the ADD to run).
+  bool FuseResidual(const Device& dev, const Residual& r) override {
+    const int64_t hw = int64_t{g_.ho} * g_.wo;
+    if (r.rows != 1 && (hw <= 0 || r.rows % hw != 0)) return false;
+    return AcceptResidual(dev, r);
+  }
   bool FuseInputNorm(const Device&, bool silu) override {
     if (input_[silu ? 2 : 1] == nullptr) return false;  // fetched only on devices with the prologue
     norm_ = silu ? 2 : 1;

@@ -166,34 +166,22 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
   // The residual's m*m values are loaded before any store: interleaved with the stores (R and Y may alias as far as
   // the compiler knows) each load's latency was exposed in turn, and the output transform with a full-shape
   // residual took 2.1-2.6x the time of one without (H200, BENCHMARKS session 11).
-  // R's row of output pixel `row` is row / rrows (the residual epilogue's GEMM rows); the two layouts the host folds
-  // need no division per pixel: rrows = 1 (a full-shape R: the pixel's own row) and rrows = an image's rows or a
-  // multiple (one R row per image, SD's time embedding, or one for all: the tile's pixels share one image, so one
-  // load). Other rrows keep the division per pixel.
+  // R's row of output pixel `row` is row / rrows (the residual epilogue's GEMM rows). The host folds only rrows = 1
+  // (a full-shape R) or a multiple of an image's Ho*Wo rows (one R row per image, SD's time embedding, or one for
+  // all; WinogradOp::FuseResidual), and the tile's pixels share one image, so the index is a base plus the pixel's
+  // offset times rpix (rsm or 0): no integer division per pixel, which cost the statistics-carrying F4 / F6
+  // transforms 14% on the H200 (b2: F6 28.1 -> 24.2 us; BENCHMARKS session 19). One loop for every case: three
+  // specialised ones slowed the residual-free transform by 13-19% (registers).
   float rv[6][6];
-  if (rrows == 1) {
+  if (rrows > 0) {
+    const int hw = Ho * Wo, rpix = rrows == 1 ? rsm : 0;
+    const int rbase = ro + (rrows == 1 ? img * hw : img * hw / rrows) * rsm + co;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
-        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
-        rv[i][j] = row >= 0 ? R[ro + row * rsm + co] : 0.0f;
-      }
-    }
-  } else if (rrows > 0 && rrows % (Ho * Wo) == 0) {
-    const float r = R[ro + (img * Ho * Wo / rrows) * rsm + co];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-      for (int j = 0; j < MT; ++j) rv[i][j] = r;
-    }
-  } else if (rrows > 0) {
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-      for (int j = 0; j < MT; ++j) {
-        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
-        rv[i][j] = row >= 0 ? R[ro + (row / rrows) * rsm + co] : 0.0f;
+        const int oy = ty * MT + i, ox = tx * MT + j;
+        rv[i][j] = oy < Ho && ox < Wo ? R[rbase + (oy * Wo + ox) * rpix] : 0.0f;
       }
     }
   }
