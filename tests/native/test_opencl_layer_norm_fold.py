@@ -121,15 +121,22 @@ def test_few_rows_replan_only_when_the_grid_fills_the_device(rng, tmp_path):
         assert_close(out["ff"][0], _want(xv, gamma, beta, w, b, False), rtol=1e-5)
 
 
-def test_column_split_fc_folds_per_block(rng, tmp_path):
-    # SD's merged QKV projection: one FC read only through three column SLICEs runs as a GEMM batched over the column
-    # blocks (zero-copy SLICEs); the LayerNorm twins read each block's bias (beta W) and column sums at its offset.
-    m, k, w = 150, 64, 40
+def _column_split(rng, m: int, k: int, w: int):
+    """LayerNorm -> one bias-free FC of 3 * w columns -> three column SLICEs (SD's merged QKV projection): (builder,
+    the three slices, weights, gamma, beta)."""
     g = OpGraphBuilder()
     _, hv, gamma, beta = _layer_norm(rng, g, m, k)
     wt = _rand(rng, 3 * w, k) * 0.2
     qkv = _fc(g, hv, wt, None, [1, m, 3 * w], "qkv")
     parts = [_slice(g, qkv, [0, 0, i * w], [1, m, w], f"s{i}") for i in range(3)]
+    return g, parts, wt, gamma, beta
+
+
+def test_column_split_fc_folds_per_block(rng, tmp_path):
+    # SD's merged QKV projection: one FC read only through three column SLICEs runs as a GEMM batched over the column
+    # blocks (zero-copy SLICEs); the LayerNorm twins read each block's bias (beta W) and column sums at its offset.
+    m, k, w = 150, 64, 40
+    g, parts, wt, gamma, beta = _column_split(rng, m, k, w)
     s01 = g.tensor("s01", [1, m, w])
     g.add(parts[0], parts[1], s01)
     y = g.tensor("y", [1, m, w])
@@ -160,12 +167,9 @@ def test_rows_form_normalises_into_scratch_then_runs_the_plain_gemm(rng, tmp_pat
 
 def test_rows_form_of_a_column_split_fc_normalises_the_shared_rows_once(rng, tmp_path):
     m, k, w = 150, 64, 40
-    g = OpGraphBuilder()
-    _, hv, gamma, beta = _layer_norm(rng, g, m, k)
-    wt = _rand(rng, 3 * w, k) * 0.2
-    qkv = _fc(g, hv, wt, None, [1, m, 3 * w], "qkv")
-    for i in range(3):
-        g.output(_slice(g, qkv, [0, 0, i * w], [1, m, w], f"s{i}"))
+    g, parts, wt, gamma, beta = _column_split(rng, m, k, w)
+    for part in parts:
+        g.output(part)
     xv = _rand(rng, m, 1, k) * 3.0 + 50.0
     out, kernels, _ = _run(tmp_path, g.build(), xv, layer_norm_fold="rows")
     assert kernels["SdGroupNorm"] == [] and kernels["FULLY_CONNECTED"][0] == "layer_norm_rows"
