@@ -86,12 +86,6 @@ constexpr int kMinSplitK = 256;  // no split slice shorter than 16 K steps
 constexpr int kMinFreeSplitK = 128;
 constexpr int kFreeSplitConfigs = 3;
 constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuning candidate may add
-// layer_norm_rows (ops/group_norm/opencl.cl, LN_WG / LN_V4): its work-group size and widest row (correctness
-// constants; gpu/sd_ops.cc launches it for SdGroupNorm's LayerNorm view too)
-constexpr size_t kLnRowsWg = 64;
-constexpr int kLnRowsMaxK = 4 * 64 * 8;
-
-size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 // Tuning time per candidate: kTuneRounds rounds (candidates interleaved), each of at least kTuneRuns launches and
 // at least kTuneMinRoundS of host time (at most kTuneMaxRuns launches); the fastest round counts. Three launches
 // of a 70 us kernel timed once on the host clock (session 11's tuner) picked a 7% slower Winograd GEMM plan in an
@@ -100,6 +94,7 @@ constexpr int kTuneRuns = 3;
 constexpr int kTuneMaxRuns = 64;
 constexpr int kTuneRounds = 2;
 constexpr double kTuneMinRoundS = 0.5e-3;
+size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -642,7 +637,7 @@ class TiledGemmOp final : public GpuOp {
       a.Buf(rows.buffer, rows.elem_offset(16)).Buf(in[s_.a_input].buffer, in[s_.a_input].elem_offset(16));
       a.Buf(ln_ones_->operand().buffer, 0).Buf(ln_zeros_->operand().buffer, 0).Int(s_.K / 4).Float(ln_eps_).Int(0);
       SDGPU_RETURN_IF_ERROR(
-          dev.Launch(*ln_rows_kernel_, a, {static_cast<size_t>(s_.M) * kLnRowsWg, 1, 1}, {kLnRowsWg, 1, 1}, t));
+          dev.Launch(*ln_rows_kernel_, a, {static_cast<size_t>(s_.M) * kLayerNormRowsWg, 1, 1}, {kLayerNormRowsWg, 1, 1}, t));
       return LaunchTiledGemm(dev, p, s_, out, rows, b, bias, rest, t, residual_, residual_input_, false, nullptr, 0.0f);
     };
     if (tuner_.pending()) {
@@ -751,7 +746,7 @@ class TiledGemmOp final : public GpuOp {
     // little, and under auto the tuner's picks also lost elsewhere (b1 32x32 GEGLU 225 -> 7 + 243 us): twin stays
     // the default.
     size_t rows_bytes = 0;
-    if (fold != LnFold::kTwin && s_.K <= kLnRowsMaxK && dev.max_work_group_size() >= kLnRowsWg &&
+    if (fold != LnFold::kTwin && s_.K <= kLayerNormRowsMaxC && dev.max_work_group_size() >= kLayerNormRowsWg &&
         dev.GetKernel("layer_norm_rows", &ln_rows_kernel_).ok()) {
       rows_bytes = RoundUp(static_cast<size_t>(s_.M) * static_cast<size_t>(s_.K) * sizeof(float), size_t{256});
     } else if (fold == LnFold::kRows) {

@@ -26,10 +26,6 @@ constexpr int kMaxHeadDim = 256;  // ATT_MAXD in the fallback attention kernels
 // the one-kernel path.
 constexpr size_t kGroupNormWg2 = 256;
 constexpr int64_t kGroupNormChunk = 4096;
-// layer_norm_rows (ops/group_norm/opencl.cl): work-group size LN_WG and the widest row it holds in registers
-// (4 * LN_WG * LN_V4 floats). Correctness constants.
-constexpr size_t kLayerNormRowsWg = 64;
-constexpr int64_t kLayerNormRowsMaxC = 4 * 64 * 8;
 // Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
 constexpr int64_t kGroupNormRowsChunk = 8192;
 // group_norm_nhwc (ops/group_norm/opencl.cl): work-group size GN1_WG (a correctness constant, also the widest
