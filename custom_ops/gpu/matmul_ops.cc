@@ -636,8 +636,8 @@ class TiledGemmOp final : public GpuOp {
       Args a;
       a.Buf(rows.buffer, rows.elem_offset(16)).Buf(in[s_.a_input].buffer, in[s_.a_input].elem_offset(16));
       a.Buf(ln_ones_->operand().buffer, 0).Buf(ln_zeros_->operand().buffer, 0).Int(s_.K / 4).Float(ln_eps_).Int(0);
-      SDGPU_RETURN_IF_ERROR(
-          dev.Launch(*ln_rows_kernel_, a, {static_cast<size_t>(s_.M) * kLayerNormRowsWg, 1, 1}, {kLayerNormRowsWg, 1, 1}, t));
+      SDGPU_RETURN_IF_ERROR(dev.Launch(*ln_rows_kernel_, a, {static_cast<size_t>(s_.M) * kLayerNormRowsWg, 1, 1},
+                                       {kLayerNormRowsWg, 1, 1}, t));
       return LaunchTiledGemm(dev, p, s_, out, rows, b, bias, rest, t, residual_, residual_input_, false, nullptr, 0.0f);
     };
     if (tuner_.pending()) {

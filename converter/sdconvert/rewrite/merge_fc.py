@@ -21,11 +21,11 @@ weights that are constants or ``DEQUANTIZE`` of float16 constants used only by t
 DEQUANTIZE), optional float32 constant biases (a missing bias becomes zeros when a sibling has one), and outputs
 that are not subgraph outputs. The merged FC takes the position of the first sibling, the SLICEs follow it, except
 for a projection of a ``[rows, C]`` input with at most ``HOIST_MAX_ROWS`` rows: it moves to just after its input
-is computed, together with the ops no larger than that input that compute it (``_hoist``). In SD that is the time embedding's: each
-ResNet applies SiLU to it and projects it after its conv1, so the merged projection stood after the FIRST ResNet's
-conv1, and the GPU delegate, which folds a residual ADD into the conv that writes the other operand only when the
-added tensor exists before that conv runs, could not fold that ResNet's time-embedding ADD (one more launch, and
-its norm2 kept its own statistics pass). Hoisting moves only a few-row chain (SD: a [batch, 1280] SiLU), so no large
+is computed, together with the ops no larger than that input that compute it (``_hoist``). In SD that is the time
+embedding's: each ResNet applies SiLU to it and projects it after its conv1, so the merged projection stood after
+the FIRST ResNet's conv1, and the GPU delegate, which folds a residual ADD into the conv that writes the other
+operand only when the added tensor exists before that conv runs, could not fold that ResNet's time-embedding ADD
+(one more launch, and its norm2 kept its own statistics pass). Hoisting moves only a few-row chain (SD: a [batch, 1280] SiLU), so no large
 tensor lives longer.
 """
 
@@ -104,8 +104,9 @@ def _hoist(sg: Subgraph, op: Op, max_elems: int, done: set[int] | None = None) -
         return
     done.add(id(op))
     producers = [t.producer for t in op.inputs if t is not None and t.producer is not None and t.producer in sg.ops]
-    const = [p for p in producers if all(t is None or t.is_constant for t in p.inputs)]
-    deps = [p for p in producers if not any(p is c for c in const)]
+    const, deps = [], []
+    for p in producers:
+        (const if all(t is None or t.is_constant for t in p.inputs) else deps).append(p)
     for p in deps:
         if all(0 <= o.numel <= max_elems for o in p.outputs):
             _hoist(sg, p, max_elems, done)

@@ -169,20 +169,20 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
   // R's row of output pixel `row` is row / rrows (the residual epilogue's GEMM rows). The host folds only rrows = 1
   // (a full-shape R) or a multiple of an image's Ho*Wo rows (one R row per image, SD's time embedding, or one for
   // all; WinogradOp::FuseResidual), and the tile's pixels share one image, so the index is a base plus the pixel's
-  // offset times rpix (rsm or 0): no integer division per pixel, which took a quarter of the residual-carrying F6
+  // row times rpix (rsm or 0): no integer division per pixel, which took a quarter of the residual-carrying F6
   // transform's time on the H200 (F6 with residual and statistics: b1 15.9 -> 12.0 us, b2 28.1 -> 20.5; F4 b2
   // 10.2 -> 8.8; BENCHMARKS session 19). One loop for every case: three specialised ones slowed the residual-free
   // transform by 13-19% (registers).
   float rv[6][6];
   if (rrows > 0) {
-    const int hw = Ho * Wo, rpix = rrows == 1 ? rsm : 0;
-    const int rbase = ro + (rrows == 1 ? img * hw : img * hw / rrows) * rsm + co;
+    const int rpix = rrows == 1 ? rsm : 0;
+    const int rbase = ro + co + (rrows == 1 ? 0 : img * Ho * Wo / rrows * rsm);
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
-        const int oy = ty * MT + i, ox = tx * MT + j;
-        rv[i][j] = oy < Ho && ox < Wo ? R[rbase + (oy * Wo + ox) * rpix] : 0.0f;
+        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
+        rv[i][j] = row >= 0 ? R[rbase + row * rpix] : 0.0f;
       }
     }
   }
