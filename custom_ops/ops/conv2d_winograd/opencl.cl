@@ -169,20 +169,21 @@ inline void wino_output(const int MT, const int A, __constant const float* at, _
   // R's row of output pixel `row` is row / rrows (the residual epilogue's GEMM rows). The host folds only rrows = 1
   // (a full-shape R) or a multiple of an image's Ho*Wo rows (one R row per image, SD's time embedding, or one for
   // all; WinogradOp::FuseResidual), and the tile's pixels share one image, so the index is a base plus the pixel's
-  // row times rpix (rsm or 0): no integer division per pixel, which took a quarter of the residual-carrying F6
+  // offset times rpix (rsm or 0): no integer division per pixel, which took a quarter of the residual-carrying F6
   // transform's time on the H200 (F6 with residual and statistics: b1 15.9 -> 12.0 us, b2 28.1 -> 20.5; F4 b2
   // 10.2 -> 8.8; BENCHMARKS session 19). One loop for every case: three specialised ones slowed the residual-free
-  // transform by 13-19% (registers).
+  // transform by 13-19% (registers). Indexing through wino_out_pixel's image row instead (base + row x rpix) measured
+  // 0.2-0.4% slower at b2 in three of three rounds, b1 mixed (BENCHMARKS session 19, call 5): kept as is.
   float rv[6][6];
   if (rrows > 0) {
-    const int rpix = rrows == 1 ? rsm : 0;
-    const int rbase = ro + co + (rrows == 1 ? 0 : img * Ho * Wo / rrows * rsm);
+    const int hw = Ho * Wo, rpix = rrows == 1 ? rsm : 0;
+    const int rbase = ro + (rrows == 1 ? img * hw : img * hw / rrows) * rsm + co;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
-        const int row = wino_out_pixel(img, ty * MT + i, tx * MT + j, Ho, Wo);
-        rv[i][j] = row >= 0 ? R[rbase + row * rpix] : 0.0f;
+        const int oy = ty * MT + i, ox = tx * MT + j;  // wino_out_pixel's test; the row relative to the image
+        rv[i][j] = oy < Ho && ox < Wo ? R[rbase + (oy * Wo + ox) * rpix] : 0.0f;
       }
     }
   }
