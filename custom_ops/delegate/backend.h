@@ -74,17 +74,13 @@ class Backend {
   //   setup_*_us: host time of the lazy preparation the first invokes do (GPU partitions build their device
   //     data at an op's first Enqueue, not at load): packing / transforming constant weights on the host,
   //     uploading them, and timing GEMM tile candidates (TileTuner). Summed over ops, so a benchmark can say
-  //     where its "first inference" time went;
-  //   tuning_rounds_device / tuning_rounds_host: GEMM tile candidate rounds timed by device events / by the host
-  //     clock (GPU: events where the backend supports them, gpu::Device::BeginTimedLaunches).
+  //     where its "first inference" time went.
   struct Counters {
     long long device_weight_bytes = -1;
     long long host_weight_bytes = -1;
     long long setup_weights_host_us = -1;
     long long setup_weights_upload_us = -1;
     long long setup_tuning_us = -1;
-    long long tuning_rounds_device = -1;
-    long long tuning_rounds_host = -1;
   };
   virtual Counters counters() const { return {}; }
 };

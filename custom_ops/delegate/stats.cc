@@ -77,8 +77,6 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
   counter("setup_weights_host_us", counters.setup_weights_host_us);
   counter("setup_weights_upload_us", counters.setup_weights_upload_us);
   counter("setup_tuning_us", counters.setup_tuning_us);
-  counter("tuning_rounds_device", counters.tuning_rounds_device);
-  counter("tuning_rounds_host", counters.tuning_rounds_host);
   j += ",\"invocations\":" + std::to_string(invocations_.load(std::memory_order_relaxed));
   // GPU partitions: host dispatch time (RecordDispatch) summed and of the last partition invoke, and how many
   // partition invokes the sum covers (the first ones include weight uploads and GEMM tuning)

@@ -155,20 +155,6 @@ class Device {
   // Waits until every enqueued command has completed.
   virtual Status Finish() const = 0;
 
-  // Device-side timing of a block of launches (TileTuner). BeginTimedLaunches waits for every enqueued command,
-  // then (*on = true) records every following Launch's device time until EndTimedLaunches, which waits for them and
-  // returns their summed device seconds. *on = false (the default): the backend cannot, and callers time on the
-  // host clock. OpenCL: the block runs on a second, profiling-enabled queue of the same context, so the main queue
-  // keeps no profiling overhead; commands other than launches must not be issued inside a block.
-  virtual Status BeginTimedLaunches(bool* on) const {
-    *on = false;
-    return Status::Ok();
-  }
-  virtual Status EndTimedLaunches(double* seconds) const {
-    *seconds = 0.0;
-    return Status::Error(std::string(backend_name()) + ": no device-timed launches");
-  }
-
   // Bytes of constant model data this device holds: weights and biases as uploaded by the partitions, their
   // packed / re-laid-out / dequantized copies (gpu::UploadWeights: e.g. Winograd's U, a^2/9 x the filter), not
   // kernel metadata. Counted when uploaded, never decremented (a delegate serves one interpreter); the delegate
@@ -190,14 +176,6 @@ class Device {
     setup_ns_[static_cast<int>(kind)].fetch_add(ns, std::memory_order_relaxed);
   }
   long long setup_ns(Setup kind) const { return setup_ns_[static_cast<int>(kind)].load(std::memory_order_relaxed); }
-  // Candidate timing rounds TileTuner measured by device events (BeginTimedLaunches) and by the host clock (stats
-  // tuning_rounds_device / tuning_rounds_host).
-  void NoteTuningRound(bool device_timed) const {
-    tuning_rounds_[device_timed ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
-  }
-  long long tuning_rounds(bool device_timed) const {
-    return tuning_rounds_[device_timed ? 0 : 1].load(std::memory_order_relaxed);
-  }
 
   // Zeroed host memory for n floats, reused by every op's weight production (PackedWeights::Ensure): the first
   // inference then page-faults the largest packed weight once instead of all of them (SD1.5's fused + Winograd UNet
@@ -229,7 +207,6 @@ class Device {
   mutable std::atomic<size_t> weight_bytes_{0};
   mutable std::atomic<long long> host_weight_bytes_{0};
   mutable std::array<std::atomic<long long>, 3> setup_ns_{};
-  mutable std::array<std::atomic<long long>, 2> tuning_rounds_{};
   mutable std::vector<float> staging_;
   Overrides overrides_;
 };

@@ -43,8 +43,6 @@ class GpuBackend final : public Backend {
     c.setup_weights_host_us = device_->setup_ns(Device::Setup::kWeightsHost) / 1000;
     c.setup_weights_upload_us = device_->setup_ns(Device::Setup::kWeightsUpload) / 1000;
     c.setup_tuning_us = device_->setup_ns(Device::Setup::kTuning) / 1000;
-    c.tuning_rounds_device = device_->tuning_rounds(true);
-    c.tuning_rounds_host = device_->tuning_rounds(false);
     return c;
   }
 

@@ -87,10 +87,9 @@ constexpr int kMinFreeSplitK = 128;
 constexpr int kFreeSplitConfigs = 3;
 constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuning candidate may add
 // Tuning time per candidate: kTuneRounds rounds (candidates interleaved), each of at least kTuneRuns launches and
-// at least kTuneMinRoundS of measured time (at most kTuneMaxRuns launches); the fastest round counts. Three launches
+// at least kTuneMinRoundS of host time (at most kTuneMaxRuns launches); the fastest round counts. Three launches
 // of a 70 us kernel timed once on the host clock (session 11's tuner) picked a 7% slower Winograd GEMM plan in an
-// H200 run: Finish latency and host jitter were a large share of the ~0.2 ms measured. Rounds are timed by device
-// events where the backend has them (OpenCL), which leaves that latency and jitter out; GL keeps the host clock.
+// H200 run: Finish latency and host jitter were a large share of the ~0.2 ms measured.
 constexpr int kTuneRuns = 3;
 constexpr int kTuneMaxRuns = 64;
 constexpr int kTuneRounds = 2;
@@ -417,25 +416,11 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   }
   const SetupTimer timer(dev, Device::Setup::kTuning);
   using Clock = std::chrono::steady_clock;
-  // Device time of `runs` launches of p where the backend can measure it (BeginTimedLaunches: OpenCL events),
-  // else host time around them and one Finish (whose latency and the host's jitter then enter the comparison).
   auto seconds = [&](const TilePlan& p, int runs, double* out) {
-    bool on = false;
-    SDGPU_RETURN_IF_ERROR(dev.BeginTimedLaunches(&on));
-    if (on) {
-      Status st = Status::Ok();
-      for (int r = 0; r < runs && st.ok(); ++r) st = launch(p);
-      const Status end = dev.EndTimedLaunches(out);  // closes the block even when a launch failed
-      SDGPU_RETURN_IF_ERROR(st);
-      SDGPU_RETURN_IF_ERROR(end);
-      dev.NoteTuningRound(true);
-      return Status::Ok();
-    }
     const Clock::time_point t0 = Clock::now();
     for (int r = 0; r < runs; ++r) SDGPU_RETURN_IF_ERROR(launch(p));
     SDGPU_RETURN_IF_ERROR(dev.Finish());
     *out = std::chrono::duration<double>(Clock::now() - t0).count();
-    dev.NoteTuningRound(false);
     return Status::Ok();
   };
   const size_t n = candidates.size();

@@ -89,14 +89,12 @@ Status LnTwin(const Device& dev, TilePlan* plan);
 // a coarse occupancy/padding model fitted on one GPU, and on the H200 its pick was up to 1.3x slower than the
 // best config at some SD1.5 shapes (BENCHMARKS.md). With tuning on, an op's candidates are the cost model's
 // plan plus every other config at its best split (split-K partials capped at max(plan's, 16 MiB)); at the
-// op's first Enqueue each runs once to warm up, then in two interleaved rounds of >= 3 launches and >= 0.5 ms
-// (device time from OpenCL events, Device::BeginTimedLaunches; host wall time around a Device::Finish() on
-// backends without), and the fastest round's candidate is kept. Winners are memoised process-wide per (device
-// name, problem, caller key), so each distinct shape tunes once per process. Trade-off: the first invoke pays
-// the candidates' launches per distinct shape and one wait per round; the op reserves the largest candidate's
-// scratch; the candidates run alone (warm caches), not between the graph's neighbours; and the choice (hence
-// the float rounding of split-K sums) may still differ between processes where candidates measure within noise.
-// gemm_tiles (a forced config) disables it.
+// op's first Enqueue each runs once to warm up and 3 times between two Device::Finish() calls (host wall
+// time), and the fastest is kept. Winners are memoised process-wide per (device name, problem, caller key),
+// so each distinct shape tunes once per process. Trade-off: the first invoke pays ~4 launches per candidate
+// per distinct shape and one Finish() per candidate; the op reserves the largest candidate's scratch; and
+// the choice (hence the float rounding of split-K sums) may differ between processes. gemm_tiles
+// (a forced config) disables it.
 class TileTuner {
  public:
   // The first candidate is PlanTiles' plan for the same problem, then each other config's cost-model pick, then

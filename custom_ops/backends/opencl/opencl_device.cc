@@ -144,9 +144,6 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   cl_command_queue q = api.clCreateCommandQueue(ctx, rt->device_, props, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue"));
   rt->queue_ = ClQueueHandle(&api, q);
-  cl_command_queue tq = api.clCreateCommandQueue(ctx, rt->device_, CL_QUEUE_PROFILING_ENABLE, &err);
-  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue(timing)"));
-  rt->timing_queue_ = ClQueueHandle(&api, tq);
   SDGPU_RETURN_IF_ERROR(rt->BuildProgram(logger));
   logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
               "', program " +
@@ -247,54 +244,18 @@ Status OpenClDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* ou
 Status OpenClDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src,
                             bool blocking) const {
   if (bytes == 0) return Status::Ok();
-  return ClCheck(api_->clEnqueueWriteBuffer(active_queue(), MemOf(&buffer), blocking ? CL_TRUE : CL_FALSE, offset, bytes,
+  return ClCheck(api_->clEnqueueWriteBuffer(queue(), MemOf(&buffer), blocking ? CL_TRUE : CL_FALSE, offset, bytes,
                                             src, 0, nullptr, nullptr),
                  "clEnqueueWriteBuffer");
 }
 
 Status OpenClDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const {
   if (bytes == 0) return Status::Ok();
-  return ClCheck(api_->clEnqueueReadBuffer(active_queue(), MemOf(&buffer), CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
+  return ClCheck(api_->clEnqueueReadBuffer(queue(), MemOf(&buffer), CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
                  "clEnqueueReadBuffer");
 }
 
-Status OpenClDevice::Finish() const { return ClCheck(api_->clFinish(active_queue()), "clFinish"); }
-
-Status OpenClDevice::BeginTimedLaunches(bool* on) const {
-  *on = false;
-  if (timing_.load()) return Status::Error("opencl: timed launch blocks do not nest");
-  SDGPU_RETURN_IF_ERROR(ClCheck(api_->clFinish(queue()), "clFinish"));  // the block reads what came before
-  std::lock_guard<std::mutex> lock(mu_);
-  timed_events_.clear();
-  timing_.store(true);
-  *on = true;
-  return Status::Ok();
-}
-
-Status OpenClDevice::EndTimedLaunches(double* seconds) const {
-  *seconds = 0.0;
-  std::vector<ClEventHandle> events;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!timing_.load()) return Status::Error("opencl: EndTimedLaunches without BeginTimedLaunches");
-    timing_.store(false);
-    events.swap(timed_events_);
-  }
-  SDGPU_RETURN_IF_ERROR(ClCheck(api_->clFinish(timing_queue_.get()), "clFinish(timing queue)"));
-  cl_ulong total_ns = 0;
-  for (const ClEventHandle& ev : events) {
-    cl_ulong t0 = 0, t1 = 0;
-    SDGPU_RETURN_IF_ERROR(ClCheck(
-        api_->clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof(t0), &t0, nullptr),
-        "clGetEventProfilingInfo"));
-    SDGPU_RETURN_IF_ERROR(ClCheck(
-        api_->clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof(t1), &t1, nullptr),
-        "clGetEventProfilingInfo"));
-    total_ns += t1 > t0 ? t1 - t0 : 0;
-  }
-  *seconds = static_cast<double>(total_ns) * 1e-9;
-  return Status::Ok();
-}
+Status OpenClDevice::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
 
 Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global,
                             const gpu::Dim3& local, gpu::Timings* timings) const {
@@ -338,21 +299,14 @@ Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, co
       }
     }
   }
-  // Inside a timed block (BeginTimedLaunches) every launch is timed on the timing queue and the node's Timers are
-  // not recorded (a block is the tuner's, not a node's).
-  const bool block = timing_.load();
-  const bool timed = !block && options_.profiling && timings != nullptr;
+  const bool timed = options_.profiling && timings != nullptr;
   cl_event ev = nullptr;
-  const cl_int err = api_->clEnqueueNDRangeKernel(block ? timing_queue_.get() : queue(), k, dims, nullptr, g, l, 0,
-                                                  nullptr, (timed || block) ? &ev : nullptr);
+  const cl_int err =
+      api_->clEnqueueNDRangeKernel(queue(), k, dims, nullptr, g, l, 0, nullptr, timed ? &ev : nullptr);
   if (err != CL_SUCCESS) {  // the message is built only on failure: this runs once per launch
     return ClCheck(err, ("clEnqueueNDRangeKernel(" + kernel.name() + ")").c_str());
   }
-  if (block) {
-    timed_events_.emplace_back(api_, ev);
-  } else if (ev != nullptr) {
-    timings->push_back(std::make_unique<OpenClTimer>(kernel.name(), api_, ClEventHandle(api_, ev)));
-  }
+  if (ev != nullptr) timings->push_back(std::make_unique<OpenClTimer>(kernel.name(), api_, ClEventHandle(api_, ev)));
   return Status::Ok();
 }
 

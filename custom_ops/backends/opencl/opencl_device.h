@@ -8,7 +8,6 @@
 // next process. Every OpenCL call is checked and turned into a Status.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -92,9 +91,6 @@ class OpenClDevice final : public gpu::Device {
   Status Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global, const gpu::Dim3& local,
                 gpu::Timings* timings) const override;
   Status Finish() const override;
-  // Timed blocks run on timing_queue_ (profiling enabled, created with the device); see gpu::Device.
-  Status BeginTimedLaunches(bool* on) const override;
-  Status EndTimedLaunches(double* seconds) const override;
 
   bool program_from_cache() const { return program_from_cache_; }
 
@@ -103,8 +99,6 @@ class OpenClDevice final : public gpu::Device {
   Status BuildProgram(const Logger& logger);
   cl_context context() const { return context_.get(); }
   cl_command_queue queue() const { return queue_.get(); }
-  // The queue commands go to: timing_queue_ inside a timed block, else the main queue.
-  cl_command_queue active_queue() const { return timing_.load() ? timing_queue_.get() : queue_.get(); }
 
   OpenClDeviceOptions options_;
   const ClApi* api_ = nullptr;
@@ -117,9 +111,6 @@ class OpenClDevice final : public gpu::Device {
   int compute_units_ = 0;
   ClContextHandle context_;
   ClQueueHandle queue_;
-  ClQueueHandle timing_queue_;  // CL_QUEUE_PROFILING_ENABLE: TileTuner's timed blocks only
-  mutable std::atomic<bool> timing_{false};
-  mutable std::vector<ClEventHandle> timed_events_;  // the open timed block's launches (guarded by mu_)
   ClProgramHandle program_;
   bool program_from_cache_ = false;
   mutable std::mutex mu_;  // guards kernels_ and argument setting + enqueue
