@@ -89,7 +89,10 @@ constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuni
 // Tuning time per candidate: kTuneRounds rounds (candidates interleaved), each of at least kTuneRuns launches and
 // at least kTuneMinRoundS of host time (at most kTuneMaxRuns launches); the fastest round counts. Three launches
 // of a 70 us kernel timed once on the host clock (session 11's tuner) picked a 7% slower Winograd GEMM plan in an
-// H200 run: Finish latency and host jitter were a large share of the ~0.2 ms measured.
+// H200 run: Finish latency and host jitter were a large share of the ~0.2 ms measured. Timing the rounds by OpenCL
+// events instead (on a second, profiling-enabled queue; each launch's duration summed, or the round's span from
+// first start to last end) made the graphs slower on the H200 (unfused b1 +1.4-3.5%: 16-row FCs dropped their
+// split-K plans; BENCHMARKS session 20), so the host clock stays.
 constexpr int kTuneRuns = 3;
 constexpr int kTuneMaxRuns = 64;
 constexpr int kTuneRounds = 2;
