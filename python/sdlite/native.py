@@ -42,7 +42,8 @@ LIBRARY_NAME = "libsdgpu_delegate.dylib" if sys.platform == "darwin" else "libsd
 BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
-GL_FLAGS = ("gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")  # the GL debugging knobs that are 0/1 flags
+# Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
+FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")
 
 
 class NativeDelegateError(BackendUnavailableError):
@@ -128,7 +129,7 @@ class DelegateOptions:
             raise NativeDelegateError(f"attention_key_splits must be an int in 0..64, got {value!r}")
         if not isinstance(self.weights_fp16, bool):
             raise NativeDelegateError(f"weights_fp16 must be a bool, got {self.weights_fp16!r}")
-        for name in ("gemm_autotune", "fuse_epilogues", *GL_FLAGS):
+        for name in FLAG_OPTIONS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
@@ -156,7 +157,7 @@ class DelegateOptions:
                 out[name] = str(value)
         if self.weights_fp16:
             out["weights_fp16"] = "1"
-        for name in ("gemm_autotune", "fuse_epilogues", *GL_FLAGS):
+        for name in FLAG_OPTIONS:
             value = getattr(self, name)
             if value is not None:
                 out[name] = "1" if value else "0"
