@@ -22,3 +22,64 @@ def test_tune_measures_every_candidate_once_per_shape() -> None:
         times = {t: measured[(d.spec.shape_key(), t)] for t in (0, 2, 4, 6)}
         assert d.tile == min(times, key=times.get)
     assert plan.decisions[3].source == "model" and plan.decisions[3].tile == 0
+
+
+def test_tune_on_opencl_times_candidates_by_device_events_in_one_model() -> None:
+    """PoCL here: every candidate of every shape in one delegated model, timed by the delegate's profile; with a
+    device profile, tiles its backend would run direct (fewer than min_tiles tiles) are not measured."""
+    from sdconvert.winograd.cost import get_profile
+
+    specs = [ConvSpec("a", 1, 16, 16, 8, 8), ConvSpec("b", 1, 8, 8, 16, 8)]
+    lines: list[str] = []
+    measured = tune(specs, repeats=2, warmup=1, backend="opencl", profile=get_profile("h200"), progress=lines.append)
+    # h200: min_tiles 16 -> 16x16 runs F2 (64 tiles) and F4 (16); F6 has 9 tiles. 8x8 runs F2 (16) only.
+    assert set(measured) == {(specs[0].shape_key(), t) for t in (0, 2, 4)} | {(specs[1].shape_key(), t) for t in (0, 2)}
+    assert all(0 < v < 1.0 for v in measured.values())
+    assert lines == [ln for ln in lines if ln.startswith("tuned 1x")] and len(lines) == 2
+    plan = make_plan(specs, "auto", "h200", memory_budget=1 << 40, measured=measured)
+    assert [d.source for d in plan.decisions] == ["measured", "measured"]
+
+
+def test_candidates_model_ops_agree_with_each_other_on_opencl() -> None:
+    """The tuning model is a real model: each shape's direct and Winograd candidates compute the same conv."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    from sdconvert.graph import write_model
+    from sdconvert.winograd.tune import candidates_model
+    from sdlite import native
+
+    cells = [(ConvSpec("a", 1, 12, 12, 8, 16), (0, 2, 4, 6)), (ConvSpec("b", 2, 8, 8, 4, 4, padding="VALID"), (0, 2))]
+    model, nodes = candidates_model(cells)
+    assert nodes == [(0, 0), (0, 2), (0, 4), (0, 6), (1, 0), (1, 2)]
+    assert [op.opcode.name for op in model.subgraphs[0].ops] == ["CONV_2D", *["SdConv2DWinograd"] * 3, "CONV_2D",
+                                                                 "SdConv2DWinograd"]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_model(model, Path(tmp) / "c.tflite")
+        interp = Interpreter(model_path=str(path), experimental_delegates=[native.load(backend="opencl")])
+        interp.allocate_tensors()
+        rng = np.random.default_rng(0)
+        for d in interp.get_input_details():
+            interp.set_tensor(d["index"], rng.standard_normal(d["shape"]).astype(np.float32))
+        interp.invoke()
+        outs = [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+    assert [o.shape for o in outs] == [(1, 12, 12, 16)] * 4 + [(2, 6, 6, 4)] * 2
+    for ref, group in ((outs[0], outs[1:4]), (outs[4], outs[5:6])):
+        for y in group:
+            assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_tune_backend_errors() -> None:
+    import pytest
+
+    from sdconvert.errors import UserError
+    from sdconvert.export.optimize import GraphOptions
+
+    with pytest.raises(UserError, match="--tune-backend must be one of cpu, opencl, gl"):
+        tune([ConvSpec("a", 1, 8, 8, 4, 4)], backend="cuda")
+    with pytest.raises(UserError, match="--tune-backend only applies with --tune --winograd auto"):
+        GraphOptions(winograd="auto", tune_backend="opencl").validate()
+    GraphOptions(winograd="auto", tune=True, tune_backend="opencl").validate()

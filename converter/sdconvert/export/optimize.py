@@ -31,6 +31,9 @@ def add_graph_arguments(ap: argparse.ArgumentParser) -> None:
                    help="target device profile: the Winograd cost model and the auto attention variant")
     g.add_argument("--memory-budget", help="budget for Winograd weights + intermediates, e.g. 1GiB (auto mode)")
     g.add_argument("--tune", action="store_true", help="time candidate tiles on this machine through our delegate (auto mode)")
+    g.add_argument("--tune-backend", default="cpu", choices=("cpu", "opencl", "gl"),
+                   help="with --tune: the delegate backend to time on; opencl / gl time each candidate by device events "
+                        "on this machine's GPU (see sdconvert.winograd.tune)")
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,14 @@ class GraphOptions:
     memory_budget: str | None = None
     tune: bool = False
     merge_fc: bool = True
+    tune_backend: str = "cpu"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GraphOptions:
         return cls(fuse=args.fuse, target=args.target, attention_variant=args.attention_variant,
                    winograd=args.winograd, device_profile=args.device_profile, memory_budget=args.memory_budget,
-                   tune=args.tune, merge_fc=getattr(args, "merge_fc", True))
+                   tune=args.tune, merge_fc=getattr(args, "merge_fc", True),
+                   tune_backend=getattr(args, "tune_backend", "cpu"))
 
     @property
     def active(self) -> bool:
@@ -71,6 +76,12 @@ class GraphOptions:
             parse_bytes(self.memory_budget)
         if self.winograd != "off" and self.target == "litert":
             raise UserError("--winograd emits SdConv2DWinograd custom ops, which the stock LiteRT GPU target cannot run")
+        from sdconvert.winograd.tune import TUNE_BACKENDS
+
+        if self.tune_backend not in TUNE_BACKENDS:
+            raise UserError(f"--tune-backend must be one of {', '.join(TUNE_BACKENDS)}, got {self.tune_backend!r}")
+        if self.tune_backend != "cpu" and not (self.tune and self.winograd == "auto"):
+            raise UserError("--tune-backend only applies with --tune --winograd auto")
 
 
 def optimize(path: Path, opts: GraphOptions, say: Callable[[str], None], dst: Path | None = None) -> dict[str, Any]:
@@ -104,7 +115,8 @@ def optimize(path: Path, opts: GraphOptions, say: Callable[[str], None], dst: Pa
             raise UserError(str(e)) from None
         budget = parse_bytes(opts.memory_budget) if opts.memory_budget is not None else None
         plan = winograd_pass(model, WinogradOptions(mode=opts.winograd, profile=opts.device_profile,
-                                                    memory_budget=budget, tune=opts.tune), progress=say)
+                                                    memory_budget=budget, tune=opts.tune,
+                                                    tune_backend=opts.tune_backend), progress=say)
         try:
             write_model(model, dst)
         except OSError as e:

@@ -109,6 +109,7 @@ class WinogradOptions:
     memory_budget: int | None = None
     tune: bool = False
     tune_threads: int | None = None
+    tune_backend: str = "cpu"
 
 
 def winograd_pass(model: Model, options: WinogradOptions,
@@ -119,7 +120,10 @@ def winograd_pass(model: Model, options: WinogradOptions,
     if options.tune and parse_mode(options.mode) == "auto":
         from sdconvert.winograd.tune import tune
 
-        measured = tune([s for _, _, s in iter_convs(model)], num_threads=options.tune_threads, progress=progress)
+        from sdconvert.winograd.cost import get_profile
+
+        measured = tune([s for _, _, s in iter_convs(model)], num_threads=options.tune_threads, progress=progress,
+                        backend=options.tune_backend, profile=get_profile(options.profile))
     plan = plan_model(model, options.mode, options.profile, options.memory_budget, measured)
     apply_plan(model, plan)
     return plan
