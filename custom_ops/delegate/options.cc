@@ -129,11 +129,19 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       } else {
         return Status::Error("option layer_norm_fold='" + std::string(value) + "' must be auto, twin or rows");
       }
+    } else if (key == "tensor_cores") {
+      if (value == "off") {
+        out->tensor_cores = TensorCores::kOff;
+      } else if (value == "3xtf32") {
+        out->tensor_cores = TensorCores::k3xTf32;
+      } else {
+        return Status::Error("option tensor_cores='" + std::string(value) + "' must be off or 3xtf32");
+      }
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
-                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, gl_finish_each, gl_barrier, "
+                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_finish_each, gl_barrier, "
                            "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir)");
     }
   }

@@ -25,6 +25,7 @@ class GpuBackend final : public Backend {
     if (GemmTiles t; !options.gemm_tiles.empty() && ParseGemmTiles(options.gemm_tiles, &t)) o.gemm_tiles = t;
     o.attention_tiling = options.attention_tiling;
     o.ln_fold = options.layer_norm_fold;
+    o.tensor_cores_3xtf32 = options.tensor_cores == TensorCores::k3xTf32;
     device_->set_overrides(std::move(o));
   }
 

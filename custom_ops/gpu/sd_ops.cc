@@ -44,7 +44,10 @@ constexpr int64_t kGroupNormNhwcMax = 16384;
 // bk: keys per staged tile (NS * KS) of the row-wise tilings, which also have the key-split kernel
 // attn_flash_ks_<suffix>; 0 = no key split. auto_split: the delegate splits this tiling's keys in 2 on its own
 // when the grid has at most one work-group per compute unit (AttnKeySplits). max_groups_per_cu: > 0 = picked only
-// when its grid (batch x heads x query blocks) has at most that many work-groups per compute unit.
+// when its grid (batch x heads x query blocks) has at most that many work-groups per compute unit. tf32x3: a
+// tensor-core tiling (3xTF32 products, flash only, no causal mask): a candidate only with the delegate option
+// tensor_cores=3xtf32 (or when forced by attention_tiling); its kernel exists only on NVIDIA's OpenCL (inline PTX),
+// elsewhere the next tiling runs.
 struct AttnTiling {
   const char* suffix;
   int head_dim;
@@ -55,11 +58,14 @@ struct AttnTiling {
   int bk;
   bool auto_split;
   int max_groups_per_cu;
+  bool tf32x3 = false;
 };
 // Candidates in order (a fixed-D one before "dyn"); the first that fits a head dim, key count and grid, and
 // whose kernel the backend has, is used.
 constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through attention_tiling
 constexpr AttnTiling kAttnTilings[] = {
+    // self-attention at 64x64 on tensor cores (attn_flash_m40: BQ = ATM_BQ, NT = ATM_NT), option tensor_cores=3xtf32
+    {"m40", 40, 40, 128, 128, 256, 0, false, 0, true},
     // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
     {"r40", 40, 40, 128, 128, 256, 16, false, 0},
     {"h80", 80, 80, 64, 256, 256, 16, false, 1},  // self-attention at 32x32 when one wave holds it (b1)
@@ -532,13 +538,13 @@ const char* ForcedAttnTiling(const Device& dev) {
 // forced tiling is the only candidate whenever it fits the head dim.
 template <typename BlocksOf>
 std::vector<const AttnTiling*> AttnTilingCandidates(int head_dim, int keys, const BlocksOf& blocks_of,
-                                                    int compute_units, const char* forced) {
+                                                    int compute_units, const char* forced, bool tf32x3) {
   std::vector<const AttnTiling*> own, any;
   for (const AttnTiling& t : kAttnTilings) {
     const bool fits = t.head_dim == 0 ? head_dim <= t.max_head_dim : head_dim == t.head_dim;
     if (!fits) continue;
     if (forced != nullptr && std::strcmp(forced, t.suffix) == 0) return {&t};
-    if (keys < t.min_keys) continue;
+    if (keys < t.min_keys || (t.tf32x3 && !tf32x3)) continue;
     if (t.max_groups_per_cu > 0 &&
         (compute_units <= 0 || blocks_of(t.bq) > static_cast<size_t>(t.max_groups_per_cu) * compute_units)) {
       continue;
@@ -594,9 +600,10 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   }
   const std::vector<const AttnTiling*> candidates =
       legacy_only ? std::vector<const AttnTiling*>{}
-                  : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);
+                  : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced,
+                                         dev.overrides().tensor_cores_3xtf32);
   for (const AttnTiling* t : candidates) {
-    if (t->nt > dev.max_work_group_size()) continue;
+    if (t->nt > dev.max_work_group_size() || (t->tf32x3 && (attrs.causal || !flash))) continue;
     const std::string sfx = std::string("_") + t->suffix;
     const bool found = flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()
                              : dev.GetKernel("attn_stats" + sfx, &u->k1_).ok() &&

@@ -30,6 +30,9 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
                    help="CPU threads (default: all usable cores)")
     p.add_argument("--allow-fp16", action="store_true", help="let litert-gpu compute in fp16")
     p.add_argument("--verbose", action="store_true", help="show native runtime logs")
+    p.add_argument("--delegate_options", "--delegate-options", dest="delegate_options", default="",
+                   help="sdgpu delegate options as key:value;key:value (benchmark_model's --external_delegate_options "
+                        "form), e.g. 'tensor_cores:3xtf32' (see sdlite.native.DelegateOptions)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if argv is None and not getattr(args, "verbose", False):
             _silence_native_teardown()
-        return cmd_generate(args) if args.command == "generate" else cmd_bench(args)
+        from sdlite import native
+
+        with native.extra_options(**native.parse_options_text(args.delegate_options)):
+            return cmd_generate(args) if args.command == "generate" else cmd_bench(args)
     except SdliteError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

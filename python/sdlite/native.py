@@ -42,6 +42,7 @@ LIBRARY_NAME = "libsdgpu_delegate.dylib" if sys.platform == "darwin" else "libsd
 BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
+TENSOR_CORES = ("off", "3xtf32")
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
 FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")
 
@@ -86,6 +87,11 @@ class DelegateOptions:
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
     faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
     GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
+    ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"off"``): ``"3xtf32"`` runs SdAttention's long
+    head-dim-40 self-attention (SD1.5's 64x64 level) on NVIDIA tensor cores with 3xTF32 products, an fp32-accurate
+    emulation (each product as big*big + big*small + small*big of its TF32 halves, fp32 accumulation): ~1.5x faster
+    there on an H200, max error ~3e-5 of the output's range where the fp32 kernels have ~2e-6. Needs NVIDIA's OpenCL
+    (inline PTX); elsewhere the fp32 kernels run. ``"off"`` keeps fp32 FMA arithmetic everywhere.
     GL debugging knobs (for localising a driver-specific parity failure, not for production;
     ``custom_ops/backends/gl/gl_device.h``): ``gl_finish_each`` (glFinish after every launch), ``gl_barrier``
     (``"minimal"``: SHADER_STORAGE | BUFFER_UPDATE barrier bits only; default ``"all"``), ``gl_plain_buffers`` (no
@@ -108,6 +114,7 @@ class DelegateOptions:
     gemm_tiles: str | None = None
     attention_tiling: str | None = None
     layer_norm_fold: str | None = None
+    tensor_cores: str | None = None
     gl_finish_each: bool | None = None
     gl_barrier: str | None = None
     gl_plain_buffers: bool | None = None
@@ -142,6 +149,9 @@ class DelegateOptions:
         if self.layer_norm_fold not in (None, *LAYER_NORM_FOLDS):
             raise NativeDelegateError(f"layer_norm_fold must be one of {', '.join(LAYER_NORM_FOLDS)} or None, "
                                       f"got {self.layer_norm_fold!r}")
+        if self.tensor_cores not in (None, *TENSOR_CORES):
+            raise NativeDelegateError(f"tensor_cores must be one of {', '.join(TENSOR_CORES)} or None, "
+                                      f"got {self.tensor_cores!r}")
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -151,7 +161,7 @@ class DelegateOptions:
             if value is not None:
                 out[name] = str(value)
         for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling", "layer_norm_fold",
-                     "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
+                     "tensor_cores", "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)
@@ -182,6 +192,37 @@ def extra_options(**opts: Any) -> Iterator[None]:
         yield
     finally:
         _EXTRA_OPTIONS.reset(token)
+
+
+def parse_options_text(text: str) -> dict[str, Any]:
+    """``"key:value;key:value"`` (benchmark_model's ``--external_delegate_options`` form) -> :class:`DelegateOptions`
+    fields with their Python types (flags take 1/0/true/false, counts an int), for :func:`extra_options`. A malformed
+    entry, an unknown key or a bad value is a one-line :class:`NativeDelegateError`."""
+    out: dict[str, Any] = {}
+    fields = DelegateOptions.__dataclass_fields__
+    for item in (i.strip() for i in text.split(";")):
+        if not item:
+            continue
+        key, sep, value = (x.strip() for x in item.partition(":"))
+        if not sep or not key:
+            raise NativeDelegateError(f"delegate option {item!r} is not key:value")
+        if key == "backend" or key not in fields:
+            known = ", ".join(k for k in fields if k != "backend")
+            raise NativeDelegateError(f"unknown delegate option {key!r} (known: {known}; the backend has its own flag)")
+        kind = str(fields[key].type)
+        if "bool" in kind:
+            if value.lower() not in ("1", "0", "true", "false"):
+                raise NativeDelegateError(f"delegate option {key} takes 1/0/true/false, got {value!r}")
+            out[key] = value.lower() in ("1", "true")
+        elif "int" in kind:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise NativeDelegateError(f"delegate option {key} takes an integer, got {value!r}") from None
+        else:
+            out[key] = value
+    DelegateOptions(**out)  # the same checks as load(): a bad value fails before any model is read
+    return out
 
 
 def _package_dirs() -> list[Path]:
@@ -221,7 +262,7 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
     attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune,
-    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, gl_*),
+    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_*),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """

@@ -6,6 +6,9 @@ machine state.
         --lib new=.h200/lib/libsdgpu_delegate.so --lib old=.h200/lib_old/libsdgpu_delegate.so --rounds 2 \\
         --out $OUT/lib_ab.json
 
+A build may carry delegate options: --lib tc=.h200/lib/libsdgpu_delegate.so@tensor_cores:3xtf32 (the text after @ goes
+to `sdlite bench --delegate_options`), so one library can be compared with itself under other options.
+
 Prints one markdown row per (model, build): the median wall ms of `invoke` of every round, the first run, and the
 ratio to the first build's median of the same round; writes every `sdlite bench --json` result to --out. Needs the
 kit's environment (after `source .h200/setup.sh`). (scripts/h200/ab_libs.sh compares builds by the event profile.)
@@ -20,15 +23,17 @@ from pathlib import Path
 from precision_ab import bench
 
 
-def _pairs(values: list[str], what: str) -> list[tuple[str, Path]]:
+def _pairs(values: list[str], what: str) -> list[tuple[str, Path, str]]:
+    """LABEL=path[@delegate options] -> (label, path, options)."""
     out = []
     for v in values:
-        label, sep, path = v.partition("=")
+        label, sep, rest = v.partition("=")
+        path, _, options = rest.partition("@")
         if not sep or not label or not path:
             raise SystemExit(f"--{what} takes LABEL=path, got {v!r}")
         if not Path(path).is_file():
             raise SystemExit(f"--{what} {label}: no file {path}")
-        out.append((label, Path(path)))
+        out.append((label, Path(path), options))
     return out
 
 
@@ -54,19 +59,19 @@ def main() -> int:
     print("|---|---|" + "---:|" * (args.rounds + 2))
     table: dict[tuple[str, str], list[dict]] = {}
     for r in range(args.rounds):
-        for mlabel, model in models:
-            for llabel, lib in libs:
+        for mlabel, model, _ in models:
+            for llabel, lib, options in libs:
                 if args.deadline_s and time.monotonic() - start > args.deadline_s:
                     break
-                res = bench(model, lib, args.runs, args.timeout_s)
+                res = bench(model, lib, args.runs, args.timeout_s, options)
                 res.update({"round": r + 1, "model_label": mlabel, "lib_label": llabel})
                 results.append(res)
                 table.setdefault((mlabel, llabel), []).append(res)
                 if args.out:
                     args.out.write_text(json.dumps(results, indent=1))
-    for mlabel, _ in models:
+    for mlabel, _, _ in models:
         base = table.get((mlabel, libs[0][0]), [])
-        for llabel, _ in libs:
+        for llabel, _, _ in libs:
             rows = table.get((mlabel, llabel), [])
             cells, ratios = [], []
             for k, res in enumerate(rows):

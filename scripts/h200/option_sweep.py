@@ -5,7 +5,9 @@
 
 Each (model, value) gets a fresh interpreter with ``{"backend": BACKEND, KEY: value}``; the timing is the wall time of
 ``invoke()`` (which ends with the delegate's blocking read of the outputs, so the GPU work is included), median over
-``--runs`` after ``--warmup`` runs, the values interleaved round-robin so drift hits them alike. Writes a JSON and a
+``--runs`` after ``--warmup`` runs, the values interleaved round-robin so drift hits them alike. Every value gets the
+same random inputs; with ``--reference-backend cpu`` the model also runs once on that backend of the same library and
+each value's outputs are compared with it (max |out - ref| over max |ref|, the worst output). Writes a JSON and a
 markdown table to ``--out`` and prints the table. (BENCHMARKS' ``opencl_flush_every`` sweep ran with commit 124a2e7, which
 had that option; it was dropped after the sweep showed no effect.)
 """
@@ -29,6 +31,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2, help="round-robin rounds over the values")
+    ap.add_argument("--reference-backend", default="", help="e.g. cpu: parity of every value against that backend")
     ap.add_argument("--out", type=Path, default=Path("option-sweep"))
     args = ap.parse_args()
     from ai_edge_litert.interpreter import Interpreter, load_delegate
@@ -39,16 +42,32 @@ def main() -> int:
         raise SystemExit("--option wants KEY=v1,v2,...")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, list[float]]] = {}
-    rng = np.random.default_rng(0)
+    errors: dict[str, dict[str, float]] = {}
+
+    def run_once(model: Path, options: dict, inputs: list[np.ndarray]):
+        it = Interpreter(model_path=str(model), experimental_delegates=[load_delegate(args.lib, options)])
+        it.allocate_tensors()
+        for d, x in zip(it.get_input_details(), inputs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        return it
+
+    def outputs(it) -> list[np.ndarray]:
+        return [it.get_tensor(d["index"]).astype(np.float64) for d in it.get_output_details()]
+
     for model in args.models:
+        rng = np.random.default_rng(0)
+        probe = Interpreter(model_path=str(model), experimental_delegates=[load_delegate(args.lib, {"backend": args.backend})])
+        inputs = [rng.standard_normal(d["shape"]).astype(d["dtype"]) for d in probe.get_input_details()]
+        del probe
+        ref = outputs(run_once(model, {"backend": args.reference_backend}, inputs)) if args.reference_backend else None
         interps = {}
         for v in values:
-            delegate = load_delegate(args.lib, {"backend": args.backend, key: v})
-            it = Interpreter(model_path=str(model), experimental_delegates=[delegate])
-            it.allocate_tensors()
-            for d in it.get_input_details():
-                it.set_tensor(d["index"], rng.standard_normal(d["shape"]).astype(d["dtype"]))
-            for _ in range(args.warmup):
+            it = run_once(model, {"backend": args.backend, key: v}, inputs)
+            if ref is not None:
+                errors.setdefault(str(model), {})[v] = max(
+                    float(np.abs(o - r).max() / max(np.abs(r).max(), 1e-30)) for o, r in zip(outputs(it), ref))
+            for _ in range(args.warmup - 1):
                 it.invoke()
             interps[v] = it
         times: dict[str, list[float]] = {v: [] for v in values}
@@ -61,15 +80,19 @@ def main() -> int:
                     times[v].append((time.perf_counter() - t0) * 1e3)
         results[str(model)] = times
         del interps
-    lines = [f"| model | {key} | median ms | min ms | ratio to {key}={values[0]} |", "|---|---:|---:|---:|---:|"]
+    err_head = f" max rel err vs {args.reference_backend} |" if args.reference_backend else ""
+    lines = [f"| model | {key} | median ms | min ms | ratio to {key}={values[0]} |{err_head}",
+             "|---|---:|---:|---:|---:|" + ("---:|" if err_head else "")]
     for model, times in results.items():
         base = statistics.median(times[values[0]])
         for v in values:
             med = statistics.median(times[v])
+            err = f" {errors[model][v]:.1e} |" if err_head else ""
             lines.append(f"| {Path(model).parent.name}/{Path(model).name} | {v} | {med:.2f} | {min(times[v]):.2f} | "
-                         f"{med / base:.3f} |")
+                         f"{med / base:.3f} |{err}")
     table = "\n".join(lines)
-    (args.out / "option_sweep.json").write_text(json.dumps({"option": key, "values": values, "ms": results}, indent=1))
+    (args.out / "option_sweep.json").write_text(json.dumps({"option": key, "values": values, "ms": results,
+                                                            "max_rel_err": errors}, indent=1))
     (args.out / "option_sweep.md").write_text(table + "\n")
     print(table)
     return 0

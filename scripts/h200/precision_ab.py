@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def bench(model: Path, lib: Path, runs: int, timeout_s: float) -> dict:
+def bench(model: Path, lib: Path, runs: int, timeout_s: float, options: str = "") -> dict:
     env = {**os.environ, "SDLITE_DELEGATE_PATH": str(lib.resolve())}
     cmd = [sys.executable, "-m", "sdlite", "bench", f"{model}@opencl", "--json", "--num_runs", str(runs),
-           "--warmup_runs", "2"]
+           "--warmup_runs", "2"] + (["--delegate_options", options] if options else [])
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -164,3 +164,20 @@ def test_op_profiling_of_a_fused_model_runs_sd_ops_on_the_delegate(capsys, tmp_p
     rows = [r.split("\t") for r in section(out, "Run Order")]
     assert [(r[1].strip(), r[2].strip()) for r in rows] == [("ADD", "xnnpack"), ("SdGelu", "sdgpu"), ("MUL", "xnnpack")]
     assert "Placement: xnnpack: 2 ops in 2 partitions (ADD 1, MUL 1); sdgpu: 1 ops in 1 partition (SdGelu 1)" in out
+
+
+def test_delegate_options_reach_the_delegate(capsys, tmp_path: Path) -> None:
+    """--delegate_options (benchmark_model's key:value;key:value form): a profile_path given there is written by the
+    OpenCL delegate; a bad entry is a one-line error before any model is read."""
+    from sdlite_models import fused_gelu_model
+
+    path = tmp_path / "gelu.tflite"
+    path.write_bytes(fused_gelu_model())
+    profile = tmp_path / "p.json"
+    rc, out, err = run_cli(capsys, "bench", f"{path}@opencl", "--delegate_options",
+                           f"profile_path:{profile};gemm_autotune:0", *RUNS)
+    assert rc == 0, err
+    assert json.loads(profile.read_text())["invocations"] >= 1
+    rc, out, err = run_cli(capsys, "bench", f"{path}@opencl", "--delegate_options", "tensor_cores:tf32", *RUNS)
+    assert rc == 2 and out == ""
+    assert err == "sdlite: error: tensor_cores must be one of off, 3xtf32 or None, got 'tf32'\n"

@@ -1,0 +1,43 @@
+"""Delegate option tensor_cores (off | 3xtf32). The 3xTF32 attention kernel (attn_flash_m40) is inline PTX, compiled
+only on NVIDIA's OpenCL; on PoCL (CI) the option must leave the fp32 kernels running, exactly, and the option itself
+must be validated on both sides. Its numbers on NVIDIA are in BENCHMARKS.md (session 21: the device check of the
+whole fused UNet against the CPU delegate)."""
+from __future__ import annotations
+
+import pytest
+from ai_edge_litert.interpreter import load_delegate
+
+from attention_cases import profiled_kernels
+from sdlite import native
+
+
+@pytest.mark.parametrize("variant", ["flash", "partial_softmax"])
+def test_without_nvidia_the_option_keeps_the_fp32_kernels(tmp_path, rng, variant):
+    # 300 x 300, head dim 40: the long self-attention shape class m40 is a candidate for (Sk >= 256)
+    on, _ = profiled_kernels(tmp_path, rng, 300, 300, 2, 40, variant=variant, tensor_cores="3xtf32")
+    off, _ = profiled_kernels(tmp_path, rng, 300, 300, 2, 40, variant=variant, tensor_cores="off")
+    assert on == off
+    assert on == (["attn_flash_r40"] if variant == "flash" else ["attn_stats_r40", "attn_pv_r40"])
+
+
+@pytest.mark.parametrize("value", ["on", "3xTF32", "tf32", ""])
+def test_tensor_cores_option_is_validated(value):
+    with pytest.raises(ValueError, match="tensor_cores='.*' must be off or 3xtf32"):
+        load_delegate(str(native.delegate_path()), {"backend": "opencl", "tensor_cores": value})
+    if value:
+        with pytest.raises(native.NativeDelegateError, match="tensor_cores must be one of off, 3xtf32"):
+            native.DelegateOptions(backend="opencl", tensor_cores=value)
+    assert native.DelegateOptions(backend="opencl", tensor_cores="3xtf32").as_strings()["tensor_cores"] == "3xtf32"
+
+
+def test_options_text_in_benchmark_model_form():
+    assert native.parse_options_text("tensor_cores:3xtf32; gemm_autotune:0;attention_key_splits:2;") == {
+        "tensor_cores": "3xtf32", "gemm_autotune": False, "attention_key_splits": 2}
+    assert native.parse_options_text("") == {}
+    for text, message in (("tensor_cores", "is not key:value"), ("backend:gl", "unknown delegate option 'backend'"),
+                          ("gemm_autotune:yes", "takes 1/0/true/false"),
+                          ("attention_key_splits:two", "takes an integer"),
+                          ("attention_key_splits:99", "attention_key_splits must be an int in 0..64"),
+                          ("tensor_cores:fp16", "tensor_cores must be one of off, 3xtf32")):
+        with pytest.raises(native.NativeDelegateError, match=message):
+            native.parse_options_text(text)
