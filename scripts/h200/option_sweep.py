@@ -6,8 +6,10 @@
 Each (model, value) gets a fresh interpreter with ``{"backend": BACKEND, KEY: value}``; the timing is the wall time of
 ``invoke()`` (which ends with the delegate's blocking read of the outputs, so the GPU work is included), median over
 ``--runs`` after ``--warmup`` runs, the values interleaved round-robin so drift hits them alike. Every value gets the
-same random inputs; with ``--reference-backend cpu`` the model also runs once on that backend of the same library and
-each value's outputs are compared with it (max |out - ref| over max |ref|, the worst output). Writes a JSON and a
+same random inputs; with ``--reference-backend cpu`` the model also runs once on that backend of the same library, or
+with ``--reference-model plain.tflite`` that model runs once on LiteRT's own CPU kernels (XNNPACK, all cores; the kit's
+parity reference: the unfused export of the same weights, inputs matched by name), and each value's outputs are
+compared with it (max |out - ref| over max |ref|, the worst output). Writes a JSON and a
 markdown table to ``--out`` and prints the table. (BENCHMARKS' ``opencl_flush_every`` sweep ran with commit 124a2e7, which
 had that option; it was dropped after the sweep showed no effect.)
 """
@@ -32,6 +34,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2, help="round-robin rounds over the values")
     ap.add_argument("--reference-backend", default="", help="e.g. cpu: parity of every value against that backend")
+    ap.add_argument("--reference-model", type=Path, default=None,
+                    help="parity against this model (one model only) on LiteRT's CPU kernels, no delegate")
     ap.add_argument("--out", type=Path, default=Path("option-sweep"))
     args = ap.parse_args()
     from ai_edge_litert.interpreter import Interpreter, load_delegate
@@ -58,9 +62,21 @@ def main() -> int:
     for model in args.models:
         rng = np.random.default_rng(0)
         probe = Interpreter(model_path=str(model), experimental_delegates=[load_delegate(args.lib, {"backend": args.backend})])
-        inputs = [rng.standard_normal(d["shape"]).astype(d["dtype"]) for d in probe.get_input_details()]
+        probe_details = probe.get_input_details()
+        inputs = [rng.standard_normal(d["shape"]).astype(d["dtype"]) for d in probe_details]
         del probe
         ref = outputs(run_once(model, {"backend": args.reference_backend}, inputs)) if args.reference_backend else None
+        if args.reference_model is not None:
+            import os
+
+            cpu = Interpreter(model_path=str(args.reference_model), num_threads=os.cpu_count() or 1)
+            cpu.allocate_tensors()
+            names = [d["name"] for d in probe_details]
+            for d in cpu.get_input_details():
+                cpu.set_tensor(d["index"], inputs[names.index(d["name"])] if d["name"] in names else
+                               inputs[cpu.get_input_details().index(d)])
+            cpu.invoke()
+            ref = outputs(cpu)
         interps = {}
         for v in values:
             it = run_once(model, {"backend": args.backend, key: v}, inputs)
@@ -80,7 +96,8 @@ def main() -> int:
                     times[v].append((time.perf_counter() - t0) * 1e3)
         results[str(model)] = times
         del interps
-    err_head = f" max rel err vs {args.reference_backend} |" if args.reference_backend else ""
+    ref_name = args.reference_backend or (f"{args.reference_model.name} on XNNPACK" if args.reference_model else "")
+    err_head = f" max rel err vs {ref_name} |" if ref_name else ""
     lines = [f"| model | {key} | median ms | min ms | ratio to {key}={values[0]} |{err_head}",
              "|---|---:|---:|---:|---:|" + ("---:|" if err_head else "")]
     for model, times in results.items():
