@@ -23,6 +23,12 @@
 #ifndef SPLIT
 #define SPLIT 3
 #endif
+#ifndef ROUND
+#define ROUND 0  // 1: big = x rounded to 11 significant bits (+0x1000 before the mask) instead of truncated
+#endif
+#ifndef PRESPLIT
+#define PRESPLIT 0  // 1: K and V split once when staged (local memory holds big and small planes), not per fragment read
+#endif
 #define D 40
 #define DK (D / 8)
 #define NT (32 * NW)
@@ -31,8 +37,8 @@
 #define KP 44  // (g * 44 + t) % 32 distinct over a warp's B-fragment reads of K
 #define VP 40  // (t * 40 + g) % 32 likewise for V
 
-inline uint ma_big(float x) { return as_uint(x) & 0xffffe000u; }
-inline uint ma_small(float x) { return as_uint(x - as_float(as_uint(x) & 0xffffe000u)); }
+inline uint ma_big(float x) { return (as_uint(x) + (ROUND ? 0x1000u : 0u)) & 0xffffe000u; }
+inline uint ma_small(float x) { return as_uint(x - as_float(ma_big(x))); }
 
 inline float ma_idx(float v, int src) {
   float r;
@@ -67,8 +73,13 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void attn_mma(__global 
                                                                        __global const float* K,
                                                                        __global const float* V, int Sq, int Sk,
                                                                        int H, float scale) {
+#if PRESPLIT
+  __local uint Ks[BKK * KP], Kl[BKK * KP];
+  __local uint Vs[BKK * VP], Vl[BKK * VP];
+#else
   __local float Ks[BKK * KP];
   __local float Vs[BKK * VP];
+#endif
   const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31, g = lane >> 2, t = lane & 3;
   const int qblocks = Sq / BQ, grp = get_group_id(0);
   const int qb = grp % qblocks, h = (grp / qblocks) % H, n = grp / (qblocks * H);
@@ -108,8 +119,18 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void attn_mma(__global 
     for (int e = lid; e < BKK * (D / 4); e += NT) {
       const int r = e / (D / 4), c4 = e - r * (D / 4);
       const size_t src = (size_t)(n * Sk + kb + r) * HD + col0 + c4 * 4;
+#if PRESPLIT
+      const float4 kv = vload4(0, K + src), vv = vload4(0, V + src);
+      const uint4 kh = (uint4)(ma_big(kv.x), ma_big(kv.y), ma_big(kv.z), ma_big(kv.w));
+      const uint4 vh = (uint4)(ma_big(vv.x), ma_big(vv.y), ma_big(vv.z), ma_big(vv.w));
+      vstore4(kh, 0, Ks + r * KP + c4 * 4);
+      vstore4(as_uint4(kv - as_float4(kh)), 0, Kl + r * KP + c4 * 4);
+      vstore4(vh, 0, Vs + r * VP + c4 * 4);
+      vstore4(as_uint4(vv - as_float4(vh)), 0, Vl + r * VP + c4 * 4);
+#else
       vstore4(vload4(0, K + src), 0, Ks + r * KP + c4 * 4);
       vstore4(vload4(0, V + src), 0, Vs + r * VP + c4 * 4);
+#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -122,8 +143,13 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void attn_mma(__global 
     for (int j = 0; j < NJ; ++j) {
 #pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
+#if PRESPLIT
+        const int ka = (8 * j + g) * KP + 8 * kk + t;
+        const uint bh0 = Ks[ka], bh1 = Ks[ka + 4], bl0 = Kl[ka], bl1 = Kl[ka + 4];
+#else
         const float b0 = Ks[(8 * j + g) * KP + 8 * kk + t], b1 = Ks[(8 * j + g) * KP + 8 * kk + t + 4];
         const uint bh0 = ma_big(b0), bh1 = ma_big(b1), bl0 = ma_small(b0), bl1 = ma_small(b1);
+#endif
 #pragma unroll
         for (int i = 0; i < MT; ++i) ma_mma3(s[i][j], qh[i][kk], ql[i][kk], bh0, bh1, bl0, bl1);
       }
@@ -185,8 +211,13 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void attn_mma(__global 
       }
 #pragma unroll
       for (int d = 0; d < DK; ++d) {
+#if PRESPLIT
+        const int va = (8 * j + t) * VP + 8 * d + g;
+        const uint bh0 = Vs[va], bh1 = Vs[va + 4 * VP], bl0 = Vl[va], bl1 = Vl[va + 4 * VP];
+#else
         const float b0 = Vs[(8 * j + t) * VP + 8 * d + g], b1 = Vs[(8 * j + t + 4) * VP + 8 * d + g];
         const uint bh0 = ma_big(b0), bh1 = ma_big(b1), bl0 = ma_small(b0), bl1 = ma_small(b1);
+#endif
 #pragma unroll
         for (int i = 0; i < MT; ++i) ma_mma3(o[i][d], ph[i], pl[i], bh0, bh1, bl0, bl1);
       }

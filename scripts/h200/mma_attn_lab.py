@@ -18,8 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attn_lab import reference  # noqa: E402
 from cl_lab import ROOT, Lab, rel_err  # noqa: E402
 
-# (MT, NW, BKK, SPLIT): see mma_attn.cl
-CONFIGS = [(2, 4, 64, 3), (1, 8, 64, 3), (1, 4, 64, 3), (2, 4, 32, 3), (2, 2, 64, 3), (2, 4, 64, 1)]
+# (MT, NW, BKK, SPLIT, ROUND, PRESPLIT): see mma_attn.cl. Session 21 (BENCHMARKS): call 2 ran (2,4,64,3), (1,8,64,3),
+# (1,4,64,3), (2,4,32,3), (2,2,64,3), (2,4,64,1) without ROUND / PRESPLIT; call 5 these.
+CONFIGS = [(2, 4, 64, 3, 0, 0), (2, 4, 64, 3, 1, 0), (2, 4, 64, 3, 1, 1), (2, 4, 32, 3, 1, 1), (1, 8, 64, 3, 1, 1),
+           (2, 4, 64, 1, 0, 0)]
 SHAPES = [("b1 4096 x 4096 d40", 1, 4096, 8, 40), ("b2 4096 x 4096 d40", 2, 4096, 8, 40)]
 
 
@@ -38,9 +40,10 @@ def main() -> int:
     lib = lab.program((ROOT / "custom_ops" / "ops" / "attention" / "opencl.cl").read_text())
     progs = {}
     for cfg in CONFIGS:
-        mt, nw, bkk, split = cfg
+        mt, nw, bkk, split, rnd, pre = cfg
         try:
-            progs[cfg] = lab.program(src, f"-DMT={mt} -DNW={nw} -DBKK={bkk} -DSPLIT={split}")
+            progs[cfg] = lab.program(src, f"-DMT={mt} -DNW={nw} -DBKK={bkk} -DSPLIT={split} -DROUND={rnd} "
+                                          f"-DPRESPLIT={pre}")
         except Exception as exc:  # noqa: BLE001 - report the build log and go on with the other configurations
             print(f"build failed for {cfg}: {exc}", flush=True)
     rng = np.random.default_rng(1)
@@ -58,11 +61,16 @@ def main() -> int:
         kr = lab.cl.Kernel(lib, "attn_flash_r40")
         kr.set_args(od, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(s), i32(s), i32(heads), i32(d), scale, i32(0))
         variants.append(("lib attn_flash_r40 (fp32)", kr, ((s // 128) * heads * n * 128,), (128,)))
-        for (mt, nw, bkk, split), prog in progs.items():
+        km40 = lab.cl.Kernel(lib, "attn_flash_m40")
+        km40.set_args(od, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(s), i32(s), i32(heads), i32(d), scale,
+                      i32(0))
+        variants.append(("lib attn_flash_m40 (3xTF32)", km40, ((s // 128) * heads * n * 128,), (128,)))
+        for (mt, nw, bkk, split, rnd, pre), prog in progs.items():
             km = lab.cl.Kernel(prog, "attn_mma")
             km.set_args(od, qd, kd, vd, i32(s), i32(s), i32(heads), scale)
             bq, nt = 16 * mt * nw, 32 * nw
-            variants.append((f"mma MT{mt} NW{nw} BK{bkk} x{split}", km, ((s // bq) * heads * n * nt,), (nt,)))
+            label = f"mma MT{mt} NW{nw} BK{bkk} x{split}{' round' if rnd else ''}{' presplit' if pre else ''}"
+            variants.append((label, km, ((s // bq) * heads * n * nt,), (nt,)))
         for label, kern, gsz, lsz in variants:
             def launch(kern=kern, gsz=gsz, lsz=lsz):
                 return [lab.launch(kern, gsz, lsz)]
@@ -75,7 +83,7 @@ def main() -> int:
             ms = lab.timed(launch, a.runs)
             row = dict(shape=name, config=label, ms=ms, tflops=flops / ms * 1e-9, err=err)
             rows.append(row)
-            print(f"{name:20s} {label:28s} {ms:8.4f} ms {row['tflops']:6.1f} TFLOP/s  err {err:.1e}", flush=True)
+            print(f"{name:20s} {label:40s} {ms:8.4f} ms {row['tflops']:6.1f} TFLOP/s  err {err:.1e}", flush=True)
     if a.out:
         a.out.write_text(json.dumps(dict(device=lab.dev.name, rows=rows), indent=1))
     return 0

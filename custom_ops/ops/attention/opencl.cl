@@ -1230,10 +1230,13 @@ __kernel void attn_merge(__global float* O, int oo, __global const float* parts,
 // Tensor-core flash attention, 3xTF32 (NVIDIA only: inline PTX mma.sync, built where ATR_XS is; the host picks it
 // only with the delegate option tensor_cores=3xtf32, flash, no causal mask): attn_flash_m40, head dim 40, the
 // parameter list and grid of attn_flash_<t> (BQ = ATM_BQ, NT = ATM_NT; host: kAttnTilings "m40").
-// Every product is 3xTF32: x = big + small with big = x rounded to its top 11 significant bits (a TF32 value) and
-// small = x - big (exact), and a*b = big*big + big*small + small*big with fp32 accumulation, the term small*small
-// (<= 2^-22 |a b|) dropped and small read by the tensor core at TF32 precision. SD1.5's 64x64 self-attention on the
-// H200 (BENCHMARKS session 21): max error 3e-5 of the output's range vs 1.6e-6 for the fp32 kernel r40, 1.56x faster.
+// Every product is 3xTF32: x = big + small with big = x truncated to its top 11 significant bits (a TF32 value: one
+// AND) and small = x - big (exact), and a*b = big*big + big*small + small*big with fp32 accumulation, the term
+// small*small (<= 2^-20 |a b|) dropped and small read by the tensor core at TF32 precision. SD1.5's 64x64
+// self-attention on the H200 (BENCHMARKS session 21, mma_attn_lab.py): max error 3e-5 of the output's range vs
+// 1.6e-6 for the fp32 kernel r40, 1.5x faster. Rounding big to nearest instead (+0x1000 before the mask) left the
+// error where it was (3.3e-5) and cost 5%; splitting K and V once when staged (big and small planes in local memory)
+// cost 15% (twice the local reads).
 // Layout: ATM_NW warps per work-group, each owning ATM_MT m-tiles of 16 query rows (one head of one batch item). Q,
 // pre-scaled by scale * log2(e), lives in registers as mma A fragments (big and small). Per block of ATM_BK keys, K
 // and V are staged in local memory (row strides chosen so that a warp's B-fragment reads hit 32 distinct banks);
@@ -1254,7 +1257,7 @@ __kernel void attn_merge(__global float* O, int oo, __global const float* parts,
 #define ATM_KP 44  // (g * 44 + t) % 32 distinct over a warp's K fragment reads
 #define ATM_VP 40  // (t * 40 + g) % 32 likewise for V
 
-ATT_INLINE uint atm_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u; }  // round to 11 bits
+ATT_INLINE uint atm_big(float x) { return as_uint(x) & 0xffffe000u; }  // truncate to 11 significant bits
 ATT_INLINE uint atm_small(float x, uint big) { return as_uint(x - as_float(big)); }
 
 ATT_INLINE float atm_idx(float v, int src) {
