@@ -1,5 +1,5 @@
 """The pyopencl kernel labs of scripts/h200 (skinny_lab.py, attn_lab.py, wino_lab.py, lds_lab.py; ptx_probe.py and
-mma_lab.py, NVIDIA only) on this machine's OpenCL (PoCL in CI).
+mma_lab.py / mma_attn_lab.py, NVIDIA only) on this machine's OpenCL (PoCL in CI).
 
 They compile the delegate's own kernel source outside the delegate, so a change to the kernel files or to
 CMake's list of them can break them silently; and their candidate kernels must compute what they time. Each lab
@@ -165,9 +165,9 @@ def test_labs_build_the_library_as_the_delegate_does() -> None:
 
 
 def test_tensor_core_labs_need_nvidia_opencl(tmp_path: Path) -> None:
-    """ptx_probe.py / mma_lab.py use inline PTX (mma.sync), which only NVIDIA's OpenCL compiles. Elsewhere (PoCL
-    in CI) the probe reports the refused build in its JSON and exits 1, and the GEMM lab refuses before building;
-    neither reports a number."""
+    """ptx_probe.py / mma_lab.py / mma_attn_lab.py use inline PTX (mma.sync), which only NVIDIA's OpenCL compiles.
+    Elsewhere (PoCL in CI) the probe reports the refused build in its JSON and exits 1, and the GEMM and attention
+    labs refuse before building; none reports a number."""
     out = tmp_path / "ptx.json"
     probe = subprocess.run([sys.executable, str(LABS / "ptx_probe.py"), "--out", str(out)], capture_output=True,
                            text=True, timeout=600)
@@ -176,7 +176,8 @@ def test_tensor_core_labs_need_nvidia_opencl(tmp_path: Path) -> None:
         pytest.fail("this test expects a non-NVIDIA OpenCL device (PoCL in CI)")
     assert probe.returncode == 1 and "build failed" in probe.stdout
     assert report["build"] != "ok" and "mma_rate" not in report
-    lab = subprocess.run([sys.executable, str(LABS / "mma_lab.py"), "--out", str(tmp_path / "mma.json")],
-                         capture_output=True, text=True, timeout=600)
-    assert lab.returncode == 2 and "needs NVIDIA's OpenCL" in lab.stdout
-    assert not (tmp_path / "mma.json").exists()
+    for script in ("mma_lab.py", "mma_attn_lab.py"):
+        lab = subprocess.run([sys.executable, str(LABS / script), "--out", str(tmp_path / "mma.json")],
+                             capture_output=True, text=True, timeout=600)
+        assert lab.returncode == 2 and "needs NVIDIA's OpenCL" in lab.stdout, script
+        assert not (tmp_path / "mma.json").exists()
