@@ -59,17 +59,43 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+#: runtime-option suffixes of a variant: the same model file run with these delegate options
+RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 attention")}
+
+
 @dataclass(frozen=True)
 class Variant:
     """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto),
-    ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops)."""
+    ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops); a fused
+    variant + ``+tc`` runs that variant's model file with the delegate option ``tensor_cores=3xtf32``."""
 
     name: str
 
     def __post_init__(self) -> None:
-        if self.name not in ("plain", "fused", "litert") and not (
-                self.name.startswith("fused+wino") and self.winograd in ("2", "4", "6", "auto")):
-            raise SystemExit(f"unknown variant {self.name!r} (plain, fused, fused+wino2/4/6/auto, litert)")
+        base, suffix = self._split()
+        if base not in ("plain", "fused", "litert") and not (
+                base.startswith("fused+wino") and base.removeprefix("fused+wino") in ("2", "4", "6", "auto")):
+            raise SystemExit(f"unknown variant {self.name!r} (plain, fused, fused+wino2/4/6/auto, litert; "
+                             f"a fused one may end in {', '.join(RUNTIME_SUFFIXES)})")
+        if suffix and not base.startswith("fused"):
+            raise SystemExit(f"variant {self.name!r}: {suffix} applies to our fused models only")
+
+    def _split(self) -> tuple[str, str]:
+        for suffix in RUNTIME_SUFFIXES:
+            if self.name.endswith(suffix):
+                return self.name[: -len(suffix)], suffix
+        return self.name, ""
+
+    @property
+    def model_name(self) -> str:
+        """The model file's variant (``fused+winoauto`` for ``fused+winoauto+tc``)."""
+        return self._split()[0]
+
+    @property
+    def delegate_options(self) -> str:
+        """``key:value;...`` for ``sdlite --delegate_options`` ("" for none)."""
+        suffix = self._split()[1]
+        return RUNTIME_SUFFIXES[suffix][0] if suffix else ""
 
     @property
     def fused(self) -> bool:
@@ -77,17 +103,20 @@ class Variant:
 
     @property
     def winograd(self) -> str:
-        return self.name.removeprefix("fused+wino") if self.name.startswith("fused+wino") else "off"
+        base = self.model_name
+        return base.removeprefix("fused+wino") if base.startswith("fused+wino") else "off"
 
     @property
     def title(self) -> str:
-        if self.name == "plain":
+        base, suffix = self._split()
+        extra = f" + {RUNTIME_SUFFIXES[suffix][1]}" if suffix else ""
+        if base == "plain":
             return "unfused"
-        if self.name == "litert":
+        if base == "litert":
             return "--fuse --target litert"
         if self.winograd == "off":
-            return "fused"
-        return f"fused + Winograd {'auto' if self.winograd == 'auto' else 'F' + self.winograd}"
+            return "fused" + extra
+        return f"fused + Winograd {'auto' if self.winograd == 'auto' else 'F' + self.winograd}" + extra
 
 
 def parse_list(text: str, allowed: tuple[str, ...] | None = None, what: str = "item") -> list[str]:
@@ -130,7 +159,7 @@ class Work:
     root: Path
 
     def model(self, name: str, variant: Variant) -> Path:
-        return self.root / "models" / name / f"{variant.name}.tflite"
+        return self.root / "models" / name / f"{variant.model_name}.tflite"
 
     def outputs(self, name: str, row: str) -> Path:
         return self.root / "outputs" / name / f"{row}.npz"

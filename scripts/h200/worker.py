@@ -63,11 +63,14 @@ def run_tflite(args: argparse.Namespace) -> dict[str, Any]:
     log(f"{args.row}: {args.model} on {args.backend} ({args.warmup} warm-up + {args.runs} timed runs"
         f"{', device profile ' + args.profile if profile else ''})")
     # Device profiles only: timing ~2,000 SD1.5 nodes one by one (sdlite's fallback) would eat the budget.
-    result = bench_target(target, args.runs, args.warmup, op_profiling=profile and args.profile == "inline",
-                          keep_outputs=True, isolated_fallback=False)
-    if args.profile == "separate":  # clean timings above; profile from a second, shorter session
-        profiled = bench_target(target, max(2, args.runs // 3), 1, op_profiling=True, isolated_fallback=False)
-        result.profile, result.profile_error = profiled.profile, profiled.profile_error
+    from sdlite import native
+
+    with native.extra_options(**native.parse_options_text(args.delegate_options)):  # a "+tc" variant's options
+        result = bench_target(target, args.runs, args.warmup, op_profiling=profile and args.profile == "inline",
+                              keep_outputs=True, isolated_fallback=False)
+        if args.profile == "separate":  # clean timings above; profile from a second, shorter session
+            profiled = bench_target(target, max(2, args.runs // 3), 1, op_profiling=True, isolated_fallback=False)
+            result.profile, result.profile_error = profiled.profile, profiled.profile_error
     row = result.to_dict()
     row.pop("op_profile", None)
     outputs = work.outputs(args.name, args.row)
@@ -135,7 +138,7 @@ def run_prepare(args: argparse.Namespace) -> dict[str, Any]:
         write_json(Path(str(plain) + ".json"), meta)
         log(f"prepare {args.name}: refilled {plain} ({n / 2**20:.0f} MiB, {meta['seconds']} s)")
     done["plain"] = meta
-    wanted = [Variant(v) for v in args.variants.split(",") if v]
+    wanted = list({Variant(Variant(v).model_name) for v in args.variants.split(",") if v})  # model files to make
     if any(v.winograd != "off" for v in wanted) and Variant("fused") not in wanted:
         wanted.insert(0, Variant("fused"))  # Winograd variants are made from the fused model
     for v in sorted({v for v in wanted if v.fused}, key=lambda v: v.winograd != "off"):
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--warmup", type=int, default=2)
     t.add_argument("--threads", type=int, default=None)
     t.add_argument("--profile", choices=("inline", "separate", "off"), default="inline")
+    t.add_argument("--delegate-options", default="", help="key:value;... for our delegate (a '+tc' variant)")
     t.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("prepare")
     r.add_argument("--name", required=True)

@@ -68,7 +68,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
 
     work, out = tmp_path / "work", tmp_path / "out"
     args = ["--models-dir", dest / "models", "--work", work, "--out", out, "--quick", "--torch-device", "cpu",
-            "--variants", "plain,fused+wino4", "--deadline-s", "400"]
+            "--variants", "plain,fused+wino4,fused+wino4+tc", "--deadline-s", "400"]
     r = _run(sys.executable, KIT / "bench.py", *args)
     md = (out / "h200.md").read_text()
     assert r.stdout.rstrip().endswith(md.rstrip())  # the markdown is printed last
@@ -80,7 +80,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
         details = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
     details = {k: json.loads(v) if k.endswith(".json") else v for k, v in details.items()}
     assert details["results.json"]["rows"] == rows
-    ours = ["ours-opencl-plain", "ours-opencl-fused+wino4"]
+    ours = ["ours-opencl-plain", "ours-opencl-fused+wino4", "ours-opencl-fused+wino4+tc"]
     stock = ["litert-gpu-plain", "litert-gpu-litert"]  # the plain export and `--fuse --target litert`
     assert set(rows) == {f"unet_b1|{r}" for r in [*ours, "litert-cpu-plain", *stock, "torch-fp32", "torch-fp16"]}
     assert data["prepare"]["unet_b1"]["status"] == "ok"
@@ -111,8 +111,11 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
         parity = data["derived"]["parity"][f"unet_b1|{rid}"]
         assert parity["reference"] == "litert-cpu-plain" and parity["rel"] < 1e-4
     assert rows["unet_b1|ours-opencl-fused+wino4"]["op_histogram"].get("SdConv2DWinograd", 0) > 0
+    # "+tc" runs the same model file with tensor_cores=3xtf32 (no tensor cores on PoCL: the fp32 kernels, same result)
+    assert rows["unet_b1|ours-opencl-fused+wino4+tc"]["op_histogram"] == rows["unet_b1|ours-opencl-fused+wino4"]["op_histogram"]
     ratios = data["derived"]["ratios"]["unet_b1"]
-    assert set(ratios) == {"ours opencl: fused+wino4 / unfused", "best ours / PyTorch fp32", "best ours / PyTorch fp16"}
+    assert set(ratios) == {"ours opencl: fused+wino4 / unfused", "ours opencl: fused+wino4+tc / unfused",
+                           "best ours / PyTorch fp32", "best ours / PyTorch fp16"}
     plain_ms = rows["unet_b1|ours-opencl-plain"]["timings_us"]["median"]
     wino_ms = rows["unet_b1|ours-opencl-fused+wino4"]["timings_us"]["median"]
     assert ratios["ours opencl: fused+wino4 / unfused"]["ratio"] == pytest.approx(wino_ms / plain_ms)
@@ -121,6 +124,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     assert table[0].strip() == "UNet step b1 (ms) |"
     labels = [line.split("|")[1].strip() for line in table[2:]]
     assert labels == ["ours OpenCL, unfused", "ours OpenCL, fused + Winograd F4",
+                      "ours OpenCL, fused + Winograd F4 + 3xTF32 attention",
                       f"LiteRT CPU (XNNPACK, {data['plan']['cpu_threads']} threads)", "LiteRT GPU (stock accelerator)",
                       "LiteRT GPU (stock accelerator), --fuse --target litert",
                       "PyTorch CPU fp32 (TF32 off)", "PyTorch CPU fp16"]
@@ -128,7 +132,8 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     assert md.startswith("### tiny random-weight fp32 on ")
     mem_table = md.split("Delegate memory, placement and parity", 1)[1].split("\n\n")[1]
     mem_rows = [line.split("|") for line in mem_table.splitlines() if line.startswith("| UNet step b1 | ours OpenCL")]
-    assert len(mem_rows) == 2  # unfused, fused + Winograd F4: set-up host ms (pack / upload / tune) from the stats
+    assert len(mem_rows) == 3  # unfused, fused + Winograd F4 (+ 3xTF32 attention): set-up host ms (pack / upload /
+    # tune) from the stats
     assert all(re.fullmatch(r"\d+ / \d+ / \d+", cells[-2].strip()) for cells in mem_rows), mem_rows
     for heading in ("- Command: `", "Time ratios (same machine, same model files):", "Delegate memory, placement and parity",
                     "Slowest five ops per implementation", "Targets (issue #5):"):
@@ -140,3 +145,20 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     assert again["rows"]["unet_b1|ours-opencl-plain"] == rows["unet_b1|ours-opencl-plain"]
     assert again["rows"]["unet_b1|litert-cpu-fused+wino4"]["status"] == "ok"
     assert len(again["calls"]) == 2
+
+
+def test_variant_names() -> None:
+    sys.path.insert(0, str(KIT))
+    try:
+        from kit import Variant, Work
+    finally:
+        sys.path.remove(str(KIT))
+    v = Variant("fused+winoauto+tc")
+    assert (v.model_name, v.winograd, v.fused, v.delegate_options) == ("fused+winoauto", "auto", True, "tensor_cores:3xtf32")
+    assert v.title == "fused + Winograd auto + 3xTF32 attention" and Variant("fused+tc").title == "fused + 3xTF32 attention"
+    assert Work(Path("/w")).model("unet_b1", v) == Path("/w/models/unet_b1/fused+winoauto.tflite")
+    assert Variant("plain").delegate_options == "" and Variant("plain").model_name == "plain"
+    for bad, message in (("plain+tc", "applies to our fused models only"), ("fused+wino5", "unknown variant"),
+                         ("fused+tc+tc", "unknown variant")):
+        with pytest.raises(SystemExit, match=message):
+            Variant(bad)

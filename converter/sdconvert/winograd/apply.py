@@ -118,9 +118,8 @@ def winograd_pass(model: Model, options: WinogradOptions,
     :meth:`~WinogradPlan.format_table` is printed and :meth:`~WinogradPlan.to_json` stored in the manifest."""
     measured = None
     if options.tune and parse_mode(options.mode) == "auto":
-        from sdconvert.winograd.tune import tune
-
         from sdconvert.winograd.cost import get_profile
+        from sdconvert.winograd.tune import tune
 
         measured = tune([s for _, _, s in iter_convs(model)], num_threads=options.tune_threads, progress=progress,
                         backend=options.tune_backend, profile=get_profile(options.profile))
