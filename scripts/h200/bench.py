@@ -318,7 +318,8 @@ class Bench:
         status, error = _run(self.worker(
             "tflite", "--model", str(path), "--backend", backend, "--name", model, "--row", row,
             "--work", str(self.work.root), "--runs", str(runs), "--warmup", str(warmup), "--profile", profile,
-            "--delegate-options", Variant(variant).delegate_options, "--out", str(out)), timeout, self.work.root / "logs" / f"{model}-{row}.err")
+            "--delegate-options", Variant(variant).delegate_options, "--out", str(out)),
+            timeout, self.work.root / "logs" / f"{model}-{row}.err")
         data = read_json(out, {}) if status == "ok" else {}
         if status != "ok":
             log(f"{model} {row}: {status}: {error}")
