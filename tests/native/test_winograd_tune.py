@@ -1,6 +1,8 @@
 """`--tune`: one-op models timed through the delegate; the planner then trusts the measurements."""
 from __future__ import annotations
 
+import pytest
+
 from sdconvert.winograd.convspec import ConvSpec
 from sdconvert.winograd.plan import make_plan
 from sdconvert.winograd.tune import tune
@@ -24,14 +26,16 @@ def test_tune_measures_every_candidate_once_per_shape() -> None:
     assert plan.decisions[3].source == "model" and plan.decisions[3].tile == 0
 
 
-def test_tune_on_opencl_times_candidates_by_device_events_in_one_model() -> None:
-    """PoCL here: every candidate of every shape in one delegated model, timed by the delegate's profile; with a
-    device profile, tiles its backend would run direct (fewer than min_tiles tiles) are not measured."""
+@pytest.mark.parametrize("backend", ["opencl", "gl"])
+def test_tune_on_a_gpu_backend_times_candidates_by_device_events_in_one_model(backend: str) -> None:
+    """PoCL / llvmpipe here: every candidate of every shape in one delegated model, timed by the delegate's profile
+    (OpenCL events / GL timer queries); with a device profile, tiles its backend would run direct (fewer than
+    min_tiles tiles) are not measured."""
     from sdconvert.winograd.cost import get_profile
 
     specs = [ConvSpec("a", 1, 16, 16, 8, 8), ConvSpec("b", 1, 8, 8, 16, 8)]
     lines: list[str] = []
-    measured = tune(specs, repeats=2, warmup=1, backend="opencl", profile=get_profile("h200"), progress=lines.append)
+    measured = tune(specs, repeats=2, warmup=1, backend=backend, profile=get_profile("h200"), progress=lines.append)
     # h200: min_tiles 16 -> 16x16 runs F2 (64 tiles) and F4 (16); F6 has 9 tiles. 8x8 runs F2 (16) only.
     assert set(measured) == {(specs[0].shape_key(), t) for t in (0, 2, 4)} | {(specs[1].shape_key(), t) for t in (0, 2)}
     assert all(0 < v < 1.0 for v in measured.values())
@@ -73,8 +77,6 @@ def test_candidates_model_ops_agree_with_each_other_on_opencl() -> None:
 
 
 def test_tune_backend_errors() -> None:
-    import pytest
-
     from sdconvert.errors import UserError
     from sdconvert.export.optimize import GraphOptions
 
