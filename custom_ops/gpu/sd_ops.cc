@@ -538,13 +538,13 @@ const char* ForcedAttnTiling(const Device& dev) {
 // forced tiling is the only candidate whenever it fits the head dim.
 template <typename BlocksOf>
 std::vector<const AttnTiling*> AttnTilingCandidates(int head_dim, int keys, const BlocksOf& blocks_of,
-                                                    int compute_units, const char* forced, bool tf32x3) {
+                                                    int compute_units, const char* forced) {
   std::vector<const AttnTiling*> own, any;
   for (const AttnTiling& t : kAttnTilings) {
     const bool fits = t.head_dim == 0 ? head_dim <= t.max_head_dim : head_dim == t.head_dim;
     if (!fits) continue;
     if (forced != nullptr && std::strcmp(forced, t.suffix) == 0) return {&t};
-    if (keys < t.min_keys || (t.tf32x3 && !tf32x3)) continue;
+    if (keys < t.min_keys) continue;
     if (t.max_groups_per_cu > 0 &&
         (compute_units <= 0 || blocks_of(t.bq) > static_cast<size_t>(t.max_groups_per_cu) * compute_units)) {
       continue;
@@ -600,10 +600,14 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   }
   const std::vector<const AttnTiling*> candidates =
       legacy_only ? std::vector<const AttnTiling*>{}
-                  : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced,
-                                         dev.overrides().tensor_cores_3xtf32);
+                  : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);
+  // a tensor-core tiling runs flash without a causal mask, with tensor_cores=3xtf32 or when attention_tiling forces it
+  const auto tf32x3_ok = [&](const AttnTiling& t) {
+    return flash && !attrs.causal &&
+           (dev.overrides().tensor_cores_3xtf32 || (forced != nullptr && std::strcmp(forced, t.suffix) == 0));
+  };
   for (const AttnTiling* t : candidates) {
-    if (t->nt > dev.max_work_group_size() || (t->tf32x3 && (attrs.causal || !flash))) continue;
+    if (t->nt > dev.max_work_group_size() || (t->tf32x3 && !tf32x3_ok(*t))) continue;
     const std::string sfx = std::string("_") + t->suffix;
     const bool found = flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()
                              : dev.GetKernel("attn_stats" + sfx, &u->k1_).ok() &&
