@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -40,6 +41,8 @@ def main() -> int:
     args = ap.parse_args()
     from ai_edge_litert.interpreter import Interpreter, load_delegate
 
+    from sdlite.tflite_info import read_model_info
+
     key, _, values_text = args.option.partition("=")
     values = [v for v in values_text.split(",") if v]
     if not key or not values:
@@ -48,12 +51,17 @@ def main() -> int:
     results: dict[str, dict[str, list[float]]] = {}
     errors: dict[str, dict[str, float]] = {}
 
-    def run_once(model: Path, options: dict, inputs: list[np.ndarray]):
-        it = Interpreter(model_path=str(model), experimental_delegates=[load_delegate(args.lib, options)])
+    def feed(it, inputs: dict[str, np.ndarray]) -> None:
+        """``inputs`` by tensor name (the position where a name differs, e.g. another export's reference model)."""
         it.allocate_tensors()
-        for d, x in zip(it.get_input_details(), inputs):
-            it.set_tensor(d["index"], x)
+        ordered = list(inputs.values())
+        for k, d in enumerate(it.get_input_details()):
+            it.set_tensor(d["index"], inputs.get(d["name"], ordered[k]))
         it.invoke()
+
+    def run_once(model: Path, options: dict, inputs: dict[str, np.ndarray]):
+        it = Interpreter(model_path=str(model), experimental_delegates=[load_delegate(args.lib, options)])
+        feed(it, inputs)
         return it
 
     def outputs(it) -> list[np.ndarray]:
@@ -61,21 +69,13 @@ def main() -> int:
 
     for model in args.models:
         rng = np.random.default_rng(0)
-        probe = Interpreter(model_path=str(model), experimental_delegates=[load_delegate(args.lib, {"backend": args.backend})])
-        probe_details = probe.get_input_details()
-        inputs = [rng.standard_normal(d["shape"]).astype(d["dtype"]) for d in probe_details]
-        del probe
+        info = read_model_info(model)
+        inputs = {info.tensors[i].name: rng.standard_normal(info.tensors[i].shape).astype(info.tensors[i].dtype)
+                  for i in info.inputs}
         ref = outputs(run_once(model, {"backend": args.reference_backend}, inputs)) if args.reference_backend else None
         if args.reference_model is not None:
-            import os
-
             cpu = Interpreter(model_path=str(args.reference_model), num_threads=os.cpu_count() or 1)
-            cpu.allocate_tensors()
-            names = [d["name"] for d in probe_details]
-            for d in cpu.get_input_details():
-                cpu.set_tensor(d["index"], inputs[names.index(d["name"])] if d["name"] in names else
-                               inputs[cpu.get_input_details().index(d)])
-            cpu.invoke()
+            feed(cpu, inputs)
             ref = outputs(cpu)
         interps = {}
         for v in values:
