@@ -138,7 +138,7 @@ def run_prepare(args: argparse.Namespace) -> dict[str, Any]:
         write_json(Path(str(plain) + ".json"), meta)
         log(f"prepare {args.name}: refilled {plain} ({n / 2**20:.0f} MiB, {meta['seconds']} s)")
     done["plain"] = meta
-    wanted = list({Variant(Variant(v).model_name) for v in args.variants.split(",") if v})  # model files to make
+    wanted = list(dict.fromkeys(Variant(Variant(v).model_name) for v in args.variants.split(",") if v))  # files
     if any(v.winograd != "off" for v in wanted) and Variant("fused") not in wanted:
         wanted.insert(0, Variant("fused"))  # Winograd variants are made from the fused model
     for v in sorted({v for v in wanted if v.fused}, key=lambda v: v.winograd != "off"):
