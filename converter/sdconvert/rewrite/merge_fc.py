@@ -25,8 +25,8 @@ is computed, together with the ops no larger than that input that compute it (``
 embedding's: each ResNet applies SiLU to it and projects it after its conv1, so the merged projection stood after
 the FIRST ResNet's conv1, and the GPU delegate, which folds a residual ADD into the conv that writes the other
 operand only when the added tensor exists before that conv runs, could not fold that ResNet's time-embedding ADD
-(one more launch, and its norm2 kept its own statistics pass). Hoisting moves only a few-row chain (SD: a [batch, 1280] SiLU), so no large
-tensor lives longer.
+(one more launch, and its norm2 kept its own statistics pass). Hoisting moves only a few-row chain (SD: a
+[batch, 1280] SiLU), so no large tensor lives longer.
 """
 
 from __future__ import annotations
