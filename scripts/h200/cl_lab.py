@@ -96,5 +96,22 @@ class Lab:
         return float(np.median(times))
 
 
+def tensor_core_lab(script: str, doc: str) -> tuple[Any, Lab] | None:
+    """The shared start of the inline-PTX labs (mma_lab.py, mma_attn_lab.py): parse --out / --runs, open the lab and
+    print its device; None (after saying so) where the device is not NVIDIA's OpenCL, which alone compiles mma.sync."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    lab = Lab()
+    print("device:", lab.describe(), flush=True)
+    if not lab.nvidia:
+        print(f"{script}: needs NVIDIA's OpenCL (inline PTX mma.sync); nothing measured", flush=True)
+        return None
+    return args, lab
+
+
 def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(out - ref).max() / np.abs(ref).max())

@@ -7,7 +7,6 @@ reference of the first 256 query rows (every head). A feasibility measurement; t
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attn_lab import reference  # noqa: E402
-from cl_lab import ROOT, Lab, rel_err  # noqa: E402
+from cl_lab import ROOT, rel_err, tensor_core_lab  # noqa: E402
 
 # (MT, NW, BKK, SPLIT, ROUND, PRESPLIT): see mma_attn.cl. Session 21 (BENCHMARKS): call 2 ran (2,4,64,3), (1,8,64,3),
 # (1,4,64,3), (2,4,32,3), (2,2,64,3), (2,4,64,1) without ROUND / PRESPLIT; call 5 these.
@@ -26,15 +25,10 @@ SHAPES = [("b1 4096 x 4096 d40", 1, 4096, 8, 40), ("b2 4096 x 4096 d40", 2, 4096
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--runs", type=int, default=10)
-    a = ap.parse_args()
-    lab = Lab()
-    print("device:", lab.describe(), flush=True)
-    if "NVIDIA" not in lab.dev.platform.name:
-        print("mma_attn_lab: needs NVIDIA's OpenCL (inline PTX mma.sync); nothing measured", flush=True)
+    started = tensor_core_lab("mma_attn_lab", __doc__)
+    if started is None:
         return 2
+    a, lab = started
     src = (Path(__file__).parent / "mma_attn.cl").read_text()
     # the attention file alone builds (and is all r40 needs): not the whole library, 90-120 s on NVIDIA's compiler
     lib = lab.program((ROOT / "custom_ops" / "ops" / "attention" / "opencl.cl").read_text())

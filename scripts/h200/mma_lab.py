@@ -7,7 +7,6 @@ measurement for a tensor-core path; the delegate does not use these kernels.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cl_lab import Lab, lib_source, rel_err  # noqa: E402
+from cl_lab import lib_source, rel_err, tensor_core_lab  # noqa: E402
 
 # (name, M, N, K): UNet b1 FCs (64x64 level: 4096 tokens x 320; 32x32: 1024 x 640; 16x16: 256 x 1280)
 SHAPES = [("ff out 64x64", 4096, 320, 1280), ("geglu proj 64x64", 4096, 2560, 320), ("qkv 64x64", 4096, 960, 320),
@@ -30,15 +29,10 @@ LIB = [("gemm_t64x64n128", 64, 64, 128), ("gemm_t128x64", 128, 64, 256), ("gemm_
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--runs", type=int, default=10)
-    a = ap.parse_args()
-    lab = Lab()
-    print("device:", lab.describe(), flush=True)
-    if "NVIDIA" not in lab.dev.platform.name:
-        print("mma_lab: needs NVIDIA's OpenCL (inline PTX mma.sync); nothing measured", flush=True)
+    started = tensor_core_lab("mma_lab", __doc__)
+    if started is None:
         return 2
+    a, lab = started
     src = (Path(__file__).parent / "mma_gemm.cl").read_text()
     lib = lab.program(lib_source())
     rng = np.random.default_rng(0)
