@@ -96,14 +96,17 @@ class Lab:
         return float(np.median(times))
 
 
-def tensor_core_lab(script: str, doc: str) -> tuple[Any, Lab] | None:
-    """The shared start of the inline-PTX labs (mma_lab.py, mma_attn_lab.py): parse --out / --runs, open the lab and
-    print its device; None (after saying so) where the device is not NVIDIA's OpenCL, which alone compiles mma.sync."""
+def tensor_core_lab(script: str, doc: str, add_args: Callable[[Any], None] | None = None) -> tuple[Any, Lab] | None:
+    """The shared start of the inline-PTX labs (mma_lab.py, mma_attn_lab.py): parse --out / --runs (and what
+    `add_args` adds to the parser), open the lab and print its device; None (after saying so) where the device is not
+    NVIDIA's OpenCL, which alone compiles mma.sync."""
     import argparse
 
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--runs", type=int, default=10)
+    if add_args is not None:
+        add_args(ap)
     args = ap.parse_args()
     lab = Lab()
     print("device:", lab.describe(), flush=True)
