@@ -37,7 +37,11 @@ bool ParseGemmTiles(const std::string& text, GemmTiles* out) {
   int used = 0;
   if (std::sscanf(text.c_str(), "%dx%d%n", &t.bm, &t.bn, &used) != 2 || t.bm < 1 || t.bn < 1) return false;
   const char* rest = text.c_str() + used;
-  if (*rest == 'n') {
+  if (rest[0] == 't' && rest[1] == 'c') {
+    t.tc = true;
+    t.threads = 128;
+    rest += 2;
+  } else if (*rest == 'n') {
     int more = 0;
     if (std::sscanf(rest, "n%d%n", &t.threads, &more) != 1 || t.threads < 1) return false;
     rest += more;
@@ -99,7 +103,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       GemmTiles t;
       if (!value.empty() && !ParseGemmTiles(std::string(value), &t)) {
         return Status::Error("option gemm_tiles='" + std::string(value) +
-                             "' is malformed; expected BMxBN[nTHREADS][/splits], e.g. 64x64n128/2");
+                             "' is malformed; expected BMxBN[nTHREADS|tc][/splits], e.g. 64x64n128/2");
       }
       out->gemm_tiles = std::string(value);
     } else if (key == "attention_tiling") {

@@ -16,8 +16,9 @@
 //   attention_key_splits  gpu backends: key ranges per SdAttention query block (flash, row-wise tilings), merged
 //                      by one more launch; "0" (default) = the measured rule (AttnKeySplits, gpu/sd_ops.cc),
 //                      "1" = never, "2".."64" = that many (capped at one range per staged key tile).
-//   gemm_tiles         gpu backends, benchmarks and tests: "BMxBN[nTHREADS][/splits]" (e.g. "64x64n128/2") forces
+//   gemm_tiles         gpu backends, benchmarks and tests: "BMxBN[nTHREADS|tc][/splits]" (e.g. "64x64n128/2") forces
 //                      that GEMM/conv tile config and split count on every tiled GEMM (no tuning, no skinny swap);
+//                      "tc" names a 3xTF32 tensor-core config (opencl, NVIDIA; GEMMs whose operands it takes);
 //                      "" (default) = the cost model / tuner. Malformed is an error here; a config the backend
 //                      lacks is an error when the first GEMM is built.
 //   attention_tiling   gpu backends, benchmarks and tests: an SdAttention tiling suffix (e.g. "r40", "h80",
@@ -84,6 +85,7 @@ struct DelegateOptions {
 // A gemm_tiles value: BMxBN[nTHREADS][/splits] (threads default 256, splits 1). False when `text` is malformed.
 struct GemmTiles {
   int bm = 0, bn = 0, threads = 256, splits = 1;
+  bool tc = false;  // "BMxBNtc": a tensor-core config (gemm_tc.cl, 128 threads), forced even without tensor_cores
 };
 bool ParseGemmTiles(const std::string& text, GemmTiles* out);
 

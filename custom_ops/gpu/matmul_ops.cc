@@ -59,6 +59,7 @@ struct TileConfig {
   double speed;
   const char* gemm;
   const char* conv;  // nullptr: no implicit-GEMM conv instance
+  bool tc = false;   // tensor cores (gemm_tc.cl): only for TensorCoreGemm operands, never forced by gemm_tiles
 };
 // The skinny config's speed reflects one FMA per local read (no register blocking along m): it only
 // wins where the 64-row tiles would mostly compute padding (M <= ~32).
@@ -74,6 +75,11 @@ constexpr TileConfig kTileConfigs[] = {
     // Winograd GEMMs of the 16x16 and 8x8 maps); ranked below 32x64n128, so only the tuner picks it
     {32, 128, 128, 0.35, "gemm_t32x128n128", nullptr},
     {16, 64, 256, 0.35, "gemm_t16x64", nullptr},
+    // 3xTF32 on tensor cores (NVIDIA, tensor_cores=3xtf32); speeds from mma_lab.py --async on the H200 (BENCHMARKS
+    // session 22: 1.4-1.7x the best fp32 tile at SD1.5's FC shapes)
+    {128, 128, 128, 1.3, "gemm_x128x128", nullptr, true},
+    {128, 64, 128, 1.25, "gemm_x128x64", nullptr, true},
+    {64, 64, 128, 1.2, "gemm_x64x64", nullptr, true},
 };
 // Threads that keep a large GPU busy (two 256-thread work-groups resident per SM on a 132-SM
 // H200); fewer leave SMs idle, which the cost model charges and split-K repairs. Smaller GPUs
@@ -123,7 +129,7 @@ std::string ConfigNames() {
   std::string names;
   for (const TileConfig& c : kTileConfigs) {
     names += (names.empty() ? "" : ", ") + std::to_string(c.bm) + "x" + std::to_string(c.bn) +
-             (c.threads == 256 ? "" : "n" + std::to_string(c.threads));
+             (c.tc ? "tc" : c.threads == 256 ? "" : "n" + std::to_string(c.threads));
   }
   return names;
 }
@@ -199,12 +205,16 @@ struct ScoredPlan {
 
 // Every (config, splits) the device can run for the problem, with its cost-model cost, cheapest first
 // (only the forced one under gemm_tiles).
-Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, std::vector<ScoredPlan>* out) {
+Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, std::vector<ScoredPlan>* out,
+                  bool tc) {
   if (dev.max_work_group_size() < 256) return Status::Error("device work-group limit below 256");
   const GemmTiles* forced = ForcedTiles(dev);
   out->clear();
   for (const TileConfig& c : kTileConfigs) {
-    if (forced && (c.bm != forced->bm || c.bn != forced->bn || c.threads != forced->threads)) continue;
+    if (c.tc && (!tc || conv)) continue;
+    if (forced && (c.bm != forced->bm || c.bn != forced->bn || c.threads != forced->threads || c.tc != forced->tc)) {
+      continue;
+    }
     const char* name = conv ? c.conv : c.gemm;
     const Kernel* probe = nullptr;
     if (name == nullptr || !dev.GetKernel(name, &probe).ok()) continue;  // config not on this backend
@@ -228,6 +238,7 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   p.bm = sp.config->bm;
   p.bn = sp.config->bn;
   p.threads = sp.config->threads;
+  p.tc = sp.config->tc;
   p.k_split = static_cast<int>(CeilDiv(CeilDiv(K, sp.splits), kTiledBk) * kTiledBk);
   p.splits = std::max<int>(1, static_cast<int>(CeilDiv(K, std::max(1, p.k_split))));
   const int64_t partial = static_cast<int64_t>(batch) * p.splits * M * N;
@@ -244,14 +255,18 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   return Status::Ok();
 }
 
-// Winners of earlier tunings, process-wide: "device|problem" -> (bm, bn, threads, splits, ln_rows).
+// Winners of earlier tunings, process-wide: "device|problem" -> (bm, bn, threads, splits, ln_rows, tc).
 std::mutex& TuneMutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::string, std::array<int, 5>>& TuneMemo() {
-  static std::map<std::string, std::array<int, 5>> memo;
+using TuneWinner = std::array<int, 6>;
+std::map<std::string, TuneWinner>& TuneMemo() {
+  static std::map<std::string, TuneWinner> memo;
   return memo;
+}
+TuneWinner WinnerOf(const TilePlan& p) {
+  return {p.bm, p.bn, p.threads, p.splits, p.ln_rows ? 1 : 0, p.tc ? 1 : 0};
 }
 
 }  // namespace
@@ -260,7 +275,9 @@ Status CheckForcedTiles(const Device& dev) {
   const GemmTiles* forced = ForcedTiles(dev);
   if (forced == nullptr) return Status::Ok();
   for (const TileConfig& c : kTileConfigs) {
-    if (c.bm == forced->bm && c.bn == forced->bn && c.threads == forced->threads) return Status::Ok();
+    if (c.tc == forced->tc && c.bm == forced->bm && c.bn == forced->bn && c.threads == forced->threads) {
+      return Status::Ok();
+    }
   }
   return Status::Error("gemm_tiles names no tile config (" + ConfigNames() + ")");
 }
@@ -297,15 +314,15 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
   return true;
 }
 
-Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out) {
+Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out, bool tc) {
   std::vector<ScoredPlan> scored;
-  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
+  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored, tc));
   return MakePlan(dev, conv, scored.front(), M, N, K, batch, out);
 }
 
-Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated, TilePlan* out) {
+Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated, TilePlan* out, bool tc) {
   std::vector<ScoredPlan> scored;
-  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, false, M, N, K, batch, &scored));
+  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, false, M, N, K, batch, &scored, tc));
   for (const ScoredPlan& sp : scored) {
     const Kernel* twin = nullptr;
     if (sp.splits != 1 || !dev.GetKernel(std::string(sp.config->gemm) + (gated ? "_gg_ln" : "_ln"), &twin).ok()) {
@@ -316,6 +333,12 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
     return LnTwin(dev, out);
   }
   return Status::Error("no unsplit tile plan with a LayerNorm twin");
+}
+
+bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {
+  const GemmTiles* forced = ForcedTiles(dev);
+  const bool wanted = forced != nullptr ? forced->tc : dev.overrides().tensor_cores_3xtf32;
+  return wanted && s.sak == 1 && (s.sbn == 1 || s.sbk == 1) && !b_half;
 }
 
 Status GatedTwin(const Device& dev, TilePlan* plan) {
@@ -352,11 +375,11 @@ void TileTuner::UseLnTwins(const Device& dev, size_t rows_bytes, bool twins) {
 }
 
 Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key,
-                       bool enabled, int free_splits) {
+                       bool enabled, int free_splits, bool tc) {
   candidates_.clear();
   if (!enabled) return Status::Ok();
   std::vector<ScoredPlan> scored;  // one entry under gemm_tiles: nothing to tune
-  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored));
+  SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored, tc));
   // Split partials are arena memory for the whole run: a candidate may add at most kTuneScratchCap beyond the cost
   // model's plan (the first candidate). The VAE's 512x512 Winograd GEMMs at 4 splits took its arena from 1.4 to
   // 2.4 GB (H200 kit, 9617e3c).
@@ -389,7 +412,8 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
   }
   if (candidates_.size() < 2) candidates_.clear();
   key_ = dev.name() + "|" + (conv ? "conv|" : "gemm|") + std::to_string(M) + "x" + std::to_string(N) + "x" +
-         std::to_string(K) + "x" + std::to_string(batch) + "|" + key + (free_splits > 1 ? "|free" : "");
+         std::to_string(K) + "x" + std::to_string(batch) + "|" + key + (free_splits > 1 ? "|free" : "") +
+         (tc ? "|tc" : "");
   return Status::Ok();
 }
 
@@ -403,9 +427,9 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   if (candidates_.empty()) return Status::Ok();
   std::vector<TilePlan> candidates;
   candidates.swap(candidates_);  // tune once, whatever happens below
-  auto pick = [&](const std::array<int, 5>& w) {
+  auto pick = [&](const TuneWinner& w) {
     for (const TilePlan& p : candidates) {
-      if (p.bm == w[0] && p.bn == w[1] && p.threads == w[2] && p.splits == w[3] && (p.ln_rows ? 1 : 0) == w[4]) {
+      if (WinnerOf(p) == w) {
         *plan = p;
         return true;
       }
@@ -448,7 +472,7 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   const TilePlan* best = &candidates[std::min_element(per_launch.begin(), per_launch.end()) - per_launch.begin()];
   *plan = *best;
   std::lock_guard<std::mutex> lock(TuneMutex());
-  TuneMemo()[key_] = {best->bm, best->bn, best->threads, best->splits, best->ln_rows ? 1 : 0};
+  TuneMemo()[key_] = WinnerOf(*best);
   return Status::Ok();
 }
 
@@ -474,6 +498,10 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                        bool partials_only, const TensorRef* ln_colsum, float ln_eps) {
   if (p.ln && (ln_colsum == nullptr || p.splits > 1)) return Status::Error("a LayerNorm GEMM needs its column sums");
   if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
+  if (p.tc && (b.half || s.sak != 1 || (s.sbn != 1 && s.sbk != 1))) {
+    return Status::Error("the tensor-core GEMM " + p.kernel->name() + " needs fp32 B, A's k axis and B's n or k axis "
+                         "contiguous");
+  }
   if (b.tile_major && !ReadsTileMajorB(*p.kernel)) {
     return Status::Error("a tile-major B operand needs the gemm_t16x64 or gemm_s16x128 kernel, the plan has " +
                          p.kernel->name());
@@ -669,7 +697,8 @@ class TiledGemmOp final : public GpuOp {
     TilePlan plan = plan_;
     TileTuner tuner;
     if (!GatedTwin(dev, &plan).ok() ||
-        !tuner.Init(dev, false, gated.M, gated.N, gated.K, 1, GemmTuneKey(gated, b_half_), autotune_).ok() ||
+        !tuner.Init(dev, false, gated.M, gated.N, gated.K, 1, GemmTuneKey(gated, b_half_), autotune_, 1,
+                    TensorCoreGemm(dev, gated, b_half_)).ok() ||
         !tuner.UseGatedTwins(dev).ok()) {
       return false;  // no twin kernels on this device: the op is unchanged
     }
@@ -700,8 +729,9 @@ class TiledGemmOp final : public GpuOp {
     if (residual_.rows > 0 || !SplitGemmColumns(s_, parts, &g)) return false;
     TilePlan plan;
     TileTuner tuner;
-    if (!PlanTiles(dev, false, g.M, g.N, g.K, g.batch, &plan).ok() ||
-        !tuner.Init(dev, false, g.M, g.N, g.K, g.batch, GemmTuneKey(g, b_half_), autotune_).ok()) {
+    const bool tc = TensorCoreGemm(dev, g, b_half_);
+    if (!PlanTiles(dev, false, g.M, g.N, g.K, g.batch, &plan, tc).ok() ||
+        !tuner.Init(dev, false, g.M, g.N, g.K, g.batch, GemmTuneKey(g, b_half_), autotune_, 1, tc).ok()) {
       return false;
     }
     s_ = g;
@@ -733,13 +763,14 @@ class TiledGemmOp final : public GpuOp {
     if (fold != LnFold::kRows && !LnTwin(dev, &plan).ok()) {
       // a kernel without the twin (gemm_t16x64): the cheapest unsplit plan with one, when it still fills the device
       // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less)
-      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, gated, &plan).ok() ||
+      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, gated, &plan, TensorCoreGemm(dev, s_, b_half_)).ok() ||
           static_cast<int64_t>(s_.batch) * CeilDiv(s_.M, plan.bm) * CeilDiv(s_.N, plan.bn) < dev.compute_units()) {
         return false;
       }
     }
     TileTuner tuner;
-    if (!tuner.Init(dev, false, s_.M, s_.N, s_.K, s_.batch, GemmTuneKey(s_, b_half_) + ",ln", autotune_).ok() ||
+    if (!tuner.Init(dev, false, s_.M, s_.N, s_.K, s_.batch, GemmTuneKey(s_, b_half_) + ",ln", autotune_, 1,
+                    TensorCoreGemm(dev, s_, b_half_)).ok() ||
         (gated && !tuner.UseGatedTwins(dev).ok())) {
       return false;
     }
@@ -909,7 +940,14 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
     u->bias_const_ = bias_const;
   }
   SDGPU_RETURN_IF_ERROR(CheckForcedTiles(dev));  // a typo must not quietly run the fallback kernel
-  if (!PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_).ok()) return Status::Ok();
+  GemmShape packed = s;  // the strides B has on the device (constant weights are packed K x N below)
+  if (b_const != nullptr) {
+    packed.sbb = 0;
+    packed.sbk = s.N;
+    packed.sbn = 1;
+  }
+  const bool tc = TensorCoreGemm(dev, packed, b_const != nullptr && weights_fp16);
+  if (!PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok()) return Status::Ok();
   if (b_const != nullptr) {
     const int N = s.N, K = s.K;
     u->packed_ = std::make_unique<PackedWeights>(
@@ -920,14 +958,13 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
             std::memcpy(dst, b_const, sizeof(float) * static_cast<size_t>(N) * K);
           }
         });
-    u->s_.sbb = 0;
-    u->s_.sbk = N;
-    u->s_.sbn = 1;
+    u->s_ = packed;
     inputs.erase(std::remove(inputs.begin(), inputs.end(), s.b_input), inputs.end());
   }
   u->b_half_ = b_const != nullptr && weights_fp16;
   u->autotune_ = autotune;
-  SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, GemmTuneKey(u->s_, u->b_half_), autotune));
+  SDGPU_RETURN_IF_ERROR(
+      u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, GemmTuneKey(u->s_, u->b_half_), autotune, 1, tc));
   u->device_inputs_ = std::move(inputs);
   u->scratch_bytes_ = std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);

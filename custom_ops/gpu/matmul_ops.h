@@ -53,6 +53,7 @@ struct TilePlan {
   // its scratch (layer_norm_rows, unit affine: gamma and beta are in the packed weights and bias), then runs this
   // plain plan on them; scratch_bytes includes those rows.
   bool ln_rows = false;
+  bool tc = false;  // a tensor-core config (gemm_x*, gemm_tc.cl: 3xTF32, NVIDIA, option tensor_cores=3xtf32)
 };
 
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
@@ -60,11 +61,17 @@ struct TilePlan {
 // kernels. An error means "the device has no tiled kernels": callers fall back.
 // The delegate option gemm_tiles (benchmarks, tests): Ok when unset or naming a tile config; an error when it names
 // none (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
+// `tc` (TensorCoreGemm's answer for the op's operands): the tensor-core configs are candidates too (only they, when
+// gemm_tiles forces one: "BMxBNtc").
 Status CheckForcedTiles(const Device& dev);
-Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out);
+Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out, bool tc = false);
 // The cheapest unsplit GEMM plan (same cost model) among the configs with a LayerNorm twin (`gated`: a gated one,
 // NAME_gg_ln), already swapped to it.
-Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated, TilePlan* out);
+Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated, TilePlan* out, bool tc = false);
+// Whether a GEMM of these operands may run on the tensor-core configs (gemm_tc.cl): the option
+// tensor_cores=3xtf32 (or gemm_tiles forcing a "tc" config), A's k axis contiguous, B's n or k axis contiguous,
+// fp32 B (the kernels exist only on NVIDIA's OpenCL; elsewhere the planner finds none and nothing changes).
+bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half);
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
 // local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
 // which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs
@@ -103,7 +110,7 @@ class TileTuner {
   // itself (no reduce launch; Tune's `launch` must then leave partials only), so splits up to that count of the
   // cheapest configs are candidates too, whatever the cost model (which charges a reduce) says of them.
   Status Init(const Device& dev, bool conv, int M, int N, int K, int batch, const std::string& key, bool enabled,
-              int free_splits = 1);
+              int free_splits = 1, bool tc = false);
   // Scratch the op must reserve for the candidates (0 when not tuning).
   size_t scratch_bytes() const;
   bool pending() const { return !candidates_.empty(); }

@@ -60,14 +60,14 @@ def write_json(path: Path, data: Any) -> None:
 
 
 #: runtime-option suffixes of a variant: the same model file run with these delegate options
-RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 attention")}
+RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 tensor cores")}
 
 
 @dataclass(frozen=True)
 class Variant:
     """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto),
-    ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops); a fused
-    variant + ``+tc`` runs that variant's model file with the delegate option ``tensor_cores=3xtf32``."""
+    ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops); ``plain``
+    or a fused variant + ``+tc`` runs that variant's model file with the delegate option ``tensor_cores=3xtf32``."""
 
     name: str
 
@@ -76,9 +76,9 @@ class Variant:
         if base not in ("plain", "fused", "litert") and not (
                 base.startswith("fused+wino") and base.removeprefix("fused+wino") in ("2", "4", "6", "auto")):
             raise SystemExit(f"unknown variant {self.name!r} (plain, fused, fused+wino2/4/6/auto, litert; "
-                             f"a fused one may end in {', '.join(RUNTIME_SUFFIXES)})")
-        if suffix and not base.startswith("fused"):
-            raise SystemExit(f"variant {self.name!r}: {suffix} applies to our fused models only")
+                             f"plain or a fused one may end in {', '.join(RUNTIME_SUFFIXES)})")
+        if suffix and base == "litert":
+            raise SystemExit(f"variant {self.name!r}: {suffix} applies to our delegate's models only")
 
     def _split(self) -> tuple[str, str]:
         for suffix in RUNTIME_SUFFIXES:
@@ -98,8 +98,13 @@ class Variant:
         return RUNTIME_SUFFIXES[suffix][0] if suffix else ""
 
     @property
+    def suffix(self) -> str:
+        """The runtime suffix (``+tc``) or ""."""
+        return self._split()[1]
+
+    @property
     def fused(self) -> bool:
-        return self.name != "plain"
+        return self.model_name != "plain"
 
     @property
     def winograd(self) -> str:
@@ -111,7 +116,7 @@ class Variant:
         base, suffix = self._split()
         extra = f" + {RUNTIME_SUFFIXES[suffix][1]}" if suffix else ""
         if base == "plain":
-            return "unfused"
+            return "unfused" + extra
         if base == "litert":
             return "--fuse --target litert"
         if self.winograd == "off":

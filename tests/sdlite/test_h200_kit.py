@@ -68,7 +68,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
 
     work, out = tmp_path / "work", tmp_path / "out"
     args = ["--models-dir", dest / "models", "--work", work, "--out", out, "--quick", "--torch-device", "cpu",
-            "--variants", "plain,fused+wino4,fused+wino4+tc", "--deadline-s", "400"]
+            "--variants", "plain,plain+tc,fused+wino4,fused+wino4+tc", "--deadline-s", "400"]
     r = _run(sys.executable, KIT / "bench.py", *args)
     md = (out / "h200.md").read_text()
     assert r.stdout.rstrip().endswith(md.rstrip())  # the markdown is printed last
@@ -80,7 +80,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
         details = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
     details = {k: json.loads(v) if k.endswith(".json") else v for k, v in details.items()}
     assert details["results.json"]["rows"] == rows
-    ours = ["ours-opencl-plain", "ours-opencl-fused+wino4", "ours-opencl-fused+wino4+tc"]
+    ours = ["ours-opencl-plain", "ours-opencl-plain+tc", "ours-opencl-fused+wino4", "ours-opencl-fused+wino4+tc"]
     stock = ["litert-gpu-plain", "litert-gpu-litert"]  # the plain export and `--fuse --target litert`
     assert set(rows) == {f"unet_b1|{r}" for r in [*ours, "litert-cpu-plain", *stock, "torch-fp32", "torch-fp16"]}
     assert data["prepare"]["unet_b1"]["status"] == "ok"
@@ -113,9 +113,15 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     assert rows["unet_b1|ours-opencl-fused+wino4"]["op_histogram"].get("SdConv2DWinograd", 0) > 0
     # "+tc" runs the same model file with tensor_cores=3xtf32 (no tensor cores on PoCL: the fp32 kernels, same result)
     assert rows["unet_b1|ours-opencl-fused+wino4+tc"]["op_histogram"] == rows["unet_b1|ours-opencl-fused+wino4"]["op_histogram"]
+    assert rows["unet_b1|ours-opencl-plain+tc"]["op_histogram"] == rows["unet_b1|ours-opencl-plain"]["op_histogram"]
     ratios = data["derived"]["ratios"]["unet_b1"]
+    # a "+tc" fused row is compared with the fp32 unfused row and with the unfused row under the same option
     assert set(ratios) == {"ours opencl: fused+wino4 / unfused", "ours opencl: fused+wino4+tc / unfused",
+                           "ours opencl: fused+wino4+tc / unfused + 3xTF32 tensor cores",
                            "best ours / PyTorch fp32", "best ours / PyTorch fp16"}
+    targets = data["derived"]["targets"]
+    assert {"unet_b1: fused+wino4+tc >= 2x faster than unfused (opencl)",
+            "unet_b1: fused+wino4+tc >= 2x faster than unfused + 3xTF32 tensor cores (opencl)"} <= set(targets)
     plain_ms = rows["unet_b1|ours-opencl-plain"]["timings_us"]["median"]
     wino_ms = rows["unet_b1|ours-opencl-fused+wino4"]["timings_us"]["median"]
     assert ratios["ours opencl: fused+wino4 / unfused"]["ratio"] == pytest.approx(wino_ms / plain_ms)
@@ -123,8 +129,8 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     table = md.split("| Implementation |", 1)[1].split("\n\n", 1)[0].splitlines()
     assert table[0].strip() == "UNet step b1 (ms) |"
     labels = [line.split("|")[1].strip() for line in table[2:]]
-    assert labels == ["ours OpenCL, unfused", "ours OpenCL, fused + Winograd F4",
-                      "ours OpenCL, fused + Winograd F4 + 3xTF32 attention",
+    assert labels == ["ours OpenCL, unfused", "ours OpenCL, unfused + 3xTF32 tensor cores",
+                      "ours OpenCL, fused + Winograd F4", "ours OpenCL, fused + Winograd F4 + 3xTF32 tensor cores",
                       f"LiteRT CPU (XNNPACK, {data['plan']['cpu_threads']} threads)", "LiteRT GPU (stock accelerator)",
                       "LiteRT GPU (stock accelerator), --fuse --target litert",
                       "PyTorch CPU fp32 (TF32 off)", "PyTorch CPU fp16"]
@@ -132,7 +138,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     assert md.startswith("### tiny random-weight fp32 on ")
     mem_table = md.split("Delegate memory, placement and parity", 1)[1].split("\n\n")[1]
     mem_rows = [line.split("|") for line in mem_table.splitlines() if line.startswith("| UNet step b1 | ours OpenCL")]
-    assert len(mem_rows) == 3  # unfused, fused + Winograd F4 (+ 3xTF32 attention): set-up host ms (pack / upload /
+    assert len(mem_rows) == 4  # unfused, fused + Winograd F4, each also + 3xTF32: set-up host ms (pack / upload /
     # tune) from the stats
     assert all(re.fullmatch(r"\d+ / \d+ / \d+", cells[-2].strip()) for cells in mem_rows), mem_rows
     for heading in ("- Command: `", "Time ratios (same machine, same model files):", "Delegate memory, placement and parity",
@@ -155,10 +161,14 @@ def test_variant_names() -> None:
         sys.path.remove(str(KIT))
     v = Variant("fused+winoauto+tc")
     assert (v.model_name, v.winograd, v.fused, v.delegate_options) == ("fused+winoauto", "auto", True, "tensor_cores:3xtf32")
-    assert v.title == "fused + Winograd auto + 3xTF32 attention" and Variant("fused+tc").title == "fused + 3xTF32 attention"
+    assert v.title == "fused + Winograd auto + 3xTF32 tensor cores"
+    assert Variant("fused+tc").title == "fused + 3xTF32 tensor cores"
+    p = Variant("plain+tc")
+    assert (p.model_name, p.fused, p.delegate_options, p.title) == ("plain", False, "tensor_cores:3xtf32",
+                                                                    "unfused + 3xTF32 tensor cores")
     assert Work(Path("/w")).model("unet_b1", v) == Path("/w/models/unet_b1/fused+winoauto.tflite")
     assert Variant("plain").delegate_options == "" and Variant("plain").model_name == "plain"
-    for bad, message in (("plain+tc", "applies to our fused models only"), ("fused+wino5", "unknown variant"),
+    for bad, message in (("litert+tc", "applies to our delegate's models only"), ("fused+wino5", "unknown variant"),
                          ("fused+tc+tc", "unknown variant")):
         with pytest.raises(SystemExit, match=message):
             Variant(bad)
