@@ -77,9 +77,9 @@ constexpr TileConfig kTileConfigs[] = {
     {16, 64, 256, 0.35, "gemm_t16x64", nullptr},
     // 3xTF32 on tensor cores (NVIDIA, tensor_cores=3xtf32); speeds from mma_lab.py --async on the H200 (BENCHMARKS
     // session 22: 1.4-1.7x the best fp32 tile at SD1.5's FC shapes)
-    {128, 128, 128, 1.3, "gemm_x128x128", nullptr, true},
-    {128, 64, 128, 1.25, "gemm_x128x64", nullptr, true},
-    {64, 64, 128, 1.2, "gemm_x64x64", nullptr, true},
+    {128, 128, 128, 1.3, "gemm_x128x128", "conv_x128x128", true},
+    {128, 64, 128, 1.25, "gemm_x128x64", "conv_x128x64", true},
+    {64, 64, 128, 1.2, "gemm_x64x64", "conv_x64x64", true},
 };
 // Threads that keep a large GPU busy (two 256-thread work-groups resident per SM on a 132-SM
 // H200); fewer leave SMs idle, which the cost model charges and split-K repairs. Smaller GPUs
@@ -211,7 +211,7 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
   const GemmTiles* forced = ForcedTiles(dev);
   out->clear();
   for (const TileConfig& c : kTileConfigs) {
-    if (c.tc && (!tc || conv)) continue;
+    if (c.tc && !tc) continue;
     if (forced && (c.bm != forced->bm || c.bn != forced->bn || c.threads != forced->threads || c.tc != forced->tc)) {
       continue;
     }
@@ -335,10 +335,13 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
   return Status::Error("no unsplit tile plan with a LayerNorm twin");
 }
 
-bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {
+bool TensorCoresWanted(const Device& dev) {
   const GemmTiles* forced = ForcedTiles(dev);
-  const bool wanted = forced != nullptr ? forced->tc : dev.overrides().tensor_cores_3xtf32;
-  return wanted && s.sak == 1 && (s.sbn == 1 || s.sbk == 1) && !b_half;
+  return forced != nullptr ? forced->tc : dev.overrides().tensor_cores_3xtf32;
+}
+
+bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {
+  return TensorCoresWanted(dev) && s.sak == 1 && (s.sbn == 1 || s.sbk == 1) && !b_half;
 }
 
 Status GatedTwin(const Device& dev, TilePlan* plan) {
@@ -1000,7 +1003,9 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
   TilePlan plan;
   const int M = s.n * s.oh * s.ow;
   SDGPU_RETURN_IF_ERROR(CheckForcedTiles(dev));
-  if (s.ci % kTiledBk == 0 && PlanTiles(dev, true, M, s.co, K, 1, &plan).ok()) {
+  // tensor cores: fp32 B, whether packed K x Co (constant filter) or read in place (OHWI: Co x K, k contiguous)
+  const bool tc = TensorCoresWanted(dev) && !(filter != nullptr && weights_fp16);
+  if (s.ci % kTiledBk == 0 && PlanTiles(dev, true, M, s.co, K, 1, &plan, tc).ok()) {
     auto u = std::make_unique<TiledConvOp>();
     u->s_ = s;
     u->plan_ = plan;
@@ -1009,7 +1014,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
       key += std::to_string(v) + ",";
     }
     key += filter != nullptr && weights_fp16 ? "h" : (filter != nullptr ? "f" : "in");
-    SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, true, M, s.co, K, 1, key, autotune));
+    SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, true, M, s.co, K, 1, key, autotune, 1, tc));
     u->scratch_bytes_ = std::max(plan.scratch_bytes, u->tuner_.scratch_bytes());
     if (filter != nullptr) {
       const int co = s.co;

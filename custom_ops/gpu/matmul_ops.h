@@ -72,6 +72,8 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
 // tensor_cores=3xtf32 (or gemm_tiles forcing a "tc" config), A's k axis contiguous, B's n or k axis contiguous,
 // fp32 B (the kernels exist only on NVIDIA's OpenCL; elsewhere the planner finds none and nothing changes).
 bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half);
+// The option side of that (also for the implicit-GEMM convolutions, conv_x*, whose operands always fit).
+bool TensorCoresWanted(const Device& dev);
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
 // local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
 // which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs

@@ -300,7 +300,8 @@ class Bench:
 
     @staticmethod
     def variants_order(v: str) -> tuple[int, str]:
-        return (0 if v == "plain" else 1 if v == "fused" else 2, v)
+        base = Variant(v).model_name  # a "+tc" row right after its model file's row
+        return (0 if base == "plain" else 1 if base == "fused" else 2, v)
 
     def tflite_row(self, model: str, row: str, variant: str, backend: str, runs: int, warmup: int,
                    profile: str) -> None:

@@ -1,6 +1,7 @@
 """tensor_cores=3xtf32 for the GEMMs (NVIDIA only): one-op models through the delegate, each checked against a float64
-numpy reference, and the device profile must show a tensor-core kernel (gemm_x*, gemm_tc.cl) running the op. The
+numpy reference, and the device profile must show a tensor-core kernel (gemm_x* / conv_x*, gemm_tc.cl) running the op. The
 cases cover the kernels' contracts: partial row / column / k tiles, K % 4 != 0 (4-byte copies), bias and activation,
+CONV_2D as implicit GEMM (conv_x*: padding, stride 2, 1x1, dilation),
 BATCH_MATMUL with B's n axis (KN) and k axis (NK: adj_y) contiguous, a batch, the residual ADD epilogue, the folded
 LayerNorm twin with rows of mean 1000 plus the gated GELU (gemm_x*_gg_ln), a Winograd conv's batched GEMM, and
 SD1.5-sized FCs; each with the option off (fp32 kernels, for the error next to it), on (the cost model's pick), and with
@@ -22,8 +23,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "native"))
 from harness import make_interpreter  # noqa: E402
-from tflite_gemm_models import (OpGraphBuilder, batch_matmul_model, batch_matmul_ref, fully_connected_model,  # noqa: E402
-                                fully_connected_ref, winograd_model)
+from tflite_gemm_models import (OpGraphBuilder, batch_matmul_model, batch_matmul_ref, conv2d_model,  # noqa: E402
+                                conv2d_ref, fully_connected_model, fully_connected_ref, winograd_model)
 from test_opencl_layer_norm_fold import _model as ln_model, _want as ln_want  # noqa: E402
 from test_opencl_residual import _fc  # noqa: E402
 
@@ -66,6 +67,13 @@ def _cases(rng) -> list[Case]:
         out.append((f"LN fold {m}x{n}x{k} gated={gated} mean 1000", "FULLY_CONNECTED", model, {"x": xv},
                     lambda xv=xv, gamma=gamma, beta=beta, w=w, b=b, gated=gated: ln_want(xv, gamma, beta, w, b,
                                                                                         gated)))
+    # CONV_2D, implicit GEMM (conv_x*): 3x3 SAME, 3x3 stride 2 (SD's downsamplers), 1x1 (shortcuts), dilation 2
+    for (n, h, ci, co), k, stride, dil, act in [((1, 33, 64, 80), 3, 1, 1, "relu"), ((2, 32, 320, 320), 3, 2, 1, "none"),
+                                                ((1, 16, 640, 320), 1, 1, 1, "none"), ((1, 20, 32, 24), 3, 1, 2, "none")]:
+        x, w, b = r(n, h, h, ci), r(co, k, k, ci) * (k * k * ci) ** -0.5, r(co)
+        out.append((f"CONV {k}x{k}/{stride} d{dil} {n}x{h}x{h} {ci}->{co}", "CONV_2D",
+                    conv2d_model(x.shape, w, b, stride, dil, "SAME", act), {"x": x},
+                    lambda x=x, w=w, b=b, stride=stride, dil=dil, act=act: conv2d_ref(x, w, b, stride, dil, "SAME", act)))
     # Winograd: the batched GEMM of the transformed tiles
     for tile, (h, ci, co) in [(4, (32, 320, 320)), (2, (10, 64, 40))]:
         x, w, b = r(1, h, h, ci), r(co, 3, 3, ci) * (9 * ci) ** -0.5, r(co)
@@ -103,7 +111,7 @@ def main() -> int:
         for label, options in RUNS:
             got, kernels = _run(model, inputs, op, options)
             err = float(np.abs(got.reshape(-1) - ref).max() / np.abs(ref).max())
-            tc = [k for k in kernels if k.startswith("gemm_x")]
+            tc = [k for k in kernels if k.startswith(("gemm_x", "conv_x"))]
             good = np.isfinite(got).all() and err < 1e-4 and (bool(tc) if label.startswith("x") else
                                                               not tc if label == "fp32" else True)
             if tc:

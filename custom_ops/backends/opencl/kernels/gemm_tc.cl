@@ -56,15 +56,32 @@ inline void gx_copy4(__local float* dst, __global const float* src, int n, int v
 }
 inline void gx_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
-// One K step's copies (k0) into the slot at As (A [BM][GX_AP]) and Bs (KN: [GX_BK][BN + 8], NK: [BN][GX_AP]).
-inline void gx_issue(__local float* As, __local float* Bs, const int BM, const int BN, const int NT, int lid,
-                     int m0, int n0, int k0, int kend, __global const float* A, int abase, int sam, int avec,
-                     __global const float* B, int bbase, int sbk, int sbn, int nk_layout, int bvec, int M, int N) {
+// One K step's copies (k0) of a GEMM's A into the slot at As ([BM][GX_AP]).
+inline void gx_issue_a(__local float* As, const int BM, const int NT, int lid, int m0, int k0, int kend,
+                       __global const float* A, int abase, int sam, int avec, int M) {
   for (int e = lid; e < BM * GX_BK / 4; e += NT) {
     const int r = e / (GX_BK / 4), c = (e % (GX_BK / 4)) * 4, m = m0 + r, k = k0 + c;
     const int n = m < M ? kend - k : 0;
     gx_copy4(As + r * GX_AP + c, n > 0 ? A + abase + m * sam + k : A + abase, n, avec);
   }
+}
+// The same for an implicit-GEMM convolution's A (NHWC input X, Ci % 16 == 0, so one K step is 16 channels of one
+// filter tap): rows[r] = (offset of output row m0 + r's tap (0, 0) pixel, iy0, ix0, row valid), as in conv_tBMxBN.
+inline void gx_issue_conv_a(__local float* As, const int BM, const int NT, int lid, int k0, __local const int4* rows,
+                            __global const float* X, int xvec, int H, int Wd, int Ci, int KW, int dh, int dw) {
+  const int ky = k0 / (KW * Ci), kx = (k0 / Ci) % KW, ci0 = k0 % Ci;
+  const int tap = (ky * dh * Wd + kx * dw) * Ci + ci0;
+  for (int e = lid; e < BM * GX_BK / 4; e += NT) {
+    const int r = e / (GX_BK / 4), c = (e % (GX_BK / 4)) * 4;
+    const int4 ri = rows[r];
+    const int iy = ri.y + ky * dh, ix = ri.z + kx * dw;
+    const int ok = ri.w && iy >= 0 && iy < H && ix >= 0 && ix < Wd;
+    gx_copy4(As + r * GX_AP + c, ok ? X + ri.x + tap + c : X, ok ? 4 : 0, xvec);
+  }
+}
+// One K step's copies of B into the slot at Bs (KN: [GX_BK][BN + 8], NK: [BN][GX_AP]).
+inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, int n0, int k0, int kend,
+                       __global const float* B, int bbase, int sbk, int sbn, int nk_layout, int bvec, int N) {
   if (nk_layout) {  // B[k][n] at n * sbn + k: rows of k per column n
     for (int e = lid; e < BN * GX_BK / 4; e += NT) {
       const int r = e / (GX_BK / 4), c = (e % (GX_BK / 4)) * 4, nn = n0 + r, k = k0 + c;
@@ -130,6 +147,99 @@ inline void gx_issue(__local float* As, __local float* Bs, const int BM, const i
 #define GX_LN_BIAS_0 0
 #define GX_LN_BIAS_1 (bz * N)
 
+// The shared body: declarations, the K loop (ISSUE(slot's As, slot's Bs, k0) queues one step's copies), the
+// epilogue (C rows at cbase + m * scm; bz: the batch index; GATED, LN: literal 0/1).
+#define GX_DECLS(BM, BN, WM, WN, STAGES)                                                                           \
+  enum { NT = 32 * ((BM) / (WM)) * ((BN) / (WN)), FM = (WM) / 16, FN = (WN) / 8 };                                \
+  enum { A_SLOT = (BM) * GX_AP, B_SLOT = (BN) * GX_AP > GX_BK * ((BN) + 8) ? (BN) * GX_AP : GX_BK * ((BN) + 8) };   \
+  __local float lds[(STAGES) * (A_SLOT + B_SLOT)] __attribute__((aligned(16)));                                    \
+  const int lid = get_local_id(1) * 16 + get_local_id(0), warp = lid >> 5, lane = lid & 31;                        \
+  const int g = lane >> 2, t = lane & 3;                                                                           \
+  const int wm0 = (warp / ((BN) / (WN))) * (WM), wn0 = (warp % ((BN) / (WN))) * (WN);                              \
+  const int n0 = get_group_id(0) * (BN), m0 = get_group_id(1) * (BM);                                              \
+  float acc[FM][FN][4];                                                                                            \
+  _Pragma("unroll") for (int i = 0; i < FM; ++i)                                                                   \
+    _Pragma("unroll") for (int j = 0; j < FN; ++j)                                                                 \
+      _Pragma("unroll") for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+
+#define GX_LOOP(STAGES, ISSUE, LN)                                                                                 \
+  const int nk = (kend - kbeg + GX_BK - 1) / GX_BK;                                                                \
+  /* fragment read strides in Bs: per k (bks) and per n (bns) */                                                   \
+  const int bks = nk_layout ? 1 : (BN_) + 8, bns = nk_layout ? GX_AP : 1;                                          \
+  for (int s = 0; s < (STAGES) - 1; ++s) {                                                                         \
+    if (s < nk) {                                                                                                  \
+      __local float* As_ = lds + s * (A_SLOT + B_SLOT);                                                            \
+      ISSUE(As_, As_ + A_SLOT, kbeg + s * GX_BK)                                                                   \
+    }                                                                                                              \
+    gx_commit();                                                                                                   \
+  }                                                                                                                \
+  for (int kt = 0; kt < nk; ++kt) {                                                                                \
+    GX_WAIT(STAGES)                                                                                                \
+    barrier(CLK_LOCAL_MEM_FENCE); /* step kt landed everywhere; slot (kt - 1) % STAGES is free again */            \
+    const int nx = kt + (STAGES) - 1;                                                                              \
+    if (nx < nk) {                                                                                                 \
+      __local float* As_ = lds + (nx % (STAGES)) * (A_SLOT + B_SLOT);                                              \
+      ISSUE(As_, As_ + A_SLOT, kbeg + nx * GX_BK)                                                                  \
+    }                                                                                                              \
+    gx_commit();                                                                                                   \
+    const int k0 = kbeg + kt * GX_BK;                                                                              \
+    __local const float* As = lds + (kt % (STAGES)) * (A_SLOT + B_SLOT);                                           \
+    __local const float* Bs = As + A_SLOT + (wn0 + g) * bns + t * bks;                                             \
+    _Pragma("unroll") for (int kk = 0; kk < GX_BK; kk += 8) {                                                      \
+      uint bb[FN][2], bs[FN][2];                                                                                   \
+      _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                             \
+        const float b0 = Bs[kk * bks + j * 8 * bns], b1 = Bs[(kk + 4) * bks + j * 8 * bns];                        \
+        bb[j][0] = gx_big(b0);                                                                                     \
+        bb[j][1] = gx_big(b1);                                                                                     \
+        bs[j][0] = gx_small(b0, bb[j][0]);                                                                         \
+        bs[j][1] = gx_small(b1, bb[j][1]);                                                                         \
+      }                                                                                                            \
+      _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                             \
+        const int r = wm0 + i * 16 + g;                                                                            \
+        float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                      \
+        float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                              \
+        GX_LN_SHIFT_##LN(i, kk)                                                                                    \
+        const uint h0 = gx_big(a0), h1 = gx_big(a1), h2 = gx_big(a2), h3 = gx_big(a3);                             \
+        const uint l0 = gx_small(a0, h0), l1 = gx_small(a1, h1), l2 = gx_small(a2, h2), l3 = gx_small(a3, h3);     \
+        _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                           \
+          gx_mma(acc[i][j], l0, l1, l2, l3, bb[j][0], bb[j][1]);                                                   \
+          gx_mma(acc[i][j], h0, h1, h2, h3, bs[j][0], bs[j][1]);                                                   \
+          gx_mma(acc[i][j], h0, h1, h2, h3, bb[j][0], bb[j][1]);                                                   \
+        }                                                                                                          \
+      }                                                                                                            \
+    }                                                                                                              \
+  }                                                                                                                \
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+
+#define GX_EPILOGUE(C, cbase, scm, GATED, LN)                                                                      \
+  _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                                 \
+    const int n = n0 + wn0 + j * 8 + 2 * t;                                                                        \
+    if (n >= N) continue;                                                                                          \
+    const int n1 = n + 1 < N;                                                                                      \
+    const int bo_ = biaso + GX_LN_BIAS_##LN;                                                                       \
+    const float bias0 = has_bias ? bias[bo_ + n] : 0.0f, bias1 = has_bias && n1 ? bias[bo_ + n + 1] : 0.0f;        \
+    const float cs0 = GX_LN_COLSUM_##LN(n), cs1 = n1 ? GX_LN_COLSUM_##LN(n + 1) : 0.0f;                            \
+    _Pragma("unroll") for (int i = 0; i < FM; ++i)                                                                 \
+      _Pragma("unroll") for (int h = 0; h < 2; ++h) {                                                              \
+        const int m = m0 + wm0 + i * 16 + g + 8 * h;                                                               \
+        if (m >= M) continue;                                                                                      \
+        const float v0 = alpha * GX_LN_ACC_##LN(acc[i][j][2 * h], i, h, cs0) + bias0;                              \
+        const float v1 = alpha * GX_LN_ACC_##LN(acc[i][j][2 * h + 1], i, h, cs1) + bias1;                          \
+        if ((GATED) && act >= SD_GELU_OP_ERF) { /* the (value, gate) pair (n, n + 1) -> column n / 2 */            \
+          (C)[(cbase) + m * (scm) + n / 2] = v0 * sd_gelu_mode(v1, act);                                           \
+          continue;                                                                                                \
+        }                                                                                                          \
+        __global float* dst = (C) + (cbase) + m * (scm) + n;                                                       \
+        __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + n : 0);                              \
+        dst[0] = sd_act(v0, act) + (rrows > 0 ? res[0] : 0.0f);                                                    \
+        if (n1) dst[1] = sd_act(v1, act) + (rrows > 0 ? res[1] : 0.0f);                                            \
+      }                                                                                                            \
+  }
+
+#define GX_GEMM_ISSUE(As_, Bs_, k0_)                                                                               \
+  gx_issue_a(As_, BM_, NT, lid, m0, k0_, kend, A, abase, sam, avec, M);                                            \
+  gx_issue_b(Bs_, BN_, NT, lid, n0, k0_, kend, B, bbase, sbk, sbn, nk_layout, bvec, N);
+
 // GATED, LN: literal 0/1 (the _gg and _ln twins).
 #define SD_GEMM_TC_G(NAME, BM, BN, WM, WN, STAGES, GATED, LN)                                                       \
   __kernel __attribute__((reqd_work_group_size(16, 32 * ((BM) / (WM)) * ((BN) / (WN)) / 16, 1))) void NAME(        \
@@ -137,103 +247,54 @@ inline void gx_issue(__local float* As, __local float* Bs, const int BM, const i
       int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half, __global const float* bias, \
       int biaso, int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split,                 \
       __global const float* R, int ro, int rrows, int rsm GX_LN_PARAMS_##LN) {                                     \
-    enum { NT = 32 * ((BM) / (WM)) * ((BN) / (WN)), FM = (WM) / 16, FN = (WN) / 8 };                              \
-    enum { A_SLOT = (BM) * GX_AP, B_SLOT = (BN) * GX_AP > GX_BK * ((BN) + 8) ? (BN) * GX_AP : GX_BK * ((BN) + 8) }; \
-    __local float lds[(STAGES) * (A_SLOT + B_SLOT)] __attribute__((aligned(16)));                                  \
-    const int lid = get_local_id(1) * 16 + get_local_id(0), warp = lid >> 5, lane = lid & 31;                      \
-    const int g = lane >> 2, t = lane & 3;                                                                         \
-    const int wm0 = (warp / ((BN) / (WN))) * (WM), wn0 = (warp % ((BN) / (WN))) * (WN);                            \
-    const int n0 = get_group_id(0) * (BN), m0 = get_group_id(1) * (BM);                                            \
+    enum { BM_ = (BM), BN_ = (BN) };                                                                               \
+    GX_DECLS(BM, BN, WM, WN, STAGES)                                                                               \
     const int z = get_group_id(2), bz = z / splits, sz = z - bz * splits;                                          \
     const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);                                                  \
     const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                                        \
     const int nk_layout = sbn != 1;                                                                                \
     const int avec = ((abase | sam) & 3) == 0, bvec = ((bbase | (nk_layout ? sbn : sbk)) & 3) == 0;                \
-    /* fragment read strides in Bs: per k (kstep) and per n (nstep) */                                             \
-    const int bks = nk_layout ? 1 : (BN) + 8, bns = nk_layout ? GX_AP : 1;                                         \
-    float acc[FM][FN][4];                                                                                          \
-    _Pragma("unroll") for (int i = 0; i < FM; ++i)                                                                 \
-      _Pragma("unroll") for (int j = 0; j < FN; ++j)                                                               \
-        _Pragma("unroll") for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;                                         \
     GX_LN_PROLOGUE_##LN(FM)                                                                                        \
-    const int nk = (kend - kbeg + GX_BK - 1) / GX_BK;                                                              \
-    for (int s = 0; s < (STAGES) - 1; ++s) {                                                                       \
-      if (s < nk) {                                                                                                \
-        __local float* As_ = lds + s * (A_SLOT + B_SLOT);                                                          \
-        gx_issue(As_, As_ + A_SLOT, BM, BN, NT, lid, m0, n0, kbeg + s * GX_BK, kend, A, abase, sam, avec, B,       \
-                 bbase, sbk, sbn, nk_layout, bvec, M, N);                                                          \
-      }                                                                                                            \
-      gx_commit();                                                                                                 \
-    }                                                                                                              \
-    for (int kt = 0; kt < nk; ++kt) {                                                                              \
-      GX_WAIT(STAGES)                                                                                              \
-      barrier(CLK_LOCAL_MEM_FENCE); /* step kt landed everywhere; slot (kt - 1) % STAGES is free again */          \
-      const int nx = kt + (STAGES) - 1;                                                                            \
-      if (nx < nk) {                                                                                               \
-        __local float* As_ = lds + (nx % (STAGES)) * (A_SLOT + B_SLOT);                                            \
-        gx_issue(As_, As_ + A_SLOT, BM, BN, NT, lid, m0, n0, kbeg + nx * GX_BK, kend, A, abase, sam, avec, B,      \
-                 bbase, sbk, sbn, nk_layout, bvec, M, N);                                                          \
-      }                                                                                                            \
-      gx_commit();                                                                                                 \
-      const int k0 = kbeg + kt * GX_BK;                                                                            \
-      __local const float* As = lds + (kt % (STAGES)) * (A_SLOT + B_SLOT);                                         \
-      __local const float* Bs = As + A_SLOT + (wn0 + g) * bns + t * bks;                                           \
-      _Pragma("unroll") for (int kk = 0; kk < GX_BK; kk += 8) {                                                    \
-        uint bb[FN][2], bs[FN][2];                                                                                 \
-        _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                           \
-          const float b0 = Bs[kk * bks + j * 8 * bns], b1 = Bs[(kk + 4) * bks + j * 8 * bns];                      \
-          bb[j][0] = gx_big(b0);                                                                                   \
-          bb[j][1] = gx_big(b1);                                                                                   \
-          bs[j][0] = gx_small(b0, bb[j][0]);                                                                       \
-          bs[j][1] = gx_small(b1, bb[j][1]);                                                                       \
-        }                                                                                                          \
-        _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                           \
-          const int r = wm0 + i * 16 + g;                                                                          \
-          float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                    \
-          float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                            \
-          GX_LN_SHIFT_##LN(i, kk)                                                                                  \
-          const uint h0 = gx_big(a0), h1 = gx_big(a1), h2 = gx_big(a2), h3 = gx_big(a3);                           \
-          const uint l0 = gx_small(a0, h0), l1 = gx_small(a1, h1), l2 = gx_small(a2, h2), l3 = gx_small(a3, h3);   \
-          _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                         \
-            gx_mma(acc[i][j], l0, l1, l2, l3, bb[j][0], bb[j][1]);                                                 \
-            gx_mma(acc[i][j], h0, h1, h2, h3, bs[j][0], bs[j][1]);                                                 \
-            gx_mma(acc[i][j], h0, h1, h2, h3, bb[j][0], bb[j][1]);                                                 \
-          }                                                                                                        \
-        }                                                                                                          \
-      }                                                                                                            \
-    }                                                                                                              \
-    asm volatile("cp.async.wait_group 0;" ::: "memory");                                                           \
+    GX_LOOP(STAGES, GX_GEMM_ISSUE, LN)                                                                             \
     GX_LN_STATS_##LN(FM)                                                                                           \
-    const int cbase = co + bz * scb + sz * scs;                                                                    \
-    _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                               \
-      const int n = n0 + wn0 + j * 8 + 2 * t;                                                                      \
-      if (n >= N) continue;                                                                                        \
-      const int n1 = n + 1 < N;                                                                                    \
-      const int bo_ = biaso + GX_LN_BIAS_##LN;                                                                     \
-      const float bias0 = has_bias ? bias[bo_ + n] : 0.0f, bias1 = has_bias && n1 ? bias[bo_ + n + 1] : 0.0f;      \
-      const float cs0 = GX_LN_COLSUM_##LN(n), cs1 = n1 ? GX_LN_COLSUM_##LN(n + 1) : 0.0f;                          \
-      _Pragma("unroll") for (int i = 0; i < FM; ++i)                                                               \
-        _Pragma("unroll") for (int h = 0; h < 2; ++h) {                                                            \
-          const int m = m0 + wm0 + i * 16 + g + 8 * h;                                                             \
-          if (m >= M) continue;                                                                                    \
-          const float v0 = alpha * GX_LN_ACC_##LN(acc[i][j][2 * h], i, h, cs0) + bias0;                            \
-          const float v1 = alpha * GX_LN_ACC_##LN(acc[i][j][2 * h + 1], i, h, cs1) + bias1;                        \
-          if ((GATED) && act >= SD_GELU_OP_ERF) { /* the (value, gate) pair (n, n + 1) -> column n / 2 */          \
-            C[cbase + m * scm + n / 2] = v0 * sd_gelu_mode(v1, act);                                               \
-            continue;                                                                                              \
-          }                                                                                                        \
-          __global float* dst = C + cbase + m * scm + n;                                                           \
-          __global const float* res = R + ro + (rrows > 0 ? (m / rrows) * rsm + n : 0);                            \
-          dst[0] = sd_act(v0, act) + (rrows > 0 ? res[0] : 0.0f);                                                  \
-          if (n1) dst[1] = sd_act(v1, act) + (rrows > 0 ? res[1] : 0.0f);                                          \
-        }                                                                                                          \
-    }                                                                                                              \
+    GX_EPILOGUE(C, co + bz * scb + sz * scs, scm, GATED, LN)                                                       \
   }
 #define SD_GEMM_TC(NAME, BM, BN, WM, WN, STAGES)              \
   SD_GEMM_TC_G(NAME, BM, BN, WM, WN, STAGES, 0, 0)            \
   SD_GEMM_TC_G(NAME##_gg, BM, BN, WM, WN, STAGES, 1, 0)       \
   SD_GEMM_TC_G(NAME##_ln, BM, BN, WM, WN, STAGES, 0, 1)       \
   SD_GEMM_TC_G(NAME##_gg_ln, BM, BN, WM, WN, STAGES, 1, 1)
+
+#define GX_CONV_ISSUE(As_, Bs_, k0_)                                                                               \
+  gx_issue_conv_a(As_, BM_, NT, lid, k0_, rows, X, xvec, H, Wd, Ci, KW, dh, dw);                                   \
+  gx_issue_b(Bs_, BN_, NT, lid, n0, k0_, kend, B, bo, sbk, sbn, nk_layout, bvec, N);
+
+// conv_xBMxBN: conv_tBMxBN's parameters, grid and contracts (NHWC implicit GEMM, Ci % 16 == 0, split-K, residual).
+#define SD_CONV_TC(NAME, BM, BN, WM, WN, STAGES)                                                                    \
+  __kernel __attribute__((reqd_work_group_size(16, 32 * ((BM) / (WM)) * ((BN) / (WN)) / 16, 1))) void NAME(        \
+      __global float* Y, int yo, int scs, __global const float* X, int xo, __global const float* B, int bo,        \
+      int sbk, int sbn, int b_half, __global const float* bias, int biaso, int has_bias, int H, int Wd, int Ci,    \
+      int OH, int OW, int Co, int KH, int KW, int sh, int sw, int dh, int dw, int ph, int pw, int M, int act,      \
+      int splits, int k_split, __global const float* R, int ro, int rrows, int rsm) {                              \
+    enum { BM_ = (BM), BN_ = (BN) };                                                                               \
+    const int N = Co, K = KH * KW * Ci;                                                                            \
+    const float alpha = 1.0f;                                                                                      \
+    GX_DECLS(BM, BN, WM, WN, STAGES)                                                                               \
+    const int sz = get_group_id(2);                                                                                \
+    const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);                                                  \
+    const int nk_layout = sbn != 1;                                                                                \
+    const int xvec = (xo & 3) == 0, bvec = ((bo | (nk_layout ? sbn : sbk)) & 3) == 0;                              \
+    __local int4 rows[BM];                                                                                         \
+    for (int r = lid; r < (BM); r += NT) {                                                                         \
+      const int m = m0 + r;                                                                                        \
+      const int ox = m % OW, q = m / OW, oy = q % OH, img = q / OH;                                                \
+      const int iy0 = oy * sh - ph, ix0 = ox * sw - pw;                                                            \
+      rows[r] = (int4)(xo + ((img * H + iy0) * Wd + ix0) * Ci, iy0, ix0, m < M ? 1 : 0);                           \
+    }                                                                                                              \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                                  \
+    GX_LOOP(STAGES, GX_CONV_ISSUE, 0)                                                                              \
+    GX_EPILOGUE(Y, yo + sz * scs, Co, 0, 0)                                                                        \
+  }
 
 // cp.async.wait_group takes an immediate: at most STAGES - 2 groups may stay pending
 #define GX_WAIT(STAGES) GX_WAIT_##STAGES
@@ -246,4 +307,7 @@ inline void gx_issue(__local float* As, __local float* Bs, const int BM, const i
 SD_GEMM_TC(gemm_x128x128, 128, 128, 64, 64, 2)
 SD_GEMM_TC(gemm_x128x64, 128, 64, 64, 32, 3)
 SD_GEMM_TC(gemm_x64x64, 64, 64, 32, 32, 4)
+SD_CONV_TC(conv_x128x128, 128, 128, 64, 64, 2)
+SD_CONV_TC(conv_x128x64, 128, 64, 64, 32, 3)
+SD_CONV_TC(conv_x64x64, 64, 64, 32, 32, 4)
 #endif  // SDGPU_NV_PTX
