@@ -29,11 +29,14 @@
 //                      then the plain GEMM; "auto" = the tuner times both (gemm_autotune; untuned: "twin"). On the
 //                      H200 auto gained <= 1.5% on SD's b2 GEGLUs and its picks lost 11% on b1's 32x32 GEGLUs
 //                      (the tuner's spread; BENCHMARKS session 19), hence twin.
-//   tensor_cores       opencl: "3xtf32" runs SdAttention's long head-dim-40 self-attention (SD1.5's 64x64 level) on
-//                      NVIDIA tensor cores with 3xTF32 products, an fp32-accurate emulation (each product a*b as
-//                      big*big + big*small + small*big of TF32 halves, fp32 accumulation): ~1.5x faster there on an
-//                      H200, max error ~3e-5 of the output's range against ~2e-6 for the fp32 kernels. "off" (default)
-//                      = fp32 FMA arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) the fp32 kernels run.
+//   tensor_cores       opencl: "3xtf32" runs on NVIDIA tensor cores (Ampere or newer), with 3xTF32 products, an
+//                      fp32-accurate emulation (each product a*b as big*big + big*small + small*big of TF32 halves,
+//                      fp32 accumulation): SdAttention's long head-dim-40 self-attention (SD1.5's 64x64 level, ~1.5x
+//                      there) and the tiled GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, Winograd's
+//                      batched GEMM: gemm_tc.cl, 1.4-1.7x at SD1.5's FC shapes) as tuner candidates. H200 UNet step
+//                      14-18% faster, full-UNet parity ~3e-5 against ~2e-5 in fp32 (BENCHMARKS session 22). "off"
+//                      (default) = fp32 FMA arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) the fp32
+//                      kernels run.
 //   gl_finish_each, gl_barrier, gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir
 //                      gl, debugging a driver-specific parity failure (not for production; backends/gl/gl_device.h):
 //                      "1" = glFinish after every launch; "minimal" = SHADER_STORAGE | BUFFER_UPDATE barrier bits only
@@ -72,7 +75,7 @@ struct DelegateOptions {
   std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS][/splits]" ("" = planner)
   std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
   LnFold layer_norm_fold = LnFold::kTwin;  // opencl: folded LayerNorm inside the GEMM, as its own launch, or timed
-  TensorCores tensor_cores = TensorCores::kOff;  // opencl: 3xTF32 tensor-core attention (NVIDIA) or fp32 only
+  TensorCores tensor_cores = TensorCores::kOff;  // opencl: 3xTF32 tensor cores (NVIDIA) or fp32 only
   // gl debugging knobs (see above)
   bool gl_finish_each = false;
   bool gl_minimal_barrier = false;

@@ -199,7 +199,8 @@ class Device {
     std::optional<GemmTiles> gemm_tiles;  // parsed once (ParseDelegateOptions has checked the syntax)
     std::string attention_tiling;
     LnFold ln_fold = LnFold::kTwin;  // layer_norm_fold
-    bool tensor_cores_3xtf32 = false;  // tensor_cores=3xtf32: the tensor-core attention tiling is a candidate
+    bool tensor_cores_3xtf32 = false;  // tensor_cores=3xtf32: the tensor-core attention tiling and GEMM / conv
+                                       // configs (gemm_tc.cl) are candidates
   };
   void set_overrides(Overrides o) { overrides_ = std::move(o); }
   const Overrides& overrides() const { return overrides_; }

@@ -16,10 +16,14 @@
 // tile idle, and FCs of a few rows; weight-bandwidth bound by design, see gemm_tiled.cl). A config
 // whose kernel the device lacks (the GL backend has no gemm_t16x64 yet) is skipped. Winograd's tile-major U can also
 // run on gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner.
+// With tensor_cores=3xtf32 (or gemm_tiles "BMxBNtc") the 3xTF32 tensor-core configs gemm_x / conv_x {128x128, 128x64,
+// 64x64} (gemm_tc.cl, NVIDIA only, 128 threads, same parameters and twins) join the candidates of GEMMs whose A has
+// a contiguous k axis and B a contiguous n or k axis in fp32 (TensorCoreGemm), and of every tiled convolution
+// without half weights.
 // Constant weights (FULLY_CONNECTED, CONV_2D filters) are re-laid out once as a K x N row-major matrix (float32,
 // or half with weights_fp16) so B tiles load along N; non-constant operands are read in place through their strides.
 //
-// Tuning knob (benchmarks and tests only): the delegate option gemm_tiles=BMxBN[nTHREADS][/splits] forces one tile
+// Tuning knob (benchmarks and tests only): the delegate option gemm_tiles=BMxBN[nTHREADS|tc][/splits] forces one tile
 // config (and split count) for every tiled GEMM/conv instead of the cost model below.
 #include "gpu/matmul_ops.h"
 

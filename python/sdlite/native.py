@@ -75,9 +75,10 @@ class DelegateOptions:
     attention on the row-wise tilings). Auto splits in 2 only the head-dim-80 tiling's grids of at most one
     work-group per compute unit (SD1.5's 32x32 self-attention at batch 1 on a large GPU: 8% faster on an H200,
     the only case measured faster); 1 never splits.
-    ``gemm_tiles`` (GPU backends; benchmarks and tests): ``"BMxBN[nTHREADS][/splits]"``, e.g. ``"64x64n128/2"``,
-    forces that tile config and split count on every tiled GEMM / conv (no tuning); malformed is rejected by the
-    delegate when it loads, a config the backend lacks when the first GEMM is built.
+    ``gemm_tiles`` (GPU backends; benchmarks and tests): ``"BMxBN[nTHREADS|tc][/splits]"``, e.g. ``"64x64n128/2"``,
+    forces that tile config and split count on every tiled GEMM / conv (no tuning; ``"64x64tc"``: a 3xTF32
+    tensor-core config, OpenCL on NVIDIA); malformed is rejected by the delegate when it loads, a config the backend
+    lacks when the first GEMM is built (a GEMM without its kernel then falls back to the untiled one).
     ``attention_tiling`` (GPU backends; benchmarks and tests): an SdAttention tiling suffix (``"r40"``, ``"h80"``,
     ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
     ``"short16"`` / ``"short32"`` / ``"short64"`` with that query block) used for every attention whose head dim
@@ -87,11 +88,13 @@ class DelegateOptions:
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
     faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
     GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
-    ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"off"``): ``"3xtf32"`` runs SdAttention's long
-    head-dim-40 self-attention (SD1.5's 64x64 level) on NVIDIA tensor cores with 3xTF32 products, an fp32-accurate
-    emulation (each product as big*big + big*small + small*big of its TF32 halves, fp32 accumulation): ~1.5x faster
-    there on an H200, max error ~3e-5 of the output's range where the fp32 kernels have ~2e-6. Needs NVIDIA's OpenCL
-    (inline PTX); elsewhere the fp32 kernels run. ``"off"`` keeps fp32 FMA arithmetic everywhere.
+    ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"off"``): ``"3xtf32"`` runs on NVIDIA tensor cores
+    with 3xTF32 products, an fp32-accurate emulation (each product as big*big + big*small + small*big of its TF32
+    halves, fp32 accumulation): SdAttention's long head-dim-40 self-attention (SD1.5's 64x64 level) and the tiled
+    GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, Winograd's batched GEMM). On an H200 the fused +
+    Winograd SD1.5 UNet step is 14-18% faster and its parity ~3e-5 of the output's range where fp32 gives ~2e-5.
+    Needs NVIDIA's OpenCL (inline PTX, Ampere or newer); elsewhere the fp32 kernels run. ``"off"`` keeps fp32 FMA
+    arithmetic everywhere.
     GL debugging knobs (for localising a driver-specific parity failure, not for production;
     ``custom_ops/backends/gl/gl_device.h``): ``gl_finish_each`` (glFinish after every launch), ``gl_barrier``
     (``"minimal"``: SHADER_STORAGE | BUFFER_UPDATE barrier bits only; default ``"all"``), ``gl_plain_buffers`` (no

@@ -1,0 +1,115 @@
+"""tensor_cores=3xtf32 for the GEMMs and convolutions (gemm_tc.cl: gemm_x* / conv_x*, inline PTX mma.sync + cp.async,
+built only where the delegate compiles with SDGPU_NV_PTX, i.e. NVIDIA's OpenCL). CI has no NVIDIA device, so here:
+the NVIDIA-only source compiles for sm_80 with clang's NVPTX back end (the compiler PoCL itself installs), on PoCL the
+option leaves every GEMM / conv on the same fp32 kernels with bitwise the same results, and gemm_tiles' "BMxBNtc"
+form parses and falls back cleanly where the kernels are missing. Numbers and parity on an H200:
+scripts/h200/tc_gemm_check.py and BENCHMARKS.md (session 22)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import load_delegate
+
+from harness import make_interpreter
+from sdconvert.ops.conv2d_winograd import SPEC as WSPEC, Conv2DWinogradAttrs
+from sdlite import native
+from tflite_gemm_models import (batch_matmul_model, batch_matmul_ref, conv2d_model, conv2d_ref, fully_connected_model,
+                                fully_connected_ref, winograd_model)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _clang() -> str:
+    for name in ("clang-15", "clang-16", "clang-17", "clang-14", "clang"):
+        if shutil.which(name):
+            return name
+    raise AssertionError("clang (installed with PoCL) is needed to compile the NVIDIA-only kernels for NVPTX")
+
+
+def test_nvidia_only_kernels_compile_for_sm80(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts" / "h200"))
+    try:
+        from cl_lab import lib_source
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "h200"))
+    src = tmp_path / "lib.cl"
+    src.write_text(lib_source(through="backends/opencl/kernels/gemm_tc.cl"))
+    ptx = tmp_path / "lib.ptx"
+    r = subprocess.run([_clang(), "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-Xclang",
+                        "-finclude-default-header", "-Dasm=__asm__", "-DSDGPU_NV_PTX=1", "-O1", "-S", "-o", str(ptx),
+                        str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = ptx.read_text()
+    entries = set(re.findall(r"\.entry (\w+)\(", text))
+    want = {f"{kind}_x{tile}{twin}" for kind in ("gemm",) for tile in ("128x128", "128x64", "64x64")
+            for twin in ("", "_gg", "_ln", "_gg_ln")} | {f"conv_x{t}" for t in ("128x128", "128x64", "64x64")}
+    assert want <= entries, sorted(want - entries)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in text and "cp.async.cg.shared.global" in text
+    # every tensor-core kernel fits NVIDIA's 48 KB of static local memory per work-group
+    local: dict[str, int] = {}
+    for name, size in re.findall(r"\.shared \.align \d+ \.b8 (\w+?)_\$_\w+\[(\d+)\]", text):
+        local[name] = local.get(name, 0) + int(size)
+    tc_local = {n: v for n, v in local.items() if n.startswith(("gemm_x", "conv_x"))}
+    assert set(tc_local) == want and max(tc_local.values()) <= 48 * 1024, tc_local
+
+
+def _profiled(model: bytes, inputs: dict, op: str, tmp_path: Path, **options) -> tuple[np.ndarray, list[str]]:
+    prof = tmp_path / f"p{len(list(tmp_path.iterdir()))}.json"
+    delegate = native.load("opencl", profile_path=str(prof), gemm_autotune=False, **options)
+    runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
+    out = next(iter(runner(**inputs).values()))
+    assert native.stats(delegate)["partitions"] == 1 and native.stats(delegate)["declined_nodes"] == 0
+    kernels = [k["name"] for n in json.loads(prof.read_text())["nodes"] if n["op"] == op for k in n["kernels"]]
+    return out, kernels
+
+
+def _cases(rng):
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    x, w, b = r(1, 130, 96), r(72, 96) * 0.1, r(72)
+    yield "FULLY_CONNECTED", fully_connected_model(x.shape, w, b, "relu"), {"x": x}, fully_connected_ref(x, w, b, "relu")
+    a, bt = r(2, 70, 40), r(2, 90, 40)
+    yield "BATCH_MATMUL", batch_matmul_model(a.shape, bt.shape, [2, 70, 90], False, True), {"a": a, "b": bt}, \
+        batch_matmul_ref(a, bt, False, True)
+    x, w, b = r(1, 12, 12, 32), r(24, 3, 3, 32) * 0.05, r(24)
+    yield "CONV_2D", conv2d_model(x.shape, w, b, 2), {"x": x}, conv2d_ref(x, w, b, 2)
+    x, w, b = r(1, 16, 16, 32), r(40, 3, 3, 32) * 0.05, r(40)
+    opts = WSPEC.encode(Conv2DWinogradAttrs(tile=4, padding="SAME", activation="none"))
+    from sdconvert.winograd.reference import direct_conv2d  # noqa: PLC0415
+
+    yield "SdConv2DWinograd", winograd_model(x.shape, w, b, opts), {"x": x}, direct_conv2d(x, w, b, padding="SAME")
+
+
+def test_without_nvidia_the_option_keeps_the_fp32_gemms(tmp_path, rng):
+    for op, model, inputs, want in _cases(rng):
+        off, k_off = _profiled(model, inputs, op, tmp_path, tensor_cores="off")
+        on, k_on = _profiled(model, inputs, op, tmp_path, tensor_cores="3xtf32")
+        assert k_on == k_off and not any(k.startswith(("gemm_x", "conv_x")) for k in k_on), (op, k_on)
+        assert np.array_equal(on, off), op
+        np.testing.assert_allclose(on.reshape(-1), np.asarray(want).reshape(-1), rtol=1e-4, atol=1e-4)
+
+
+def test_forced_tensor_core_tiles_fall_back_where_missing(tmp_path, rng):
+    """gemm_tiles "64x64tc" names a tensor-core config; PoCL has none, so the GEMM falls back to the untiled kernel
+    (same numbers), as for any config a backend lacks."""
+    op, model, inputs, want = next(_cases(rng))
+    out, kernels = _profiled(model, inputs, op, tmp_path, gemm_tiles="64x64tc")
+    assert kernels and not any(k.startswith(("gemm_x", "gemm_t")) for k in kernels), kernels
+    np.testing.assert_allclose(out.reshape(-1), np.asarray(want).reshape(-1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("value", ["64x64tc", "128x64tc/2"])
+def test_gemm_tiles_tc_form_is_accepted(value):
+    load_delegate(str(native.delegate_path()), {"backend": "opencl", "gemm_tiles": value})
+
+
+@pytest.mark.parametrize("value", ["64x64tcn128", "64x64t", "tc64x64"])
+def test_gemm_tiles_tc_form_malformed(value):
+    with pytest.raises(ValueError, match=r"expected BMxBN\[nTHREADS\|tc\]\[/splits\]"):
+        load_delegate(str(native.delegate_path()), {"backend": "opencl", "gemm_tiles": value})
