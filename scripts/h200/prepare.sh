@@ -73,7 +73,7 @@ if [ "$DOWNLOAD" = 1 ]; then
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
       --platform manylinux2014_x86_64 -d "$WHEELS" "$spec"
   done
-  for pkg in ocl-icd-libopencl1 libegl1 libgles2 libglvnd0; do
+  for pkg in ocl-icd-libopencl1 libegl1 libgles2 libglvnd0 libvulkan1; do  # libvulkan1: run.sh's vulkan stage
     if ls "$DEBS" | grep -q "^${pkg}_"; then continue; fi
     say "apt-get download $pkg"
     (cd "$DEBS" && apt-get download -q "$pkg")
