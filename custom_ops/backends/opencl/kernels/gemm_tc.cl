@@ -285,13 +285,7 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
     const int nk_layout = sbn != 1;                                                                                \
     const int xvec = (xo & 3) == 0, bvec = ((bo | (nk_layout ? sbn : sbk)) & 3) == 0;                              \
     __local int4 rows[BM];                                                                                         \
-    for (int r = lid; r < (BM); r += NT) {                                                                         \
-      const int m = m0 + r;                                                                                        \
-      const int ox = m % OW, q = m / OW, oy = q % OH, img = q / OH;                                                \
-      const int iy0 = oy * sh - ph, ix0 = ox * sw - pw;                                                            \
-      rows[r] = (int4)(xo + ((img * H + iy0) * Wd + ix0) * Ci, iy0, ix0, m < M ? 1 : 0);                           \
-    }                                                                                                              \
-    barrier(CLK_LOCAL_MEM_FENCE);                                                                                  \
+    sd_conv_rows(rows, BM, NT, lid, m0, M, xo, H, Wd, Ci, OH, OW, sh, sw, ph, pw);                                 \
     GX_LOOP(STAGES, GX_CONV_ISSUE, 0)                                                                              \
     GX_EPILOGUE(Y, yo + sz * scs, Co, 0, 0)                                                                        \
   }

@@ -704,6 +704,19 @@ SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
     }                      \
   }
 
+// rows[r] = (offset of output row m0 + r's tap-(0, 0) pixel (iy0, ix0), iy0, ix0, row valid) of an implicit-GEMM
+// conv tile of BM rows, filled by the work-group's NT work-items, then a barrier (conv_t*, and gemm_tc.cl's conv_x*)
+inline void sd_conv_rows(__local int4* rows, int BM, int NT, int lid, int m0, int M, int xo, int H, int Wd, int Ci,
+                         int OH, int OW, int sh, int sw, int ph, int pw) {
+  for (int r = lid; r < BM; r += NT) {
+    const int m = m0 + r;
+    const int ox = m % OW, q = m / OW, oy = q % OH, img = q / OH;
+    const int iy0 = oy * sh - ph, ix0 = ox * sw - pw;
+    rows[r] = (int4)(xo + ((img * H + iy0) * Wd + ix0) * Ci, iy0, ix0, m < M ? 1 : 0);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 #define SD_CONV_TILED(NAME, BM, BN, NT)                                                           \
   __kernel __attribute__((reqd_work_group_size(16, (NT) / 16, 1))) void NAME(                     \
       __global float* Y, int yo, int scs, __global const float* X, int xo, __global const float* B, int bo, \
@@ -715,15 +728,8 @@ SD_GEMM_SKINNY4(gemm_s16x128, 128, 4, 128, 4, 1, 16)
     GT_DECLS(BM, BN, NT)                                                                          \
     const int bbase = bo;                                                                         \
     const int b_mode = GT_B_MODE(bo | sbk);                                                       \
-    /* rows[r] = (pixel offset of (iy0, ix0), iy0, ix0, row valid) for output row m0 + r */       \
     __local int4 rows[BM];                                                                        \
-    for (int r = lid; r < (BM); r += (NT)) {                                                      \
-      const int m = m0 + r;                                                                       \
-      const int ox = m % OW, t = m / OW, oy = t % OH, img = t / OH;                               \
-      const int iy0 = oy * sh - ph, ix0 = ox * sw - pw;                                           \
-      rows[r] = (int4)(xo + ((img * H + iy0) * Wd + ix0) * Ci, iy0, ix0, m < M ? 1 : 0);          \
-    }                                                                                             \
-    barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
+    sd_conv_rows(rows, BM, NT, lid, m0, M, xo, H, Wd, Ci, OH, OW, sh, sw, ph, pw);                \
     int ky = kbeg / (KW * Ci), kx = (kbeg / Ci) % KW, ci0 = kbeg % Ci;                            \
     const int a_mode = (xo & 3) == 0 ? GT_KC_VEC : GT_KC; /* pixel rows are 16-float multiples */ \
     GT_MAIN_LOOP(BM, BN, NT, a_mode, CONV, GT_CONV_ADVANCE)                                       \
