@@ -72,7 +72,7 @@ struct DelegateOptions {
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
   bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / GroupNorm prologues folded (OpenCL)
   int attention_key_splits = 0;  // gpu: SdAttention key ranges per query block (0 = auto, 1 = off, 2..64)
-  std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS][/splits]" ("" = planner)
+  std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS|tc][/splits]" ("" = planner)
   std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
   LnFold layer_norm_fold = LnFold::kTwin;  // opencl: folded LayerNorm inside the GEMM, as its own launch, or timed
   TensorCores tensor_cores = TensorCores::kOff;  // opencl: 3xTF32 tensor cores (NVIDIA) or fp32 only
@@ -85,7 +85,7 @@ struct DelegateOptions {
   std::string gl_dump_dir;
 };
 
-// A gemm_tiles value: BMxBN[nTHREADS][/splits] (threads default 256, splits 1). False when `text` is malformed.
+// A gemm_tiles value: BMxBN[nTHREADS|tc][/splits] (threads default 256, splits 1). False when `text` is malformed.
 struct GemmTiles {
   int bm = 0, bn = 0, threads = 256, splits = 1;
   bool tc = false;  // "BMxBNtc": a tensor-core config (gemm_tc.cl, 128 threads), forced even without tensor_cores

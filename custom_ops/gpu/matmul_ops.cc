@@ -63,7 +63,7 @@ struct TileConfig {
   double speed;
   const char* gemm;
   const char* conv;  // nullptr: no implicit-GEMM conv instance
-  bool tc = false;   // tensor cores (gemm_tc.cl): only for TensorCoreGemm operands, never forced by gemm_tiles
+  bool tc = false;   // tensor cores (gemm_tc.cl): only where TensorCoreGemm / TensorCoresWanted allow, or forced
 };
 // The skinny config's speed reflects one FMA per local read (no register blocking along m): it only
 // wins where the 64-row tiles would mostly compute padding (M <= ~32).

@@ -53,7 +53,7 @@ struct TilePlan {
   // its scratch (layer_norm_rows, unit affine: gamma and beta are in the packed weights and bias), then runs this
   // plain plan on them; scratch_bytes includes those rows.
   bool ln_rows = false;
-  bool tc = false;  // a tensor-core config (gemm_x*, gemm_tc.cl: 3xTF32, NVIDIA, option tensor_cores=3xtf32)
+  bool tc = false;  // a tensor-core config (gemm_x* / conv_x*, gemm_tc.cl: 3xTF32, NVIDIA, tensor_cores=3xtf32)
 };
 
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
@@ -61,8 +61,8 @@ struct TilePlan {
 // kernels. An error means "the device has no tiled kernels": callers fall back.
 // The delegate option gemm_tiles (benchmarks, tests): Ok when unset or naming a tile config; an error when it names
 // none (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).
-// `tc` (TensorCoreGemm's answer for the op's operands): the tensor-core configs are candidates too (only they, when
-// gemm_tiles forces one: "BMxBNtc").
+// `tc` (TensorCoreGemm's answer for a GEMM's operands, TensorCoresWanted's for a conv): the tensor-core configs are
+// candidates too (only they, when gemm_tiles forces one: "BMxBNtc").
 Status CheckForcedTiles(const Device& dev);
 Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, TilePlan* out, bool tc = false);
 // The cheapest unsplit GEMM plan (same cost model) among the configs with a LayerNorm twin (`gated`: a gated one,
