@@ -1,13 +1,15 @@
 // Tensor-core GEMM, 3xTF32 (NVIDIA only: inline PTX mma.sync m16n8k8 TF32 and cp.async, sm_80+; built where
-// SDGPU_NV_PTX is; gpu/matmul_ops.cc offers its configs only with the delegate option tensor_cores=3xtf32).
+// SDGPU_NV_PTX is; gpu/matmul_ops.cc offers its configs only with the delegate option tensor_cores=3xtf32, or forces
+// one under gemm_tiles "BMxBNtc").
 //
 // gemm_xBMxBN[_gg][_ln]: the parameter list, grid, split-K, residual, gated-GELU and LayerNorm contracts of
 // gemm_tBMxBN (gemm_tiled.cl), for operands with A's k axis contiguous (sak = 1) and B's n axis (sbn = 1, "KN") or
-// k axis (sbk = 1, "NK": K^T of attention scores) contiguous, fp32 B storage, row-major B layout (no tile-major U).
+// k axis (sbk = 1, "NK": K^T of attention scores) contiguous, fp32 B storage, row-major B layout (no tile-major U);
+// conv_xBMxBN: conv_tBMxBN's (NHWC implicit GEMM, Ci % 16 == 0: one K step = 16 channels of one filter tap).
 // Products: every fp32 operand x = big + small, big = x with its 13 low mantissa bits cleared (a TF32 value: one
 // AND), small = x - big (exact); a*b = small*big + big*small + big*big on the tensor cores with fp32 accumulation
-// (small*small, <= 2^-20 |ab|, dropped; small read at TF32 precision). The error is a few 1e-6 of the output's range
-// where the fp32 kernels give ~1e-6 (BENCHMARKS session 22).
+// (small*small, <= 2^-20 |ab|, dropped; small read at TF32 precision). On the H200 the error was 1e-6 to 2e-5 of the
+// output's range (longest K worst) where the fp32 kernels give 1e-7 to 2e-6 (tc_gemm_check.py, BENCHMARKS session 22).
 // Data path (mma_lab.py --async, where it ran 1.4-1.7x faster than the best fp32 tile at SD1.5's FC shapes):
 // 4 warps of WM x WN warp tiles; K in steps of 16 copied global -> local by cp.async into STAGES ring slots (no
 // register staging), one barrier per step, STAGES - 1 steps in flight during the MMAs. Local layouts: A [BM][20],
@@ -17,8 +19,8 @@
 // LayerNorm twins (_ln): each lane shifts its A fragment values by its rows' first element x0 and sums (x - x0) and
 // (x - x0)^2 (redundantly in the warps of one row band; the quad's lanes are summed by shfl.bfly at the end), then
 // normalises as gemm_tiled.cl's twins do: rstd * (acc - (mean - x0) * c[n]).
-// Trade-offs: NVIDIA Ampere or newer only; 4 configs x 4 twins of compile time; the fp32 kernels stay the default
-// because issue #5 asks for fp32 arithmetic and this is an emulation of it.
+// Trade-offs: NVIDIA Ampere or newer only; 3 configs x (4 GEMM twins + 1 conv) = 15 kernels of compile time on NVIDIA;
+// the fp32 kernels stay the default because issue #5 asks for fp32 arithmetic and this is an emulation of it.
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 #define GX_BK 16
 #define GX_AP (GX_BK + 4)
