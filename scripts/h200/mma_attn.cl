@@ -1,5 +1,5 @@
 // Lab: flash attention on tensor cores through inline PTX mma.sync m16n8k8 TF32 (NVIDIA OpenCL only;
-// mma_attn_lab.py), head dim D = 40 (SD1.5's 64x64 self-attention). SPLIT = 3: every product is 3xTF32 (x = big +
+// mma_attn_lab.py), head dim D = 40 (SD1.5's 64x64 self-attention) or 80 (-DD=80, the 32x32 level; --d80). SPLIT = 3: every product is 3xTF32 (x = big +
 // small, big = x with its 13 low mantissa bits cleared; big*big + big*small + small*big, fp32 accumulation: the
 // fp32-accurate emulation mma_lab.py measured at 1.2e-7 on one tile); SPLIT = 1: one TF32 product (~1e-4, speed
 // reference only).
@@ -9,7 +9,7 @@
 // keys, K and V are staged in local memory (row strides KP / VP: conflict-free fragment reads); S = Q K^T comes out
 // in C fragments (thread: rows g and g + 8, key columns 2t, 2t + 1 of each 8-key n-tile), the online softmax runs on
 // them (row max / sum over the 4 threads of a quad by shfl.bfly), and each n-tile of P becomes the A fragment of the
-// P V step by 8 shfl.idx (P[g][t], P[g][t + 4], rows g and g + 8). O accumulates in C fragments (5 n-tiles of 8
+// P V step by 8 shfl.idx (P[g][t], P[g][t + 4], rows g and g + 8). O accumulates in C fragments (D / 8 n-tiles of 8
 // dims). Limits of this lab: Sq % BQ == 0, Sk % BKK == 0, no mask.
 #ifndef MT
 #define MT 2
@@ -29,13 +29,20 @@
 #ifndef PRESPLIT
 #define PRESPLIT 0  // 1: K and V split once when staged (local memory holds big and small planes), not per fragment read
 #endif
+#ifndef D
 #define D 40
+#endif
 #define DK (D / 8)
 #define NT (32 * NW)
 #define BQ (16 * MT * NW)
 #define NJ (BKK / 8)
+#if D == 80
+#define KP 84  // (g * 84 + t) % 32 distinct over a warp's B-fragment reads of K
+#define VP 88  // (t * 88 + g) % 32 likewise for V
+#else
 #define KP 44  // (g * 44 + t) % 32 distinct over a warp's B-fragment reads of K
 #define VP 40  // (t * 40 + g) % 32 likewise for V
+#endif
 
 inline uint ma_big(float x) { return (as_uint(x) + (ROUND ? 0x1000u : 0u)) & 0xffffe000u; }
 inline uint ma_small(float x) { return as_uint(x - as_float(ma_big(x))); }
