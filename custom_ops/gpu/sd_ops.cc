@@ -64,8 +64,10 @@ struct AttnTiling {
 // whose kernel the backend has, is used.
 constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through attention_tiling
 constexpr AttnTiling kAttnTilings[] = {
-    // self-attention at 64x64 on tensor cores (attn_flash_m40: BQ = ATM_BQ, NT = ATM_NT), option tensor_cores=3xtf32
+    // self-attention at 64x64 / 32x32 on tensor cores (SD_ATTN_MMA: BQ = 16 MT NW, NT = 32 NW), option
+    // tensor_cores=3xtf32
     {"m40", 40, 40, 128, 128, 256, 0, false, 0, true},
+    {"m80", 80, 80, 64, 128, 256, 0, false, 0, true},
     // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
     {"r40", 40, 40, 128, 128, 256, 16, false, 0},
     {"h80", 80, 80, 64, 256, 256, 16, false, 1},  // self-attention at 32x32 when one wave holds it (b1)

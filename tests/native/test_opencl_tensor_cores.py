@@ -12,12 +12,16 @@ from sdlite import native
 
 
 @pytest.mark.parametrize("variant", ["flash", "partial_softmax"])
-def test_without_nvidia_the_option_keeps_the_fp32_kernels(tmp_path, rng, variant):
-    # 300 x 300, head dim 40: the long self-attention shape class m40 is a candidate for (Sk >= 256)
-    on, _ = profiled_kernels(tmp_path, rng, 300, 300, 2, 40, variant=variant, tensor_cores="3xtf32")
-    off, _ = profiled_kernels(tmp_path, rng, 300, 300, 2, 40, variant=variant, tensor_cores="off")
+@pytest.mark.parametrize("head_dim", [40, 80])
+def test_without_nvidia_the_option_keeps_the_fp32_kernels(tmp_path, rng, variant, head_dim):
+    # 300 x 300: the long self-attention shape class m40 / m80 are candidates for (Sk >= 256)
+    on, _ = profiled_kernels(tmp_path, rng, 300, 300, 2, head_dim, variant=variant, tensor_cores="3xtf32")
+    off, _ = profiled_kernels(tmp_path, rng, 300, 300, 2, head_dim, variant=variant, tensor_cores="off")
     assert on == off
-    assert on == (["attn_flash_r40"] if variant == "flash" else ["attn_stats_r40", "attn_pv_r40"])
+    if head_dim == 40:
+        assert on == (["attn_flash_r40"] if variant == "flash" else ["attn_stats_r40", "attn_pv_r40"])
+    else:
+        assert on and not any(k.startswith("attn_flash_m") for k in on), on
 
 
 @pytest.mark.parametrize("value", ["on", "3xTF32", "tf32", ""])

@@ -1228,34 +1228,27 @@ __kernel void attn_merge(__global float* O, int oo, __global const float* parts,
 
 // ===========================================================================
 // Tensor-core flash attention, 3xTF32 (NVIDIA only: inline PTX mma.sync, built where ATR_XS is; the host picks it
-// only with the delegate option tensor_cores=3xtf32, flash, no causal mask): attn_flash_m40, head dim 40, the
-// parameter list and grid of attn_flash_<t> (BQ = ATM_BQ, NT = ATM_NT; host: kAttnTilings "m40").
+// only with the delegate option tensor_cores=3xtf32, flash, no causal mask): attn_flash_m40 (head dim 40) and
+// attn_flash_m80 (head dim 80), the parameter list and grid of attn_flash_<t> (BQ = 16 MT NW, NT = 32 NW; host:
+// kAttnTilings "m40", "m80").
 // Every product is 3xTF32: x = big + small with big = x truncated to its top 11 significant bits (a TF32 value: one
 // AND) and small = x - big (exact), and a*b = big*big + big*small + small*big with fp32 accumulation, the term
 // small*small (<= 2^-20 |a b|) dropped and small read by the tensor core at TF32 precision. SD1.5's 64x64
 // self-attention on the H200 (BENCHMARKS session 21, mma_attn_lab.py): max error 3e-5 of the output's range vs
 // 1.6e-6 for the fp32 kernel r40, 1.5x faster. Rounding big to nearest instead (+0x1000 before the mask) left the
 // error where it was (3.3e-5) and cost 5%; splitting K and V once when staged (big and small planes in local memory)
-// cost 15% (twice the local reads).
-// Layout: ATM_NW warps per work-group, each owning ATM_MT m-tiles of 16 query rows (one head of one batch item). Q,
-// pre-scaled by scale * log2(e), lives in registers as mma A fragments (big and small). Per block of ATM_BK keys, K
+// cost 15% (twice the local reads). Head dim 80 (SD1.5's 32x32 level, mma_attn_lab.py --d80 on an H100, BENCHMARKS
+// session 22): 1.29x the fp32 h80 at b1, 1.66x r80 at b2, error ~1e-5.
+// Layout: NW warps per work-group, each owning MT m-tiles of 16 query rows (one head of one batch item). Q,
+// pre-scaled by scale * log2(e), lives in registers as mma A fragments (big and small). Per block of BK keys, K
 // and V are staged in local memory (row strides chosen so that a warp's B-fragment reads hit 32 distinct banks);
 // S = Q K^T lands in C fragments (thread (g, t) = (lane / 4, lane % 4): rows g and g + 8, key columns 2t, 2t + 1 of
 // each 8-key n-tile); the online softmax runs on them (row max and sum over the quad by shfl.bfly); each n-tile of
-// P becomes the A fragment of the P V step through 8 shfl.idx; O accumulates in C fragments (5 n-tiles of 8 dims).
-// Trade-offs: fixed D = 40 (register budget: 80 for Q, 40 for O, 64 for S at ATM_MT 2); the exact fp32 kernels
-// stay the default because the issue asks for fp32 arithmetic, and this is an emulation of it.
+// P becomes the A fragment of the P V step through 8 shfl.idx; O accumulates in C fragments (D / 8 n-tiles of 8 dims).
+// Trade-offs: a fixed D per instantiation; registers bound MT (D 40, MT 2: 80 for Q, 40 for O, 64 for S; D 80 keeps
+// MT 1: MT 2 measured 2x slower there, spilling); the exact fp32 kernels stay the default because the issue asks for
+// fp32 arithmetic, and this is an emulation of it.
 #if ATR_XS
-#define ATM_D 40
-#define ATM_DK (ATM_D / 8)
-#define ATM_MT 2
-#define ATM_NW 4
-#define ATM_NT (32 * ATM_NW)
-#define ATM_BQ (16 * ATM_MT * ATM_NW)
-#define ATM_BK 64
-#define ATM_NJ (ATM_BK / 8)
-#define ATM_KP 44  // (g * 44 + t) % 32 distinct over a warp's K fragment reads
-#define ATM_VP 40  // (t * 40 + g) % 32 likewise for V
 
 ATT_INLINE uint atm_big(float x) { return as_uint(x) & 0xffffe000u; }  // truncate to 11 significant bits
 ATT_INLINE uint atm_small(float x, uint big) { return as_uint(x - as_float(big)); }
@@ -1285,159 +1278,165 @@ ATT_INLINE void atm_split(float x, uint* big, uint* small) {
   *small = atm_small(x, *big);
 }
 
-__kernel __attribute__((reqd_work_group_size(ATM_NT, 1, 1))) void attn_flash_m40(
-    __global float* O, int oo, __global const float* Q, int qo, __global const float* K, int ko,
-    __global const float* V, int vo, int Sq, int Sk, int H, int Dr, float scale, int causal) {
-  __local float Ks[ATM_BK * ATM_KP];
-  __local float Vs[ATM_BK * ATM_VP];
-  const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31, g = lane >> 2, t = lane & 3;
-  int n, h, q0;
-  att_block_coords(Sq, H, ATM_BQ, &n, &h, &q0);
-  const int HD = H * ATM_D, col0 = h * ATM_D;
-  const float sl2 = scale * ATT_LOG2E;
-  const int r0 = q0 + warp * 16 * ATM_MT;
-
-  uint qh[ATM_MT][ATM_DK][4], ql[ATM_MT][ATM_DK][4];
-#pragma unroll
-  for (int i = 0; i < ATM_MT; ++i) {
-    // rows past Sq compute a copy of the last one, never stored
-    __global const float* qa = Q + qo + (n * Sq + min(r0 + i * 16 + g, Sq - 1)) * HD + col0;
-    __global const float* qc = Q + qo + (n * Sq + min(r0 + i * 16 + g + 8, Sq - 1)) * HD + col0;
-#pragma unroll
-    for (int kk = 0; kk < ATM_DK; ++kk) {
-      atm_split(qa[8 * kk + t] * sl2, &qh[i][kk][0], &ql[i][kk][0]);
-      atm_split(qc[8 * kk + t] * sl2, &qh[i][kk][1], &ql[i][kk][1]);
-      atm_split(qa[8 * kk + t + 4] * sl2, &qh[i][kk][2], &ql[i][kk][2]);
-      atm_split(qc[8 * kk + t + 4] * sl2, &qh[i][kk][3], &ql[i][kk][3]);
-    }
-  }
-  float o[ATM_MT][ATM_DK][4], m[ATM_MT][2], l[ATM_MT][2];
-#pragma unroll
-  for (int i = 0; i < ATM_MT; ++i) {
-    m[i][0] = m[i][1] = -INFINITY;
-    l[i][0] = l[i][1] = 0.0f;
-#pragma unroll
-    for (int d = 0; d < ATM_DK; ++d) o[i][d][0] = o[i][d][1] = o[i][d][2] = o[i][d][3] = 0.0f;
-  }
-  const int src0 = (lane & ~3) | (t >> 1), src1 = src0 + 2;
-  const bool odd = (t & 1) != 0;
-
-  for (int kb = 0; kb < Sk; kb += ATM_BK) {
-    barrier(CLK_LOCAL_MEM_FENCE);  // the previous block's fragments have been read
-    for (int e = lid; e < ATM_BK * (ATM_D / 4); e += ATM_NT) {
-      const int r = e / (ATM_D / 4), c4 = e - r * (ATM_D / 4);
-      const bool in = kb + r < Sk;
-      const int src = (n * Sk + (in ? kb + r : 0)) * HD + col0 + c4 * 4;
-      vstore4(in ? vload4(0, K + ko + src) : (float4)(0.0f), 0, Ks + r * ATM_KP + c4 * 4);
-      vstore4(in ? vload4(0, V + vo + src) : (float4)(0.0f), 0, Vs + r * ATM_VP + c4 * 4);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    float s[ATM_MT][ATM_NJ][4];
-#pragma unroll
-    for (int i = 0; i < ATM_MT; ++i)
-#pragma unroll
-      for (int j = 0; j < ATM_NJ; ++j) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < ATM_NJ; ++j) {
-#pragma unroll
-      for (int kk = 0; kk < ATM_DK; ++kk) {
-        uint bh0, bh1, bl0, bl1;
-        atm_split(Ks[(8 * j + g) * ATM_KP + 8 * kk + t], &bh0, &bl0);
-        atm_split(Ks[(8 * j + g) * ATM_KP + 8 * kk + t + 4], &bh1, &bl1);
-#pragma unroll
-        for (int i = 0; i < ATM_MT; ++i) atm_mma3(s[i][j], qh[i][kk], ql[i][kk], bh0, bh1, bl0, bl1);
-      }
-    }
-    if (kb + ATM_BK > Sk) {  // the last, partial block: keys past Sk drop out of the softmax
-#pragma unroll
-      for (int j = 0; j < ATM_NJ; ++j) {
-        const int key = kb + 8 * j + 2 * t;
-#pragma unroll
-        for (int i = 0; i < ATM_MT; ++i) {
-          if (key >= Sk) s[i][j][0] = s[i][j][2] = -INFINITY;
-          if (key + 1 >= Sk) s[i][j][1] = s[i][j][3] = -INFINITY;
-        }
-      }
-    }
-
-    // online softmax (log2 units) on rows g (elements 0, 1) and g + 8 (elements 2, 3)
-#pragma unroll
-    for (int i = 0; i < ATM_MT; ++i) {
-      float mx0 = m[i][0], mx1 = m[i][1];
-#pragma unroll
-      for (int j = 0; j < ATM_NJ; ++j) {
-        mx0 = fmax(mx0, fmax(s[i][j][0], s[i][j][1]));
-        mx1 = fmax(mx1, fmax(s[i][j][2], s[i][j][3]));
-      }
-      mx0 = fmax(mx0, atr_shfl_xor(mx0, 1));
-      mx0 = fmax(mx0, atr_shfl_xor(mx0, 2));
-      mx1 = fmax(mx1, atr_shfl_xor(mx1, 1));
-      mx1 = fmax(mx1, atr_shfl_xor(mx1, 2));  // finite: every block has a key
-      const float c0 = exp2(m[i][0] - mx0), c1 = exp2(m[i][1] - mx1);  // 0 on the first block (m = -inf)
-      m[i][0] = mx0;
-      m[i][1] = mx1;
-      float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-      for (int j = 0; j < ATM_NJ; ++j) {
-        s[i][j][0] = exp2(s[i][j][0] - mx0);
-        s[i][j][1] = exp2(s[i][j][1] - mx0);
-        s[i][j][2] = exp2(s[i][j][2] - mx1);
-        s[i][j][3] = exp2(s[i][j][3] - mx1);
-        sum0 += s[i][j][0] + s[i][j][1];
-        sum1 += s[i][j][2] + s[i][j][3];
-      }
-      l[i][0] = l[i][0] * c0 + sum0;  // this thread's key columns; the quad is summed once at the end
-      l[i][1] = l[i][1] * c1 + sum1;
-#pragma unroll
-      for (int d = 0; d < ATM_DK; ++d) {
-        o[i][d][0] *= c0;
-        o[i][d][1] *= c0;
-        o[i][d][2] *= c1;
-        o[i][d][3] *= c1;
-      }
-    }
-
-    // O += P V: n-tile j of P (8 keys) as the A fragment of one k-step
-#pragma unroll
-    for (int j = 0; j < ATM_NJ; ++j) {
-      uint ph[ATM_MT][4], pl[ATM_MT][4];
-#pragma unroll
-      for (int i = 0; i < ATM_MT; ++i) {  // A fragment: P[g][t], P[g + 8][t], P[g][t + 4], P[g + 8][t + 4]
-        const float x0 = atm_idx(s[i][j][0], src0), x1 = atm_idx(s[i][j][1], src0);
-        const float z0 = atm_idx(s[i][j][2], src0), z1 = atm_idx(s[i][j][3], src0);
-        const float y0 = atm_idx(s[i][j][0], src1), y1 = atm_idx(s[i][j][1], src1);
-        const float w0 = atm_idx(s[i][j][2], src1), w1 = atm_idx(s[i][j][3], src1);
-        atm_split(odd ? x1 : x0, &ph[i][0], &pl[i][0]);
-        atm_split(odd ? z1 : z0, &ph[i][1], &pl[i][1]);
-        atm_split(odd ? y1 : y0, &ph[i][2], &pl[i][2]);
-        atm_split(odd ? w1 : w0, &ph[i][3], &pl[i][3]);
-      }
-#pragma unroll
-      for (int d = 0; d < ATM_DK; ++d) {
-        uint bh0, bh1, bl0, bl1;
-        atm_split(Vs[(8 * j + t) * ATM_VP + 8 * d + g], &bh0, &bl0);
-        atm_split(Vs[(8 * j + t + 4) * ATM_VP + 8 * d + g], &bh1, &bl1);
-#pragma unroll
-        for (int i = 0; i < ATM_MT; ++i) atm_mma3(o[i][d], ph[i], pl[i], bh0, bh1, bl0, bl1);
-      }
-    }
-  }
-
-#pragma unroll
-  for (int i = 0; i < ATM_MT; ++i) {
-    float l0 = l[i][0], l1 = l[i][1];
-    l0 += atr_shfl_xor(l0, 1);
-    l0 += atr_shfl_xor(l0, 2);
-    l1 += atr_shfl_xor(l1, 1);
-    l1 += atr_shfl_xor(l1, 2);
-    const float f0 = 1.0f / l0, f1 = 1.0f / l1;
-    const int ra = r0 + i * 16 + g, rc = ra + 8;
-#pragma unroll
-    for (int d = 0; d < ATM_DK; ++d) {
-      if (ra < Sq) vstore2((float2)(o[i][d][0] * f0, o[i][d][1] * f0), 0, O + oo + (n * Sq + ra) * HD + col0 + 8 * d + 2 * t);
-      if (rc < Sq) vstore2((float2)(o[i][d][2] * f1, o[i][d][3] * f1), 0, O + oo + (n * Sq + rc) * HD + col0 + 8 * d + 2 * t);
-    }
-  }
+// NAME: head dim D, MT m-tiles of 16 rows per warp, NW warps, BK keys per staged block, K / V row strides KP / VP
+// (chosen so that a warp's fragment reads hit 32 distinct banks: (g * KP + t) and (t * VP + g) distinct mod 32).
+#define SD_ATTN_MMA(NAME, D, MT, NW, BK, KP, VP)                                                                               \
+__kernel __attribute__((reqd_work_group_size((32 * (NW)), 1, 1))) void NAME(                                                   \
+    __global float* O, int oo, __global const float* Q, int qo, __global const float* K, int ko,                               \
+    __global const float* V, int vo, int Sq, int Sk, int H, int Dr, float scale, int causal) {                                 \
+  __local float Ks[(BK) * (KP)];                                                                                               \
+  __local float Vs[(BK) * (VP)];                                                                                               \
+  const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31, g = lane >> 2, t = lane & 3;                              \
+  int n, h, q0;                                                                                                                \
+  att_block_coords(Sq, H, (16 * (MT) * (NW)), &n, &h, &q0);                                                                    \
+  const int HD = H * (D), col0 = h * (D);                                                                                      \
+  const float sl2 = scale * ATT_LOG2E;                                                                                         \
+  const int r0 = q0 + warp * 16 * (MT);                                                                                        \
+                                                                                                                               \
+  uint qh[(MT)][((D) / 8)][4], ql[(MT)][((D) / 8)][4];                                                                         \
+_Pragma("unroll")                                                                                                              \
+  for (int i = 0; i < (MT); ++i) {                                                                                             \
+    /* rows past Sq compute a copy of the last one, never stored */                                                            \
+    __global const float* qa = Q + qo + (n * Sq + min(r0 + i * 16 + g, Sq - 1)) * HD + col0;                                   \
+    __global const float* qc = Q + qo + (n * Sq + min(r0 + i * 16 + g + 8, Sq - 1)) * HD + col0;                               \
+_Pragma("unroll")                                                                                                              \
+    for (int kk = 0; kk < ((D) / 8); ++kk) {                                                                                   \
+      atm_split(qa[8 * kk + t] * sl2, &qh[i][kk][0], &ql[i][kk][0]);                                                           \
+      atm_split(qc[8 * kk + t] * sl2, &qh[i][kk][1], &ql[i][kk][1]);                                                           \
+      atm_split(qa[8 * kk + t + 4] * sl2, &qh[i][kk][2], &ql[i][kk][2]);                                                       \
+      atm_split(qc[8 * kk + t + 4] * sl2, &qh[i][kk][3], &ql[i][kk][3]);                                                       \
+    }                                                                                                                          \
+  }                                                                                                                            \
+  float o[(MT)][((D) / 8)][4], m[(MT)][2], l[(MT)][2];                                                                         \
+_Pragma("unroll")                                                                                                              \
+  for (int i = 0; i < (MT); ++i) {                                                                                             \
+    m[i][0] = m[i][1] = -INFINITY;                                                                                             \
+    l[i][0] = l[i][1] = 0.0f;                                                                                                  \
+_Pragma("unroll")                                                                                                              \
+    for (int d = 0; d < ((D) / 8); ++d) o[i][d][0] = o[i][d][1] = o[i][d][2] = o[i][d][3] = 0.0f;                              \
+  }                                                                                                                            \
+  const int src0 = (lane & ~3) | (t >> 1), src1 = src0 + 2;                                                                    \
+  const bool odd = (t & 1) != 0;                                                                                               \
+                                                                                                                               \
+  for (int kb = 0; kb < Sk; kb += (BK)) {                                                                                      \
+    barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's fragments have been read */                                         \
+    for (int e = lid; e < (BK) * ((D) / 4); e += (32 * (NW))) {                                                                \
+      const int r = e / ((D) / 4), c4 = e - r * ((D) / 4);                                                                     \
+      const bool in = kb + r < Sk;                                                                                             \
+      const int src = (n * Sk + (in ? kb + r : 0)) * HD + col0 + c4 * 4;                                                       \
+      vstore4(in ? vload4(0, K + ko + src) : (float4)(0.0f), 0, Ks + r * (KP) + c4 * 4);                                       \
+      vstore4(in ? vload4(0, V + vo + src) : (float4)(0.0f), 0, Vs + r * (VP) + c4 * 4);                                       \
+    }                                                                                                                          \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                                              \
+                                                                                                                               \
+    float s[(MT)][((BK) / 8)][4];                                                                                              \
+_Pragma("unroll")                                                                                                              \
+    for (int i = 0; i < (MT); ++i)                                                                                             \
+_Pragma("unroll")                                                                                                              \
+      for (int j = 0; j < ((BK) / 8); ++j) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;                           \
+_Pragma("unroll")                                                                                                              \
+    for (int j = 0; j < ((BK) / 8); ++j) {                                                                                     \
+_Pragma("unroll")                                                                                                              \
+      for (int kk = 0; kk < ((D) / 8); ++kk) {                                                                                 \
+        uint bh0, bh1, bl0, bl1;                                                                                               \
+        atm_split(Ks[(8 * j + g) * (KP) + 8 * kk + t], &bh0, &bl0);                                                            \
+        atm_split(Ks[(8 * j + g) * (KP) + 8 * kk + t + 4], &bh1, &bl1);                                                        \
+_Pragma("unroll")                                                                                                              \
+        for (int i = 0; i < (MT); ++i) atm_mma3(s[i][j], qh[i][kk], ql[i][kk], bh0, bh1, bl0, bl1);                            \
+      }                                                                                                                        \
+    }                                                                                                                          \
+    if (kb + (BK) > Sk) {  /* the last, partial block: keys past Sk drop out of the softmax */                                 \
+_Pragma("unroll")                                                                                                              \
+      for (int j = 0; j < ((BK) / 8); ++j) {                                                                                   \
+        const int key = kb + 8 * j + 2 * t;                                                                                    \
+_Pragma("unroll")                                                                                                              \
+        for (int i = 0; i < (MT); ++i) {                                                                                       \
+          if (key >= Sk) s[i][j][0] = s[i][j][2] = -INFINITY;                                                                  \
+          if (key + 1 >= Sk) s[i][j][1] = s[i][j][3] = -INFINITY;                                                              \
+        }                                                                                                                      \
+      }                                                                                                                        \
+    }                                                                                                                          \
+                                                                                                                               \
+    /* online softmax (log2 units) on rows g (elements 0, 1) and g + 8 (elements 2, 3) */                                      \
+_Pragma("unroll")                                                                                                              \
+    for (int i = 0; i < (MT); ++i) {                                                                                           \
+      float mx0 = m[i][0], mx1 = m[i][1];                                                                                      \
+_Pragma("unroll")                                                                                                              \
+      for (int j = 0; j < ((BK) / 8); ++j) {                                                                                   \
+        mx0 = fmax(mx0, fmax(s[i][j][0], s[i][j][1]));                                                                         \
+        mx1 = fmax(mx1, fmax(s[i][j][2], s[i][j][3]));                                                                         \
+      }                                                                                                                        \
+      mx0 = fmax(mx0, atr_shfl_xor(mx0, 1));                                                                                   \
+      mx0 = fmax(mx0, atr_shfl_xor(mx0, 2));                                                                                   \
+      mx1 = fmax(mx1, atr_shfl_xor(mx1, 1));                                                                                   \
+      mx1 = fmax(mx1, atr_shfl_xor(mx1, 2));  /* finite: every block has a key */                                              \
+      const float c0 = exp2(m[i][0] - mx0), c1 = exp2(m[i][1] - mx1);  /* 0 on the first block (m = -inf) */                   \
+      m[i][0] = mx0;                                                                                                           \
+      m[i][1] = mx1;                                                                                                           \
+      float sum0 = 0.0f, sum1 = 0.0f;                                                                                          \
+_Pragma("unroll")                                                                                                              \
+      for (int j = 0; j < ((BK) / 8); ++j) {                                                                                   \
+        s[i][j][0] = exp2(s[i][j][0] - mx0);                                                                                   \
+        s[i][j][1] = exp2(s[i][j][1] - mx0);                                                                                   \
+        s[i][j][2] = exp2(s[i][j][2] - mx1);                                                                                   \
+        s[i][j][3] = exp2(s[i][j][3] - mx1);                                                                                   \
+        sum0 += s[i][j][0] + s[i][j][1];                                                                                       \
+        sum1 += s[i][j][2] + s[i][j][3];                                                                                       \
+      }                                                                                                                        \
+      l[i][0] = l[i][0] * c0 + sum0;  /* this thread's key columns; the quad is summed once at the end */                      \
+      l[i][1] = l[i][1] * c1 + sum1;                                                                                           \
+_Pragma("unroll")                                                                                                              \
+      for (int d = 0; d < ((D) / 8); ++d) {                                                                                    \
+        o[i][d][0] *= c0;                                                                                                      \
+        o[i][d][1] *= c0;                                                                                                      \
+        o[i][d][2] *= c1;                                                                                                      \
+        o[i][d][3] *= c1;                                                                                                      \
+      }                                                                                                                        \
+    }                                                                                                                          \
+                                                                                                                               \
+    /* O += P V: n-tile j of P (8 keys) as the A fragment of one k-step */                                                     \
+_Pragma("unroll")                                                                                                              \
+    for (int j = 0; j < ((BK) / 8); ++j) {                                                                                     \
+      uint ph[(MT)][4], pl[(MT)][4];                                                                                           \
+_Pragma("unroll")                                                                                                              \
+      for (int i = 0; i < (MT); ++i) {  /* A fragment: P[g][t], P[g + 8][t], P[g][t + 4], P[g + 8][t + 4] */                   \
+        const float x0 = atm_idx(s[i][j][0], src0), x1 = atm_idx(s[i][j][1], src0);                                            \
+        const float z0 = atm_idx(s[i][j][2], src0), z1 = atm_idx(s[i][j][3], src0);                                            \
+        const float y0 = atm_idx(s[i][j][0], src1), y1 = atm_idx(s[i][j][1], src1);                                            \
+        const float w0 = atm_idx(s[i][j][2], src1), w1 = atm_idx(s[i][j][3], src1);                                            \
+        atm_split(odd ? x1 : x0, &ph[i][0], &pl[i][0]);                                                                        \
+        atm_split(odd ? z1 : z0, &ph[i][1], &pl[i][1]);                                                                        \
+        atm_split(odd ? y1 : y0, &ph[i][2], &pl[i][2]);                                                                        \
+        atm_split(odd ? w1 : w0, &ph[i][3], &pl[i][3]);                                                                        \
+      }                                                                                                                        \
+_Pragma("unroll")                                                                                                              \
+      for (int d = 0; d < ((D) / 8); ++d) {                                                                                    \
+        uint bh0, bh1, bl0, bl1;                                                                                               \
+        atm_split(Vs[(8 * j + t) * (VP) + 8 * d + g], &bh0, &bl0);                                                             \
+        atm_split(Vs[(8 * j + t + 4) * (VP) + 8 * d + g], &bh1, &bl1);                                                         \
+_Pragma("unroll")                                                                                                              \
+        for (int i = 0; i < (MT); ++i) atm_mma3(o[i][d], ph[i], pl[i], bh0, bh1, bl0, bl1);                                    \
+      }                                                                                                                        \
+    }                                                                                                                          \
+  }                                                                                                                            \
+                                                                                                                               \
+_Pragma("unroll")                                                                                                              \
+  for (int i = 0; i < (MT); ++i) {                                                                                             \
+    float l0 = l[i][0], l1 = l[i][1];                                                                                          \
+    l0 += atr_shfl_xor(l0, 1);                                                                                                 \
+    l0 += atr_shfl_xor(l0, 2);                                                                                                 \
+    l1 += atr_shfl_xor(l1, 1);                                                                                                 \
+    l1 += atr_shfl_xor(l1, 2);                                                                                                 \
+    const float f0 = 1.0f / l0, f1 = 1.0f / l1;                                                                                \
+    const int ra = r0 + i * 16 + g, rc = ra + 8;                                                                               \
+_Pragma("unroll")                                                                                                              \
+    for (int d = 0; d < ((D) / 8); ++d) {                                                                                      \
+      if (ra < Sq) vstore2((float2)(o[i][d][0] * f0, o[i][d][1] * f0), 0, O + oo + (n * Sq + ra) * HD + col0 + 8 * d + 2 * t); \
+      if (rc < Sq) vstore2((float2)(o[i][d][2] * f1, o[i][d][3] * f1), 0, O + oo + (n * Sq + rc) * HD + col0 + 8 * d + 2 * t); \
+    }                                                                                                                          \
+  }                                                                                                                            \
 }
+
+SD_ATTN_MMA(attn_flash_m40, 40, 2, 4, 64, 44, 40)  // 64x64 self-attention: BQ 128, NT 128
+SD_ATTN_MMA(attn_flash_m80, 80, 1, 4, 64, 84, 88)  // 32x32 self-attention: BQ 64, NT 128
 #endif  // ATR_XS
