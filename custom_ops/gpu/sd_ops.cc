@@ -64,13 +64,14 @@ struct AttnTiling {
 // whose kernel the backend has, is used.
 constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through attention_tiling
 constexpr AttnTiling kAttnTilings[] = {
-    // self-attention at 64x64 / 32x32 on tensor cores (SD_ATTN_MMA: BQ = 16 MT NW, NT = 32 NW), option
-    // tensor_cores=3xtf32
+    // self-attention at 64x64 on tensor cores (SD_ATTN_MMA: BQ = 16 MT NW, NT = 32 NW), option tensor_cores=3xtf32
     {"m40", 40, 40, 128, 128, 256, 0, false, 0, true},
-    {"m80", 80, 80, 64, 128, 256, 0, false, 0, true},
     // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
     {"r40", 40, 40, 128, 128, 256, 16, false, 0},
     {"h80", 80, 80, 64, 256, 256, 16, false, 1},  // self-attention at 32x32 when one wave holds it (b1)
+    // 32x32 on tensor cores where h80 does not fit (b2): in the b1 UNet (one wave) it ran 0.3-1.7% slower than h80,
+    // at b2 0.8-1.1% faster than r80 (H100, BENCHMARKS session 22), option tensor_cores=3xtf32
+    {"m80", 80, 80, 64, 128, 256, 0, false, 0, true},
     {"r80", 80, 80, 64, 128, 256, 16, true, 0},   // self-attention at 32x32
     {"d40", 40, 40, 64, 128, 0, 0, false, 0},
     {"d80", 80, 80, 32, 128, 0, 0, false, 0},

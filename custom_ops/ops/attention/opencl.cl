@@ -1238,7 +1238,8 @@ __kernel void attn_merge(__global float* O, int oo, __global const float* parts,
 // 1.6e-6 for the fp32 kernel r40, 1.5x faster. Rounding big to nearest instead (+0x1000 before the mask) left the
 // error where it was (3.3e-5) and cost 5%; splitting K and V once when staged (big and small planes in local memory)
 // cost 15% (twice the local reads). Head dim 80 (SD1.5's 32x32 level, mma_attn_lab.py --d80 on an H100, BENCHMARKS
-// session 22): 1.29x the fp32 h80 at b1, 1.66x r80 at b2, error ~1e-5.
+// session 22): alone 1.29x the fp32 h80 at b1 and 1.66x r80 at b2, error ~1e-5; in the UNet only b2 gained, so the
+// host keeps h80 for one-wave grids.
 // Layout: NW warps per work-group, each owning MT m-tiles of 16 query rows (one head of one batch item). Q,
 // pre-scaled by scale * log2(e), lives in registers as mma A fragments (big and small). Per block of BK keys, K
 // and V are staged in local memory (row strides chosen so that a warp's B-fragment reads hit 32 distinct banks);
