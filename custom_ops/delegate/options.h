@@ -31,9 +31,10 @@
 //                      (the tuner's spread; BENCHMARKS session 19), hence twin.
 //   tensor_cores       opencl: "3xtf32" runs on NVIDIA tensor cores (Ampere or newer), with 3xTF32 products, an
 //                      fp32-accurate emulation (each product a*b as big*big + big*small + small*big of TF32 halves,
-//                      fp32 accumulation): SdAttention's long head-dim-40 self-attention (SD1.5's 64x64 level, ~1.5x
-//                      there) and the tiled GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, Winograd's
-//                      batched GEMM: gemm_tc.cl, 1.4-1.7x at SD1.5's FC shapes) as tuner candidates. H200 UNet step
+//                      fp32 accumulation): SdAttention's long self-attention at head dim 40 (SD1.5's 64x64 level,
+//                      ~1.5x there) and 80 (32x32, grids of more than one wave) and the tiled GEMMs and convolutions
+//                      (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, Winograd's batched GEMM: gemm_tc.cl, 1.4-1.7x at
+//                      SD1.5's FC shapes) as tuner candidates. H200 UNet step
 //                      14-18% faster, full-UNet parity ~3e-5 against ~2e-5 in fp32 (BENCHMARKS session 22). "off"
 //                      (default) = fp32 FMA arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) the fp32
 //                      kernels run.

@@ -90,7 +90,8 @@ class DelegateOptions:
     GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
     ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"off"``): ``"3xtf32"`` runs on NVIDIA tensor cores
     with 3xTF32 products, an fp32-accurate emulation (each product as big*big + big*small + small*big of its TF32
-    halves, fp32 accumulation): SdAttention's long head-dim-40 self-attention (SD1.5's 64x64 level) and the tiled
+    halves, fp32 accumulation): SdAttention's long self-attention at head dim 40 and 80 (SD1.5's 64x64 and, for grids
+    of more than one wave, 32x32 levels) and the tiled
     GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, Winograd's batched GEMM). On an H200 the fused +
     Winograd SD1.5 UNet step is 14-18% faster and its parity ~3e-5 of the output's range where fp32 gives ~2e-5.
     Needs NVIDIA's OpenCL (inline PTX, Ampere or newer); elsewhere the fp32 kernels run. ``"off"`` keeps fp32 FMA
