@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cl_lab import ROOT, Lab, lib_source, rel_err  # noqa: E402
+from cl_lab import Lab, attention_source, lib_source, rel_err  # noqa: E402
 
 # (name, S (= Sq = Sk), heads, head dim, the library's tiling, its BQ, its NT)
 SHAPES = [("64x64 self 4096 d40", 4096, 8, 40, "r40", 128, 128), ("32x32 self 1024 d80", 1024, 8, 80, "r80", 64, 128)]
@@ -289,7 +289,6 @@ REQD_SHAPES = [("b1 4096 d40", 4096, 8, 40, [("r40", 128, 128)]), ("b2 4096 d40"
                ("b1 256 d160", 256, 8, 160, [("h160", 16, 256)]),
                ("b2 256 d160", 256, 16, 160, [("h160x", 32, 256), ("h160w", 32, 256)])]
 QUICK_REQD_SHAPES = [("quick d40", 256, 2, 40, [("r40", 128, 128)]), ("quick d80", 128, 2, 80, [("h80", 64, 256)])]
-ATTENTION_FILE = "ops/attention/opencl.cl"
 
 
 def reqd_source(src: str) -> str:
@@ -306,7 +305,7 @@ def reqd_source(src: str) -> str:
 
 
 def run_reqd(lab: Lab, shapes: list, runs: int) -> list[dict]:
-    src = (ROOT / "custom_ops" / ATTENTION_FILE).read_text()
+    src = attention_source()
     builds = {"lib": src, "reqd": reqd_source(src)}
     rng = np.random.default_rng(1)
     rows = []

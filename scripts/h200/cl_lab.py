@@ -41,6 +41,14 @@ def lib_source(through: str = "") -> str:
 
 
 GEMM_SOURCES_END = "backends/opencl/kernels/gemm_tiled.cl"  # lib_source(through=...) for GEMM-only labs
+ATTENTION_FILE = "ops/attention/opencl.cl"
+NV_PTX_FILE = "backends/opencl/kernels/nv_ptx.cl"  # the NVIDIA-only primitives the attention's PTX paths call
+
+
+def attention_source() -> str:
+    """The attention op's kernels alone, after the NVIDIA-only primitives they call (not the GEMM / Winograd files,
+    which NVIDIA's compiler takes long to build)."""
+    return "\n".join((ROOT / "custom_ops" / f).read_text() for f in (NV_PTX_FILE, ATTENTION_FILE))
 
 
 class Lab:

@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attn_lab import reference  # noqa: E402
-from cl_lab import ROOT, rel_err, tensor_core_lab  # noqa: E402
+from cl_lab import attention_source, rel_err, tensor_core_lab  # noqa: E402
 
 # (MT, NW, BKK, SPLIT, ROUND, PRESPLIT): see mma_attn.cl. Session 21 (BENCHMARKS): call 2 ran (2,4,64,3), (1,8,64,3),
 # (1,4,64,3), (2,4,32,3), (2,2,64,3), (2,4,64,1) without ROUND / PRESPLIT; call 5 these.
@@ -40,7 +40,7 @@ def main() -> int:
     lib_kernels = D80_LIB if a.d80 else [("attn_flash_r40", 128, 128), ("attn_flash_m40", 128, 128)]
     src = (Path(__file__).parent / "mma_attn.cl").read_text()
     # the attention file alone builds (and is all r40 needs): not the whole library, 90-120 s on NVIDIA's compiler
-    lib = lab.program((ROOT / "custom_ops" / "ops" / "attention" / "opencl.cl").read_text())
+    lib = lab.program(attention_source())
     progs = {}
     for cfg in configs:
         mt, nw, bkk, split, rnd, pre = cfg

@@ -618,11 +618,6 @@ ATT_INSTANTIATE(dyn, 0, 32, 32, 2, 16, 32, 8, ATT_DYN_MAXD)
 // memory and no barrier per key tile. Elsewhere they are DS warps apart and exchange through local memory.
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 #define ATR_XS 1
-ATT_INLINE float atr_shfl_xor(float v, int mask) {
-  float r;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
-  return r;
-}
 #else
 #define ATR_XS 0
 #endif
@@ -796,7 +791,7 @@ ATT_INLINE void atr_tiled(const int MODE, __global float* O, int oo, __global fl
 #pragma unroll
       for (int e = 0; e < RM * KS; ++e) {
         float t = s[e];
-        for (int k = 1; k < DS; k <<= 1) t += atr_shfl_xor(t, k);
+        for (int k = 1; k < DS; k <<= 1) t += nv_shfl_xor(t, k);
         s[e] = t;
       }
     }
@@ -1251,32 +1246,22 @@ __kernel void attn_merge(__global float* O, int oo, __global const float* parts,
 // fp32 arithmetic, and this is an emulation of it.
 #if ATR_XS
 
-ATT_INLINE uint atm_big(float x) { return as_uint(x) & 0xffffe000u; }  // truncate to 11 significant bits
-ATT_INLINE uint atm_small(float x, uint big) { return as_uint(x - as_float(big)); }
-
 ATT_INLINE float atm_idx(float v, int src) {
   float r;
   asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(src));
   return r;
 }
 
-ATT_INLINE void atm_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // acc += A B, A = (ah, al) big / small fragments, B = (bh0, bh1) / (bl0, bl1); the small terms first
 ATT_INLINE void atm_mma3(float* acc, const uint* ah, const uint* al, uint bh0, uint bh1, uint bl0, uint bl1) {
-  atm_mma(acc, al[0], al[1], al[2], al[3], bh0, bh1);
-  atm_mma(acc, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
-  atm_mma(acc, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
+  nv_mma_tf32(acc, al[0], al[1], al[2], al[3], bh0, bh1);
+  nv_mma_tf32(acc, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
+  nv_mma_tf32(acc, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
 }
 
 ATT_INLINE void atm_split(float x, uint* big, uint* small) {
-  *big = atm_big(x);
-  *small = atm_small(x, *big);
+  *big = nv_tf32_big(x);
+  *small = nv_tf32_small(x, *big);
 }
 
 // NAME: head dim D, MT m-tiles of 16 rows per warp, NW warps, BK keys per staged block, K / V row strides KP / VP
@@ -1367,10 +1352,10 @@ _Pragma("unroll")                                                               
         mx0 = fmax(mx0, fmax(s[i][j][0], s[i][j][1]));                                                                         \
         mx1 = fmax(mx1, fmax(s[i][j][2], s[i][j][3]));                                                                         \
       }                                                                                                                        \
-      mx0 = fmax(mx0, atr_shfl_xor(mx0, 1));                                                                                   \
-      mx0 = fmax(mx0, atr_shfl_xor(mx0, 2));                                                                                   \
-      mx1 = fmax(mx1, atr_shfl_xor(mx1, 1));                                                                                   \
-      mx1 = fmax(mx1, atr_shfl_xor(mx1, 2));  /* finite: every block has a key */                                              \
+      mx0 = fmax(mx0, nv_shfl_xor(mx0, 1));                                                                                   \
+      mx0 = fmax(mx0, nv_shfl_xor(mx0, 2));                                                                                   \
+      mx1 = fmax(mx1, nv_shfl_xor(mx1, 1));                                                                                   \
+      mx1 = fmax(mx1, nv_shfl_xor(mx1, 2));  /* finite: every block has a key */                                              \
       const float c0 = exp2(m[i][0] - mx0), c1 = exp2(m[i][1] - mx1);  /* 0 on the first block (m = -inf) */                   \
       m[i][0] = mx0;                                                                                                           \
       m[i][1] = mx1;                                                                                                           \
@@ -1424,10 +1409,10 @@ _Pragma("unroll")                                                               
 _Pragma("unroll")                                                                                                              \
   for (int i = 0; i < (MT); ++i) {                                                                                             \
     float l0 = l[i][0], l1 = l[i][1];                                                                                          \
-    l0 += atr_shfl_xor(l0, 1);                                                                                                 \
-    l0 += atr_shfl_xor(l0, 2);                                                                                                 \
-    l1 += atr_shfl_xor(l1, 1);                                                                                                 \
-    l1 += atr_shfl_xor(l1, 2);                                                                                                 \
+    l0 += nv_shfl_xor(l0, 1);                                                                                                 \
+    l0 += nv_shfl_xor(l0, 2);                                                                                                 \
+    l1 += nv_shfl_xor(l1, 1);                                                                                                 \
+    l1 += nv_shfl_xor(l1, 2);                                                                                                 \
     const float f0 = 1.0f / l0, f1 = 1.0f / l1;                                                                                \
     const int ra = r0 + i * 16 + g, rc = ra + 8;                                                                               \
 _Pragma("unroll")                                                                                                              \

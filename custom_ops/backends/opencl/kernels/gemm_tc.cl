@@ -25,22 +25,6 @@
 #define GX_BK 16
 #define GX_AP (GX_BK + 4)
 
-inline uint gx_big(float x) { return as_uint(x) & 0xffffe000u; }
-inline uint gx_small(float x, uint big) { return as_uint(x - as_float(big)); }
-
-inline void gx_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-inline float gx_xor(float v, int mask) {
-  float r;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
-  return r;
-}
-
 // Four consecutive floats src[0..n) (n <= 4 valid, the rest zero-filled) to dst: one 16-byte copy when aligned
 // (vec), else four 4-byte copies. src must point into the buffer even when n <= 0 (it is then not read).
 inline void gx_copy4(__local float* dst, __global const float* src, int n, int vec) {
@@ -134,10 +118,10 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
   _Pragma("unroll") for (int i = 0; i < (FM); ++i)                             \
     _Pragma("unroll") for (int h = 0; h < 2; ++h) {                            \
       float s1 = ln_s1[i][h], s2 = ln_s2[i][h];                                \
-      s1 += gx_xor(s1, 1);                                                     \
-      s2 += gx_xor(s2, 1);                                                     \
-      s1 += gx_xor(s1, 2);                                                     \
-      s2 += gx_xor(s2, 2);                                                     \
+      s1 += nv_shfl_xor(s1, 1);                                                     \
+      s2 += nv_shfl_xor(s2, 1);                                                     \
+      s1 += nv_shfl_xor(s1, 2);                                                     \
+      s2 += nv_shfl_xor(s2, 2);                                                     \
       const float d = s1 / (float)K;                                           \
       ln_d[i][h] = d;                                                          \
       ln_r[i][h] = rsqrt(fmax(s2 / (float)K - d * d, 0.0f) + ln_eps);          \
@@ -191,22 +175,22 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
       uint bb[FN][2], bs[FN][2];                                                                                   \
       _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                             \
         const float b0 = Bs[kk * bks + j * 8 * bns], b1 = Bs[(kk + 4) * bks + j * 8 * bns];                        \
-        bb[j][0] = gx_big(b0);                                                                                     \
-        bb[j][1] = gx_big(b1);                                                                                     \
-        bs[j][0] = gx_small(b0, bb[j][0]);                                                                         \
-        bs[j][1] = gx_small(b1, bb[j][1]);                                                                         \
+        bb[j][0] = nv_tf32_big(b0);                                                                                     \
+        bb[j][1] = nv_tf32_big(b1);                                                                                     \
+        bs[j][0] = nv_tf32_small(b0, bb[j][0]);                                                                         \
+        bs[j][1] = nv_tf32_small(b1, bb[j][1]);                                                                         \
       }                                                                                                            \
       _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                             \
         const int r = wm0 + i * 16 + g;                                                                            \
         float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                      \
         float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                              \
         GX_LN_SHIFT_##LN(i, kk)                                                                                    \
-        const uint h0 = gx_big(a0), h1 = gx_big(a1), h2 = gx_big(a2), h3 = gx_big(a3);                             \
-        const uint l0 = gx_small(a0, h0), l1 = gx_small(a1, h1), l2 = gx_small(a2, h2), l3 = gx_small(a3, h3);     \
+        const uint h0 = nv_tf32_big(a0), h1 = nv_tf32_big(a1), h2 = nv_tf32_big(a2), h3 = nv_tf32_big(a3);                             \
+        const uint l0 = nv_tf32_small(a0, h0), l1 = nv_tf32_small(a1, h1), l2 = nv_tf32_small(a2, h2), l3 = nv_tf32_small(a3, h3);     \
         _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                           \
-          gx_mma(acc[i][j], l0, l1, l2, l3, bb[j][0], bb[j][1]);                                                   \
-          gx_mma(acc[i][j], h0, h1, h2, h3, bs[j][0], bs[j][1]);                                                   \
-          gx_mma(acc[i][j], h0, h1, h2, h3, bb[j][0], bb[j][1]);                                                   \
+          nv_mma_tf32(acc[i][j], l0, l1, l2, l3, bb[j][0], bb[j][1]);                                                   \
+          nv_mma_tf32(acc[i][j], h0, h1, h2, h3, bs[j][0], bs[j][1]);                                                   \
+          nv_mma_tf32(acc[i][j], h0, h1, h2, h3, bb[j][0], bb[j][1]);                                                   \
         }                                                                                                          \
       }                                                                                                            \
     }                                                                                                              \
