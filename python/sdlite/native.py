@@ -43,6 +43,8 @@ BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
 TENSOR_CORES = ("off", "3xtf32")
+# Options that take one of a few strings (None = the delegate's default)
+CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES}
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
 FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")
 
@@ -91,9 +93,9 @@ class DelegateOptions:
     ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"off"``): ``"3xtf32"`` runs on NVIDIA tensor cores
     with 3xTF32 products, an fp32-accurate emulation (each product as big*big + big*small + small*big of its TF32
     halves, fp32 accumulation): SdAttention's long self-attention at head dim 40 and 80 (SD1.5's 64x64 and, for grids
-    of more than one wave, 32x32 levels) and the tiled
-    GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, Winograd's batched GEMM). On an H200 the fused +
-    Winograd SD1.5 UNet step is 14-18% faster and its parity ~3e-5 of the output's range where fp32 gives ~2e-5.
+    of more than one wave, 32x32 levels) and the tiled GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL,
+    CONV_2D, Winograd's batched GEMM). On an H200 the fused + Winograd SD1.5 UNet step is 14-18% faster and its parity
+    ~3e-5 of the output's range where fp32 gives ~2e-5.
     Needs NVIDIA's OpenCL (inline PTX, Ampere or newer); elsewhere the fp32 kernels run. ``"off"`` keeps fp32 FMA
     arithmetic everywhere.
     GL debugging knobs (for localising a driver-specific parity failure, not for production;
@@ -150,12 +152,10 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
-        if self.layer_norm_fold not in (None, *LAYER_NORM_FOLDS):
-            raise NativeDelegateError(f"layer_norm_fold must be one of {', '.join(LAYER_NORM_FOLDS)} or None, "
-                                      f"got {self.layer_norm_fold!r}")
-        if self.tensor_cores not in (None, *TENSOR_CORES):
-            raise NativeDelegateError(f"tensor_cores must be one of {', '.join(TENSOR_CORES)} or None, "
-                                      f"got {self.tensor_cores!r}")
+        for name, choices in CHOICE_OPTIONS.items():
+            value = getattr(self, name)
+            if value not in (None, *choices):
+                raise NativeDelegateError(f"{name} must be one of {', '.join(choices)} or None, got {value!r}")
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
