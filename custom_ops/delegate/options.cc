@@ -138,8 +138,10 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
         out->tensor_cores = TensorCores::kOff;
       } else if (value == "3xtf32") {
         out->tensor_cores = TensorCores::k3xTf32;
+      } else if (value == "fp64") {
+        out->tensor_cores = TensorCores::kFp64;
       } else {
-        return Status::Error("option tensor_cores='" + std::string(value) + "' must be off or 3xtf32");
+        return Status::Error("option tensor_cores='" + std::string(value) + "' must be off, 3xtf32 or fp64");
       }
     } else {
       return Status::Error("unknown option '" + std::string(key) +

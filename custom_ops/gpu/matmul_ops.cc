@@ -19,7 +19,8 @@
 // With tensor_cores=3xtf32 (or gemm_tiles "BMxBNtc") the 3xTF32 tensor-core configs gemm_x / conv_x {128x128, 128x64,
 // 64x64} (gemm_tc.cl, NVIDIA only, 128 threads, same parameters and twins) join the candidates of GEMMs whose A has
 // a contiguous k axis and B a contiguous n or k axis in fp32 (TensorCoreGemm), and of every tiled convolution
-// without half weights.
+// without half weights. With tensor_cores=fp64 the FP64 tensor-core config gemm_d64x64 / conv_d64x64 (NVIDIA sm_90:
+// exact products, fp64 sums, at least fp32-accurate) takes their place.
 // Constant weights (FULLY_CONNECTED, CONV_2D filters) are re-laid out once as a K x N row-major matrix (float32,
 // or half with weights_fp16) so B tiles load along N; non-constant operands are read in place through their strides.
 //
@@ -64,6 +65,8 @@ struct TileConfig {
   const char* gemm;
   const char* conv;  // nullptr: no implicit-GEMM conv instance
   bool tc = false;   // tensor cores (gemm_tc.cl): only where TensorCoreGemm / TensorCoresWanted allow, or forced
+  bool fp64 = false;  // a tc config of the FP64 tensor cores: a candidate under tensor_cores=fp64 only (3xTF32 ones
+                      // never then), so a forced "BMxBNtc" names the option's form
 };
 // The skinny config's speed reflects one FMA per local read (no register blocking along m): it only
 // wins where the 64-row tiles would mostly compute padding (M <= ~32).
@@ -84,6 +87,9 @@ constexpr TileConfig kTileConfigs[] = {
     {128, 128, 128, 1.3, "gemm_x128x128", "conv_x128x128", true},
     {128, 64, 128, 1.25, "gemm_x128x64", "conv_x128x64", true},
     {64, 64, 128, 1.2, "gemm_x64x64", "conv_x64x64", true},
+    // FP64 tensor cores (NVIDIA sm_90, tensor_cores=fp64): exact products, fp64 sums; dmma_lab.py on the H200: 1.25-1.45x
+    // the best fp32 tile at SD1.5's FC shapes
+    {64, 64, 128, 1.3, "gemm_d64x64", "conv_d64x64", true, true},
 };
 // Threads that keep a large GPU busy (two 256-thread work-groups resident per SM on a 132-SM
 // H200); fewer leave SMs idle, which the cost model charges and split-K repairs. Smaller GPUs
@@ -132,6 +138,7 @@ const GemmTiles* ForcedTiles(const Device& dev) {
 std::string ConfigNames() {
   std::string names;
   for (const TileConfig& c : kTileConfigs) {
+    if (c.fp64) continue;  // spelled as the 3xTF32 config of its size
     names += (names.empty() ? "" : ", ") + std::to_string(c.bm) + "x" + std::to_string(c.bn) +
              (c.tc ? "tc" : c.threads == 256 ? "" : "n" + std::to_string(c.threads));
   }
@@ -215,7 +222,7 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
   const GemmTiles* forced = ForcedTiles(dev);
   out->clear();
   for (const TileConfig& c : kTileConfigs) {
-    if (c.tc && !tc) continue;
+    if (c.tc && (!tc || c.fp64 != dev.overrides().tensor_cores_fp64)) continue;
     if (forced && (c.bm != forced->bm || c.bn != forced->bn || c.threads != forced->threads || c.tc != forced->tc)) {
       continue;
     }
@@ -279,7 +286,8 @@ Status CheckForcedTiles(const Device& dev) {
   const GemmTiles* forced = ForcedTiles(dev);
   if (forced == nullptr) return Status::Ok();
   for (const TileConfig& c : kTileConfigs) {
-    if (c.tc == forced->tc && c.bm == forced->bm && c.bn == forced->bn && c.threads == forced->threads) {
+    if (c.tc == forced->tc && c.bm == forced->bm && c.bn == forced->bn && c.threads == forced->threads &&
+        (!c.tc || c.fp64 == dev.overrides().tensor_cores_fp64)) {
       return Status::Ok();
     }
   }
@@ -341,7 +349,7 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
 
 bool TensorCoresWanted(const Device& dev) {
   const GemmTiles* forced = ForcedTiles(dev);
-  return forced != nullptr ? forced->tc : dev.overrides().tensor_cores_3xtf32;
+  return forced != nullptr ? forced->tc : dev.overrides().tensor_cores_3xtf32 || dev.overrides().tensor_cores_fp64;
 }
 
 bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {
@@ -420,7 +428,7 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
   if (candidates_.size() < 2) candidates_.clear();
   key_ = dev.name() + "|" + (conv ? "conv|" : "gemm|") + std::to_string(M) + "x" + std::to_string(N) + "x" +
          std::to_string(K) + "x" + std::to_string(batch) + "|" + key + (free_splits > 1 ? "|free" : "") +
-         (tc ? "|tc" : "");
+         (tc ? (dev.overrides().tensor_cores_fp64 ? "|tc64" : "|tc") : "");
   return Status::Ok();
 }
 

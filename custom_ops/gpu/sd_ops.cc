@@ -44,10 +44,11 @@ constexpr int64_t kGroupNormNhwcMax = 16384;
 // bk: keys per staged tile (NS * KS) of the row-wise tilings, which also have the key-split kernel
 // attn_flash_ks_<suffix>; 0 = no key split. auto_split: the delegate splits this tiling's keys in 2 on its own
 // when the grid has at most one work-group per compute unit (AttnKeySplits). max_groups_per_cu: > 0 = picked only
-// when its grid (batch x heads x query blocks) has at most that many work-groups per compute unit. tf32x3: a
-// tensor-core tiling (3xTF32 products, flash only, no causal mask): a candidate only with the delegate option
-// tensor_cores=3xtf32 (or when forced by attention_tiling); its kernel exists only on NVIDIA's OpenCL (inline PTX),
-// elsewhere the next tiling runs.
+// when its grid (batch x heads x query blocks) has at most that many work-groups per compute unit. tc: a
+// tensor-core tiling (flash only, no causal mask; kTc3xTf32: 3xTF32 products, kTcFp64: FP64 tensor cores): a
+// candidate only with the delegate option tensor_cores=3xtf32 / fp64 (or when forced by attention_tiling); its kernel
+// exists only on NVIDIA's OpenCL (inline PTX; FP64: sm_90 and newer), elsewhere the next tiling runs.
+enum AttnTc { kTcNone = 0, kTc3xTf32 = 1, kTcFp64 = 2 };
 struct AttnTiling {
   const char* suffix;
   int head_dim;
@@ -58,20 +59,25 @@ struct AttnTiling {
   int bk;
   bool auto_split;
   int max_groups_per_cu;
-  bool tf32x3 = false;
+  int tc = kTcNone;
 };
 // Candidates in order (a fixed-D one before "dyn"); the first that fits a head dim, key count and grid, and
 // whose kernel the backend has, is used.
 constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through attention_tiling
 constexpr AttnTiling kAttnTilings[] = {
-    // self-attention at 64x64 on tensor cores (SD_ATTN_MMA: BQ = 16 MT NW, NT = 32 NW), option tensor_cores=3xtf32
-    {"m40", 40, 40, 128, 128, 256, 0, false, 0, true},
+    // self-attention at 64x64 on tensor cores: FP64 (SD_ATTN_DMMA) with tensor_cores=fp64, 3xTF32 (SD_ATTN_MMA) with
+    // tensor_cores=3xtf32 (BQ = 16 MT NW, NT = 32 NW)
+    {"f40", 40, 40, 128, 128, 256, 0, false, 0, kTcFp64},
+    {"m40", 40, 40, 128, 128, 256, 0, false, 0, kTc3xTf32},
     // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
     {"r40", 40, 40, 128, 128, 256, 16, false, 0},
     {"h80", 80, 80, 64, 256, 256, 16, false, 1},  // self-attention at 32x32 when one wave holds it (b1)
     // 32x32 on tensor cores where h80 does not fit (b2): in the b1 UNet (one wave) it ran 0.3-1.7% slower than h80,
     // at b2 0.8-1.1% faster than r80 (H100, BENCHMARKS session 22), option tensor_cores=3xtf32
-    {"m80", 80, 80, 64, 128, 256, 0, false, 0, true},
+    {"m80", 80, 80, 64, 128, 256, 0, false, 0, kTc3xTf32},
+    // the same place in FP64 (option tensor_cores=fp64): at b1 h80 measured 0.119 vs 0.140 ms, at b2 0.144 vs r80 0.222
+    // (H200, dmma_lab.py --attn)
+    {"f80", 80, 80, 128, 256, 256, 0, false, 0, kTcFp64},
     {"r80", 80, 80, 64, 128, 256, 16, true, 0},   // self-attention at 32x32
     {"d40", 40, 40, 64, 128, 0, 0, false, 0},
     {"d80", 80, 80, 32, 128, 0, 0, false, 0},
@@ -604,13 +610,14 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   const std::vector<const AttnTiling*> candidates =
       legacy_only ? std::vector<const AttnTiling*>{}
                   : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);
-  // a tensor-core tiling runs flash without a causal mask, with tensor_cores=3xtf32 or when attention_tiling forces it
-  const auto tf32x3_ok = [&](const AttnTiling& t) {
-    return flash && !attrs.causal &&
-           (dev.overrides().tensor_cores_3xtf32 || (forced != nullptr && std::strcmp(forced, t.suffix) == 0));
+  // a tensor-core tiling runs flash without a causal mask, with its tensor_cores option or when attention_tiling
+  // forces it
+  const auto tc_ok = [&](const AttnTiling& t) {
+    const bool wanted = t.tc == kTcFp64 ? dev.overrides().tensor_cores_fp64 : dev.overrides().tensor_cores_3xtf32;
+    return flash && !attrs.causal && (wanted || (forced != nullptr && std::strcmp(forced, t.suffix) == 0));
   };
   for (const AttnTiling* t : candidates) {
-    if (t->nt > dev.max_work_group_size() || (t->tf32x3 && !tf32x3_ok(*t))) continue;
+    if (t->nt > dev.max_work_group_size() || (t->tc != kTcNone && !tc_ok(*t))) continue;
     const std::string sfx = std::string("_") + t->suffix;
     const bool found = flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()
                              : dev.GetKernel("attn_stats" + sfx, &u->k1_).ok() &&

@@ -42,7 +42,7 @@ LIBRARY_NAME = "libsdgpu_delegate.dylib" if sys.platform == "darwin" else "libsd
 BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
-TENSOR_CORES = ("off", "3xtf32")
+TENSOR_CORES = ("off", "3xtf32", "fp64")
 # Options that take one of a few strings (None = the delegate's default)
 CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES}
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
@@ -96,8 +96,11 @@ class DelegateOptions:
     of more than one wave, 32x32 levels) and the tiled GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL,
     CONV_2D, Winograd's batched GEMM). On an H200 the fused + Winograd SD1.5 UNet step is 14-18% faster and its parity
     ~3e-5 of the output's range where fp32 gives ~2e-5.
-    Needs NVIDIA's OpenCL (inline PTX, Ampere or newer); elsewhere the fp32 kernels run. ``"off"`` keeps fp32 FMA
-    arithmetic everywhere.
+    Needs NVIDIA's OpenCL (inline PTX, Ampere or newer); elsewhere the fp32 kernels run. ``"fp64"`` runs the same
+    ops on the FP64 tensor cores (Hopper or newer): fp32 data converted to double exactly, exact products, fp64 sums
+    rounded to fp32 once, so the results are at least as accurate as fp32 FMAs (the softmax stays fp32); GEMMs 1.25-1.45x
+    and head-dim-40 attention 1.2x faster than the fp32 kernels on an H200 (BENCHMARKS.md, session 23). ``"off"`` keeps
+    fp32 FMA arithmetic everywhere.
     GL debugging knobs (for localising a driver-specific parity failure, not for production;
     ``custom_ops/backends/gl/gl_device.h``): ``gl_finish_each`` (glFinish after every launch), ``gl_barrier``
     (``"minimal"``: SHADER_STORAGE | BUFFER_UPDATE barrier bits only; default ``"all"``), ``gl_plain_buffers`` (no

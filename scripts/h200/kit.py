@@ -60,14 +60,16 @@ def write_json(path: Path, data: Any) -> None:
 
 
 #: runtime-option suffixes of a variant: the same model file run with these delegate options
-RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 tensor cores")}
+RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 tensor cores"),
+                    "+fp64": ("tensor_cores:fp64", "FP64 tensor cores")}
 
 
 @dataclass(frozen=True)
 class Variant:
     """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto),
     ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops); ``plain``
-    or a fused variant + ``+tc`` runs that variant's model file with the delegate option ``tensor_cores=3xtf32``."""
+    or a fused variant + ``+tc`` / ``+fp64`` runs that variant's model file with the delegate option
+    ``tensor_cores=3xtf32`` / ``fp64``."""
 
     name: str
 

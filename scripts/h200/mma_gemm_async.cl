@@ -6,6 +6,8 @@
 // phase), one barrier per BK step instead of two, the next STAGES - 1 steps in flight while the MMAs run.
 // Local layouts as in mma_gemm.cl (A [BM][BK + 4], B [BK][BN + 8]: conflict-free fragment reads, 16-byte rows).
 // Requires K % 4 == 0 and N % 4 == 0 (16-byte copies); partial tiles are zero-filled (cp.async src-size 0).
+// SPLIT = 0 (dmma_lab.py): the FP64 tensor cores instead (mma.sync m16n8k8 .f64, sm_90): operands converted to double
+// per fragment read (exact), fp64 accumulators, one rounding to fp32 at the end.
 #ifndef BM
 #define BM 128
 #endif
@@ -41,6 +43,19 @@
 #define MGA_WAIT "cp.async.wait_group 2;"
 #else
 #error "STAGES must be 2, 3 or 4"
+#endif
+
+#if SPLIT == 0
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double acc_t;
+inline void mga_dmma(double* d, double a0, double a1, double a2, double a3, double b0, double b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+               : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1));
+}
+#else
+typedef float acc_t;
 #endif
 
 inline uint mga_big(float x) { return as_uint(x) & 0xffffe000u; }
@@ -86,7 +101,7 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void gemm_mma_async(__g
   const int wm0 = (warp / (BN / WN)) * WM, wn0 = (warp % (BN / WN)) * WN;
   const int m0 = get_group_id(1) * BM, n0 = get_group_id(0) * BN;
   const int nk = (K + BK - 1) / BK;
-  float acc[FM][FN][4];
+  acc_t acc[FM][FN][4];
 #pragma unroll
   for (int i = 0; i < FM; ++i)
 #pragma unroll
@@ -108,6 +123,22 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void gemm_mma_async(__g
     __local const float* Bs = As + A_STAGE;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 8) {
+#if SPLIT == 0
+      double bd[FN][2];
+#pragma unroll
+      for (int j = 0; j < FN; ++j) {
+        bd[j][0] = (double)Bs[(kk + t) * BP + wn0 + j * 8 + g];
+        bd[j][1] = (double)Bs[(kk + t + 4) * BP + wn0 + j * 8 + g];
+      }
+#pragma unroll
+      for (int i = 0; i < FM; ++i) {
+        const int r = wm0 + i * 16 + g;
+        const double a0 = (double)As[r * AP + kk + t], a1 = (double)As[(r + 8) * AP + kk + t];
+        const double a2 = (double)As[r * AP + kk + t + 4], a3 = (double)As[(r + 8) * AP + kk + t + 4];
+#pragma unroll
+        for (int j = 0; j < FN; ++j) mga_dmma(acc[i][j], a0, a1, a2, a3, bd[j][0], bd[j][1]);
+      }
+#else
       uint bb[FN][2];
 #if SPLIT == 3
       uint bs[FN][2];
@@ -140,6 +171,7 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void gemm_mma_async(__g
           mga_mma(acc[i][j], h0, h1, h2, h3, bb[j][0], bb[j][1]);
         }
       }
+#endif
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -149,8 +181,8 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void gemm_mma_async(__g
     for (int j = 0; j < FN; ++j) {
       const int r = m0 + wm0 + i * 16 + g, c = n0 + wn0 + j * 8 + 2 * t;
       if (c + 1 < N) {
-        if (r < M) vstore2((float2)(acc[i][j][0], acc[i][j][1]), 0, C + (size_t)r * N + c);
-        if (r + 8 < M) vstore2((float2)(acc[i][j][2], acc[i][j][3]), 0, C + (size_t)(r + 8) * N + c);
+        if (r < M) vstore2((float2)((float)acc[i][j][0], (float)acc[i][j][1]), 0, C + (size_t)r * N + c);
+        if (r + 8 < M) vstore2((float2)((float)acc[i][j][2], (float)acc[i][j][3]), 0, C + (size_t)(r + 8) * N + c);
       }
     }
   }

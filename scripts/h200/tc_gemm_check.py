@@ -1,4 +1,4 @@
-"""tensor_cores=3xtf32 for the GEMMs (NVIDIA only): one-op models through the delegate, each checked against a float64
+"""tensor_cores=3xtf32 (--mode fp64: tensor_cores=fp64, gemm_d64x64 / conv_d64x64) for the GEMMs (NVIDIA only): one-op models through the delegate, each checked against a float64
 numpy reference, and the device profile must show a tensor-core kernel (gemm_x* / conv_x*, gemm_tc.cl) running the op. The
 cases cover the kernels' contracts: partial row / column / k tiles, K % 4 != 0 (4-byte copies), bias and activation,
 CONV_2D as implicit GEMM (conv_x*: padding, stride 2, 1x1, dilation),
@@ -8,10 +8,13 @@ SD1.5-sized FCs; each with the option off (fp32 kernels, for the error next to i
 every tensor-core config forced (gemm_tiles "BMxBNtc", one of them split-K). CI cannot run these kernels (PoCL has no
 inline PTX), hence a device script.
 
-    python3 scripts/h200/tc_gemm_check.py      # after source .h200/setup.sh; SDLITE_DELEGATE_PATH=the library
+Bounds: 1e-4 of the output's range for 3xTF32, 1e-6 for fp64 (the fp32 kernels give 1e-7 to 2e-6).
+
+    python3 scripts/h200/tc_gemm_check.py [--mode fp64]   # after source .h200/setup.sh; SDLITE_DELEGATE_PATH=...
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -88,6 +91,10 @@ def _cases(rng) -> list[Case]:
 RUNS = [("fp32", {"tensor_cores": "off"}), ("auto", {"tensor_cores": "3xtf32"}),
         ("x128x128", {"gemm_tiles": "128x128tc"}), ("x128x64", {"gemm_tiles": "128x64tc"}),
         ("x64x64", {"gemm_tiles": "64x64tc"}), ("x64x64/2", {"gemm_tiles": "64x64tc/2"})]
+# --mode fp64: the FP64 config (one size), forced with the option on
+RUNS_FP64 = [("fp32", {"tensor_cores": "off"}), ("auto", {"tensor_cores": "fp64"}),
+             ("x64x64", {"gemm_tiles": "64x64tc", "tensor_cores": "fp64"}),
+             ("x64x64/2", {"gemm_tiles": "64x64tc/2", "tensor_cores": "fp64"})]
 
 
 def _run(model: bytes, inputs: dict, op: str, options: dict) -> tuple[np.ndarray, list[str]]:
@@ -102,17 +109,21 @@ def _run(model: bytes, inputs: dict, op: str, options: dict) -> tuple[np.ndarray
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("3xtf32", "fp64"), default="3xtf32")
+    fp64 = ap.parse_args().mode == "fp64"
+    runs, prefixes, bound = (RUNS_FP64, ("gemm_d", "conv_d"), 1e-6) if fp64 else (RUNS, ("gemm_x", "conv_x"), 1e-4)
     rng = np.random.default_rng(0)
     ok = True
     worst = 0.0
     for name, op, model, inputs, want in _cases(rng):
         ref = np.asarray(want(), np.float64).reshape(-1)
         cells = []
-        for label, options in RUNS:
+        for label, options in runs:
             got, kernels = _run(model, inputs, op, options)
             err = float(np.abs(got.reshape(-1) - ref).max() / np.abs(ref).max())
-            tc = [k for k in kernels if k.startswith(("gemm_x", "conv_x"))]
-            good = np.isfinite(got).all() and err < 1e-4 and (bool(tc) if label.startswith("x") else
+            tc = [k for k in kernels if k.startswith(prefixes)]
+            good = np.isfinite(got).all() and err < (bound if tc else 1e-4) and (bool(tc) if label.startswith("x") else
                                                               not tc if label == "fp32" else True)
             if tc:
                 worst = max(worst, err)

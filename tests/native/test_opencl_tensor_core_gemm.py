@@ -1,9 +1,10 @@
-"""tensor_cores=3xtf32 for the GEMMs and convolutions (gemm_tc.cl: gemm_x* / conv_x*, inline PTX mma.sync + cp.async,
-built only where the delegate compiles with SDGPU_NV_PTX, i.e. NVIDIA's OpenCL). CI has no NVIDIA device, so here:
-the NVIDIA-only source compiles for sm_80 with clang's NVPTX back end (the compiler PoCL itself installs), on PoCL the
+"""tensor_cores=3xtf32 / fp64 for the GEMMs and convolutions (gemm_tc.cl: gemm_x* / conv_x*, and the FP64 gemm_d* /
+conv_d*, inline PTX mma.sync + cp.async, built only where the delegate compiles with SDGPU_NV_PTX, i.e. NVIDIA's
+OpenCL; FP64 with SDGPU_NV_SM90 too). CI has no NVIDIA device, so here: the NVIDIA-only source compiles for sm_80 (and
+with the sm_90 kernels) with clang's NVPTX back end (the compiler PoCL itself installs), on PoCL the
 option leaves every GEMM / conv on the same fp32 kernels with bitwise the same results, and gemm_tiles' "BMxBNtc"
 form parses and falls back cleanly where the kernels are missing. Numbers and parity on an H200:
-scripts/h200/tc_gemm_check.py and BENCHMARKS.md (session 22)."""
+scripts/h200/tc_gemm_check.py [--mode fp64] and BENCHMARKS.md (sessions 22, 23)."""
 from __future__ import annotations
 
 import json
@@ -33,9 +34,11 @@ def _clang() -> str:
     raise AssertionError("clang (installed with PoCL) is needed to compile the NVIDIA-only kernels for NVPTX")
 
 
-def test_nvidia_only_kernels_compile_for_sm80(tmp_path):
-    """The delegate's whole kernel source as NVIDIA's OpenCL builds it (SDGPU_NV_PTX), through clang's NVPTX back end:
-    the tensor-core GEMM / conv / attention kernels are all there and fit 48 KB of local memory each."""
+@pytest.mark.parametrize("sm90", [False, True])
+def test_nvidia_only_kernels_compile_for_sm80(tmp_path, sm90):
+    """The delegate's whole kernel source as NVIDIA's OpenCL builds it (SDGPU_NV_PTX; on sm_90 also SDGPU_NV_SM90),
+    through clang's NVPTX back end: the tensor-core GEMM / conv / attention kernels are all there (the FP64 ones only
+    with SDGPU_NV_SM90: mma.sync m16n8k8 .f64 does not exist before sm_90) and fit 48 KB of local memory each."""
     sys.path.insert(0, str(ROOT / "scripts" / "h200"))
     try:
         from cl_lab import lib_source
@@ -46,19 +49,27 @@ def test_nvidia_only_kernels_compile_for_sm80(tmp_path):
     ptx = tmp_path / "lib.ptx"
     r = subprocess.run([_clang(), "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-Xclang",
                         "-finclude-default-header", "-Dasm=__asm__", "-DSDGPU_NV_PTX=1", "-O1", "-S", "-o", str(ptx),
-                        str(src)], capture_output=True, text=True)
+                        *(["-DSDGPU_NV_SM90=1"] if sm90 else []), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     text = ptx.read_text()
     entries = set(re.findall(r"\.entry (\w+)\(", text))
     want = {f"{kind}_x{tile}{twin}" for kind in ("gemm",) for tile in ("128x128", "128x64", "64x64")
             for twin in ("", "_gg", "_ln", "_gg_ln")} | {f"conv_x{t}" for t in ("128x128", "128x64", "64x64")}
+    fp64 = {f"gemm_d64x64{twin}" for twin in ("", "_gg", "_ln", "_gg_ln")} | {"conv_d64x64"}
     assert want | {"attn_flash_m40", "attn_flash_m80"} <= entries, sorted(want - entries)
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in text and "cp.async.cg.shared.global" in text
+    f64_mma = "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64"
+    if sm90:
+        assert fp64 | {"attn_flash_f40", "attn_flash_f80"} <= entries, sorted(fp64 - entries)
+        assert f64_mma in text
+        want |= fp64
+    else:
+        assert not entries & (fp64 | {"attn_flash_f40", "attn_flash_f80"}) and f64_mma not in text
     # every tensor-core kernel fits NVIDIA's 48 KB of static local memory per work-group
     local: dict[str, int] = {}
     for name, size in re.findall(r"\.shared \.align \d+ \.b8 (\w+?)_\$_\w+\[(\d+)\]", text):
         local[name] = local.get(name, 0) + int(size)
-    tc_local = {n: v for n, v in local.items() if n.startswith(("gemm_x", "conv_x"))}
+    tc_local = {n: v for n, v in local.items() if n.startswith(("gemm_x", "conv_x", "gemm_d", "conv_d"))}
     assert set(tc_local) == want and max(tc_local.values()) <= 48 * 1024, tc_local
 
 
@@ -88,11 +99,13 @@ def _cases(rng):
     yield "SdConv2DWinograd", winograd_model(x.shape, w, b, opts), {"x": x}, direct_conv2d(x, w, b, padding="SAME")
 
 
-def test_without_nvidia_the_option_keeps_the_fp32_gemms(tmp_path, rng):
+@pytest.mark.parametrize("mode", ["3xtf32", "fp64"])
+def test_without_nvidia_the_option_keeps_the_fp32_gemms(tmp_path, rng, mode):
     for op, model, inputs, want in _cases(rng):
         off, k_off = _profiled(model, inputs, op, tmp_path, tensor_cores="off")
-        on, k_on = _profiled(model, inputs, op, tmp_path, tensor_cores="3xtf32")
-        assert k_on == k_off and not any(k.startswith(("gemm_x", "conv_x")) for k in k_on), (op, k_on)
+        on, k_on = _profiled(model, inputs, op, tmp_path, tensor_cores=mode)
+        assert k_on == k_off and not any(k.startswith(("gemm_x", "conv_x", "gemm_d", "conv_d")) for k in k_on), \
+            (op, k_on)
         assert np.array_equal(on, off), op
         np.testing.assert_allclose(on.reshape(-1), np.asarray(want).reshape(-1), rtol=1e-4, atol=1e-4)
 

@@ -11,6 +11,9 @@ namespace {
 constexpr const char* kBuildOptions = "-cl-std=CL1.2";
 // NVIDIA's compiler takes inline PTX: the kernels' SDGPU_NV_PTX paths (attention's shfl.sync exchange, ATR_XS).
 constexpr const char* kNvidiaBuildOptions = "-cl-std=CL1.2 -DSDGPU_NV_PTX=1";
+// ... and on compute capability 9.x or newer the FP64 tensor-core kernels (mma.sync m16n8k8 .f64 is sm_90 only).
+constexpr const char* kNvidiaSm90Option = " -DSDGPU_NV_SM90=1";
+constexpr cl_device_info kDeviceComputeCapabilityMajorNv = 0x4000;  // cl_nv_device_attribute_query
 
 std::string DeviceString(const ClApi& api, cl_device_id d, cl_device_info what) {
   size_t n = 0;
@@ -125,9 +128,14 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   rt->device_key_ = PlatformString(api, rt->platform_, CL_PLATFORM_NAME) + "|" +
                     PlatformString(api, rt->platform_, CL_PLATFORM_VERSION) + "|" + rt->device_name_ + "|" +
                     DeviceString(api, rt->device_, CL_DRIVER_VERSION);
-  rt->build_options_ = PlatformString(api, rt->platform_, CL_PLATFORM_NAME).find("NVIDIA") != std::string::npos
-                           ? kNvidiaBuildOptions
-                           : kBuildOptions;
+  const bool nvidia = PlatformString(api, rt->platform_, CL_PLATFORM_NAME).find("NVIDIA") != std::string::npos;
+  rt->build_options_ = nvidia ? kNvidiaBuildOptions : kBuildOptions;
+  cl_uint cc_major = 0;
+  if (nvidia && api.clGetDeviceInfo(rt->device_, kDeviceComputeCapabilityMajorNv, sizeof(cc_major), &cc_major,
+                                    nullptr) == CL_SUCCESS &&
+      cc_major >= 9) {
+    rt->build_options_ += kNvidiaSm90Option;
+  }
   SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t),
                                                      &rt->max_wg_, nullptr),
                                 "clGetDeviceInfo(MAX_WORK_GROUP_SIZE)"));

@@ -106,7 +106,7 @@ class OpenClDevice final : public gpu::Device {
   cl_device_id device_ = nullptr;
   std::string device_name_;
   std::string device_key_;
-  std::string build_options_;  // kBuildOptions, plus -DSDGPU_NV_PTX=1 on NVIDIA's platform
+  std::string build_options_;  // kBuildOptions, plus -DSDGPU_NV_PTX=1 on NVIDIA's platform (and -DSDGPU_NV_SM90=1 on sm_90+)
   size_t max_wg_ = 0;
   int compute_units_ = 0;
   ClContextHandle context_;

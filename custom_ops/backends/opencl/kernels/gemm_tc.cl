@@ -1,6 +1,6 @@
-// Tensor-core GEMM, 3xTF32 (NVIDIA only: inline PTX mma.sync m16n8k8 TF32 and cp.async, sm_80+; built where
-// SDGPU_NV_PTX is; gpu/matmul_ops.cc offers its configs only with the delegate option tensor_cores=3xtf32, or forces
-// one under gemm_tiles "BMxBNtc").
+// Tensor-core GEMM, 3xTF32 or FP64 (NVIDIA only: inline PTX mma.sync m16n8k8 TF32 and cp.async, sm_80+; built where
+// SDGPU_NV_PTX is; gpu/matmul_ops.cc offers its configs only with the delegate option tensor_cores=3xtf32 / fp64, or
+// forces one under gemm_tiles "BMxBNtc").
 //
 // gemm_xBMxBN[_gg][_ln]: the parameter list, grid, split-K, residual, gated-GELU and LayerNorm contracts of
 // gemm_tBMxBN (gemm_tiled.cl), for operands with A's k axis contiguous (sak = 1) and B's n axis (sbn = 1, "KN") or
@@ -19,7 +19,14 @@
 // LayerNorm twins (_ln): each lane shifts its A fragment values by its rows' first element x0 and sums (x - x0) and
 // (x - x0)^2 (redundantly in the warps of one row band; the quad's lanes are summed by shfl.bfly at the end), then
 // normalises as gemm_tiled.cl's twins do: rstd * (acc - (mean - x0) * c[n]).
-// Trade-offs: NVIDIA Ampere or newer only; 3 configs x (4 GEMM twins + 1 conv) = 15 kernels of compile time on NVIDIA;
+// FP64 (gemm_d64x64[_gg][_ln], conv_d64x64; sm_90 only, built where SDGPU_NV_SM90 is; option tensor_cores=fp64):
+// the same data path with each fragment value converted to double (exact) and mma.sync m16n8k8 .f64, fp64
+// accumulators rounded to fp32 once in the epilogue: every product exact, so the results are at least as accurate as
+// the fp32 kernels' (H200, dmma_lab.py at SD1.5's FC shapes: error 3e-8 to 5e-8 of the output's range vs 6e-7 to 2e-6,
+// 1.25-1.45x faster than the best fp32 tile; the FP64 tensor cores' peak equals the fp32 FMA peak, 67 TFLOP/s, and
+// the gain is the data path's). One config: the 64x64 tile (32x32 warp tiles; wider warp tiles hold 128 fp64
+// accumulator registers and measured slower).
+// Trade-offs: NVIDIA Ampere or newer only (FP64: Hopper or newer); 3 configs x (4 GEMM twins + 1 conv) = 15 kernels of compile time on NVIDIA;
 // the fp32 kernels stay the default because issue #5 asks for fp32 arithmetic and this is an emulation of it.
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 #define GX_BK 16
@@ -133,9 +140,50 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
 #define GX_LN_BIAS_0 0
 #define GX_LN_BIAS_1 (bz * N)
 
+// The products of one 8-deep k step (kk) from the slot's As / Bs into acc: MATH TF = 3xTF32, DP = FP64.
+#define GX_ACC_T_TF float
+#define GX_ACC_T_DP double
+#define GX_KSTEP_TF(LN)                                                                                            \
+  uint bb[FN][2], bs[FN][2];                                                                                       \
+  _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                                 \
+    const float b0 = Bs[kk * bks + j * 8 * bns], b1 = Bs[(kk + 4) * bks + j * 8 * bns];                            \
+    bb[j][0] = nv_tf32_big(b0);                                                                                    \
+    bb[j][1] = nv_tf32_big(b1);                                                                                    \
+    bs[j][0] = nv_tf32_small(b0, bb[j][0]);                                                                        \
+    bs[j][1] = nv_tf32_small(b1, bb[j][1]);                                                                        \
+  }                                                                                                                \
+  _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                                 \
+    const int r = wm0 + i * 16 + g;                                                                                \
+    float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                          \
+    float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                                  \
+    GX_LN_SHIFT_##LN(i, kk)                                                                                        \
+    const uint h0 = nv_tf32_big(a0), h1 = nv_tf32_big(a1), h2 = nv_tf32_big(a2), h3 = nv_tf32_big(a3);             \
+    const uint l0 = nv_tf32_small(a0, h0), l1 = nv_tf32_small(a1, h1), l2 = nv_tf32_small(a2, h2),                 \
+               l3 = nv_tf32_small(a3, h3);                                                                         \
+    _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                               \
+      nv_mma_tf32(acc[i][j], l0, l1, l2, l3, bb[j][0], bb[j][1]);                                                  \
+      nv_mma_tf32(acc[i][j], h0, h1, h2, h3, bs[j][0], bs[j][1]);                                                  \
+      nv_mma_tf32(acc[i][j], h0, h1, h2, h3, bb[j][0], bb[j][1]);                                                  \
+    }                                                                                                              \
+  }
+#define GX_KSTEP_DP(LN)                                                                                            \
+  double bd[FN][2];                                                                                                \
+  _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                                 \
+    bd[j][0] = (double)Bs[kk * bks + j * 8 * bns];                                                                 \
+    bd[j][1] = (double)Bs[(kk + 4) * bks + j * 8 * bns];                                                           \
+  }                                                                                                                \
+  _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                                 \
+    const int r = wm0 + i * 16 + g;                                                                                \
+    float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                          \
+    float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                                  \
+    GX_LN_SHIFT_##LN(i, kk)                                                                                        \
+    const double d0 = a0, d1 = a1, d2 = a2, d3 = a3;                                                               \
+    _Pragma("unroll") for (int j = 0; j < FN; ++j) nv_mma_f64(acc[i][j], d0, d1, d2, d3, bd[j][0], bd[j][1]);      \
+  }
+
 // The shared body: declarations, the K loop (ISSUE(slot's As, slot's Bs, k0) queues one step's copies), the
-// epilogue (C rows at cbase + m * scm; bz: the batch index; GATED, LN: literal 0/1).
-#define GX_DECLS(BM, BN, WM, WN, STAGES)                                                                           \
+// epilogue (C rows at cbase + m * scm; bz: the batch index; GATED, LN: literal 0/1; MATH: TF or DP).
+#define GX_DECLS(BM, BN, WM, WN, STAGES, MATH)                                                                           \
   enum { NT = 32 * ((BM) / (WM)) * ((BN) / (WN)), FM = (WM) / 16, FN = (WN) / 8 };                                \
   enum { A_SLOT = (BM) * GX_AP, B_SLOT = (BN) * GX_AP > GX_BK * ((BN) + 8) ? (BN) * GX_AP : GX_BK * ((BN) + 8) };   \
   __local float lds[(STAGES) * (A_SLOT + B_SLOT)] __attribute__((aligned(16)));                                    \
@@ -143,12 +191,12 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
   const int g = lane >> 2, t = lane & 3;                                                                           \
   const int wm0 = (warp / ((BN) / (WN))) * (WM), wn0 = (warp % ((BN) / (WN))) * (WN);                              \
   const int n0 = get_group_id(0) * (BN), m0 = get_group_id(1) * (BM);                                              \
-  float acc[FM][FN][4];                                                                                            \
+  GX_ACC_T_##MATH acc[FM][FN][4];                                                                                  \
   _Pragma("unroll") for (int i = 0; i < FM; ++i)                                                                   \
     _Pragma("unroll") for (int j = 0; j < FN; ++j)                                                                 \
       _Pragma("unroll") for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
 
-#define GX_LOOP(STAGES, ISSUE, LN)                                                                                 \
+#define GX_LOOP(STAGES, ISSUE, LN, MATH)                                                                                 \
   const int nk = (kend - kbeg + GX_BK - 1) / GX_BK;                                                                \
   /* fragment read strides in Bs: per k (bks) and per n (bns) */                                                   \
   const int bks = nk_layout ? 1 : (BN_) + 8, bns = nk_layout ? GX_AP : 1;                                          \
@@ -171,29 +219,7 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
     const int k0 = kbeg + kt * GX_BK;                                                                              \
     __local const float* As = lds + (kt % (STAGES)) * (A_SLOT + B_SLOT);                                           \
     __local const float* Bs = As + A_SLOT + (wn0 + g) * bns + t * bks;                                             \
-    _Pragma("unroll") for (int kk = 0; kk < GX_BK; kk += 8) {                                                      \
-      uint bb[FN][2], bs[FN][2];                                                                                   \
-      _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                             \
-        const float b0 = Bs[kk * bks + j * 8 * bns], b1 = Bs[(kk + 4) * bks + j * 8 * bns];                        \
-        bb[j][0] = nv_tf32_big(b0);                                                                                     \
-        bb[j][1] = nv_tf32_big(b1);                                                                                     \
-        bs[j][0] = nv_tf32_small(b0, bb[j][0]);                                                                         \
-        bs[j][1] = nv_tf32_small(b1, bb[j][1]);                                                                         \
-      }                                                                                                            \
-      _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                             \
-        const int r = wm0 + i * 16 + g;                                                                            \
-        float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                      \
-        float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                              \
-        GX_LN_SHIFT_##LN(i, kk)                                                                                    \
-        const uint h0 = nv_tf32_big(a0), h1 = nv_tf32_big(a1), h2 = nv_tf32_big(a2), h3 = nv_tf32_big(a3);                             \
-        const uint l0 = nv_tf32_small(a0, h0), l1 = nv_tf32_small(a1, h1), l2 = nv_tf32_small(a2, h2), l3 = nv_tf32_small(a3, h3);     \
-        _Pragma("unroll") for (int j = 0; j < FN; ++j) {                                                           \
-          nv_mma_tf32(acc[i][j], l0, l1, l2, l3, bb[j][0], bb[j][1]);                                                   \
-          nv_mma_tf32(acc[i][j], h0, h1, h2, h3, bs[j][0], bs[j][1]);                                                   \
-          nv_mma_tf32(acc[i][j], h0, h1, h2, h3, bb[j][0], bb[j][1]);                                                   \
-        }                                                                                                          \
-      }                                                                                                            \
-    }                                                                                                              \
+    _Pragma("unroll") for (int kk = 0; kk < GX_BK; kk += 8) { GX_KSTEP_##MATH(LN) }                               \
   }                                                                                                                \
   asm volatile("cp.async.wait_group 0;" ::: "memory");
 
@@ -209,8 +235,8 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
       _Pragma("unroll") for (int h = 0; h < 2; ++h) {                                                              \
         const int m = m0 + wm0 + i * 16 + g + 8 * h;                                                               \
         if (m >= M) continue;                                                                                      \
-        const float v0 = alpha * GX_LN_ACC_##LN(acc[i][j][2 * h], i, h, cs0) + bias0;                              \
-        const float v1 = alpha * GX_LN_ACC_##LN(acc[i][j][2 * h + 1], i, h, cs1) + bias1;                          \
+        const float v0 = alpha * GX_LN_ACC_##LN((float)acc[i][j][2 * h], i, h, cs0) + bias0;                              \
+        const float v1 = alpha * GX_LN_ACC_##LN((float)acc[i][j][2 * h + 1], i, h, cs1) + bias1;                          \
         if ((GATED) && act >= SD_GELU_OP_ERF) { /* the (value, gate) pair (n, n + 1) -> column n / 2 */            \
           (C)[(cbase) + m * (scm) + n / 2] = v0 * sd_gelu_mode(v1, act);                                           \
           continue;                                                                                                \
@@ -227,36 +253,36 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
   gx_issue_b(Bs_, BN_, NT, lid, n0, k0_, kend, B, bbase, sbk, sbn, nk_layout, bvec, N);
 
 // GATED, LN: literal 0/1 (the _gg and _ln twins).
-#define SD_GEMM_TC_G(NAME, BM, BN, WM, WN, STAGES, GATED, LN)                                                       \
+#define SD_GEMM_TC_G(NAME, BM, BN, WM, WN, STAGES, GATED, LN, MATH)                                                       \
   __kernel __attribute__((reqd_work_group_size(16, 32 * ((BM) / (WM)) * ((BN) / (WN)) / 16, 1))) void NAME(        \
       __global float* C, int co, int scb, int scs, int scm, __global const float* A, int ao, int sab, int sam,     \
       int sak, __global const float* B, int bo, int sbb, int sbk, int sbn, int b_half, __global const float* bias, \
       int biaso, int has_bias, int M, int N, int K, float alpha, int act, int splits, int k_split,                 \
       __global const float* R, int ro, int rrows, int rsm GX_LN_PARAMS_##LN) {                                     \
     enum { BM_ = (BM), BN_ = (BN) };                                                                               \
-    GX_DECLS(BM, BN, WM, WN, STAGES)                                                                               \
+    GX_DECLS(BM, BN, WM, WN, STAGES, MATH)                                                                         \
     const int z = get_group_id(2), bz = z / splits, sz = z - bz * splits;                                          \
     const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);                                                  \
     const int abase = ao + bz * sab, bbase = bo + bz * sbb;                                                        \
     const int nk_layout = sbn != 1;                                                                                \
     const int avec = ((abase | sam) & 3) == 0, bvec = ((bbase | (nk_layout ? sbn : sbk)) & 3) == 0;                \
     GX_LN_PROLOGUE_##LN(FM)                                                                                        \
-    GX_LOOP(STAGES, GX_GEMM_ISSUE, LN)                                                                             \
+    GX_LOOP(STAGES, GX_GEMM_ISSUE, LN, MATH)                                                                           \
     GX_LN_STATS_##LN(FM)                                                                                           \
     GX_EPILOGUE(C, co + bz * scb + sz * scs, scm, GATED, LN)                                                       \
   }
-#define SD_GEMM_TC(NAME, BM, BN, WM, WN, STAGES)              \
-  SD_GEMM_TC_G(NAME, BM, BN, WM, WN, STAGES, 0, 0)            \
-  SD_GEMM_TC_G(NAME##_gg, BM, BN, WM, WN, STAGES, 1, 0)       \
-  SD_GEMM_TC_G(NAME##_ln, BM, BN, WM, WN, STAGES, 0, 1)       \
-  SD_GEMM_TC_G(NAME##_gg_ln, BM, BN, WM, WN, STAGES, 1, 1)
+#define SD_GEMM_TC(NAME, BM, BN, WM, WN, STAGES, MATH)        \
+  SD_GEMM_TC_G(NAME, BM, BN, WM, WN, STAGES, 0, 0, MATH)      \
+  SD_GEMM_TC_G(NAME##_gg, BM, BN, WM, WN, STAGES, 1, 0, MATH) \
+  SD_GEMM_TC_G(NAME##_ln, BM, BN, WM, WN, STAGES, 0, 1, MATH) \
+  SD_GEMM_TC_G(NAME##_gg_ln, BM, BN, WM, WN, STAGES, 1, 1, MATH)
 
 #define GX_CONV_ISSUE(As_, Bs_, k0_)                                                                               \
   gx_issue_conv_a(As_, BM_, NT, lid, k0_, rows, X, xvec, H, Wd, Ci, KW, dh, dw);                                   \
   gx_issue_b(Bs_, BN_, NT, lid, n0, k0_, kend, B, bo, sbk, sbn, nk_layout, bvec, N);
 
 // conv_xBMxBN: conv_tBMxBN's parameters, grid and contracts (NHWC implicit GEMM, Ci % 16 == 0, split-K, residual).
-#define SD_CONV_TC(NAME, BM, BN, WM, WN, STAGES)                                                                    \
+#define SD_CONV_TC(NAME, BM, BN, WM, WN, STAGES, MATH)                                                                    \
   __kernel __attribute__((reqd_work_group_size(16, 32 * ((BM) / (WM)) * ((BN) / (WN)) / 16, 1))) void NAME(        \
       __global float* Y, int yo, int scs, __global const float* X, int xo, __global const float* B, int bo,        \
       int sbk, int sbn, int b_half, __global const float* bias, int biaso, int has_bias, int H, int Wd, int Ci,    \
@@ -265,14 +291,14 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
     enum { BM_ = (BM), BN_ = (BN) };                                                                               \
     const int N = Co, K = KH * KW * Ci;                                                                            \
     const float alpha = 1.0f;                                                                                      \
-    GX_DECLS(BM, BN, WM, WN, STAGES)                                                                               \
+    GX_DECLS(BM, BN, WM, WN, STAGES, MATH)                                                                         \
     const int sz = get_group_id(2);                                                                                \
     const int kbeg = sz * k_split, kend = min(K, kbeg + k_split);                                                  \
     const int nk_layout = sbn != 1;                                                                                \
     const int xvec = (xo & 3) == 0, bvec = ((bo | (nk_layout ? sbn : sbk)) & 3) == 0;                              \
     __local int4 rows[BM];                                                                                         \
     sd_conv_rows(rows, BM, NT, lid, m0, M, xo, H, Wd, Ci, OH, OW, sh, sw, ph, pw);                                 \
-    GX_LOOP(STAGES, GX_CONV_ISSUE, 0)                                                                              \
+    GX_LOOP(STAGES, GX_CONV_ISSUE, 0, MATH)                                                                            \
     GX_EPILOGUE(Y, yo + sz * scs, Co, 0, 0)                                                                        \
   }
 
@@ -284,10 +310,15 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
 
 // mma_lab.py --async's winners (4 warps each): 128x128 for wide FCs (N >= 960 at 4096 rows), 64x64 with a 4-deep
 // ring for narrow or short ones, 128x64 between
-SD_GEMM_TC(gemm_x128x128, 128, 128, 64, 64, 2)
-SD_GEMM_TC(gemm_x128x64, 128, 64, 64, 32, 3)
-SD_GEMM_TC(gemm_x64x64, 64, 64, 32, 32, 4)
-SD_CONV_TC(conv_x128x128, 128, 128, 64, 64, 2)
-SD_CONV_TC(conv_x128x64, 128, 64, 64, 32, 3)
-SD_CONV_TC(conv_x64x64, 64, 64, 32, 32, 4)
+SD_GEMM_TC(gemm_x128x128, 128, 128, 64, 64, 2, TF)
+SD_GEMM_TC(gemm_x128x64, 128, 64, 64, 32, 3, TF)
+SD_GEMM_TC(gemm_x64x64, 64, 64, 32, 32, 4, TF)
+SD_CONV_TC(conv_x128x128, 128, 128, 64, 64, 2, TF)
+SD_CONV_TC(conv_x128x64, 128, 64, 64, 32, 3, TF)
+SD_CONV_TC(conv_x64x64, 64, 64, 32, 32, 4, TF)
+// FP64 (dmma_lab.py: the 64x64 tile with a 4-deep ring won at every SD1.5 FC shape)
+#if defined(SDGPU_NV_SM90) && SDGPU_NV_SM90
+SD_GEMM_TC(gemm_d64x64, 64, 64, 32, 32, 4, DP)
+SD_CONV_TC(conv_d64x64, 64, 64, 32, 32, 4, DP)
+#endif
 #endif  // SDGPU_NV_PTX

@@ -25,4 +25,18 @@ NV_INLINE void nv_mma_tf32(float* d, uint a0, uint a1, uint a2, uint a3, uint b0
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// FP64 tensor cores (sm_90 only: the host adds -DSDGPU_NV_SM90=1 on NVIDIA devices of compute capability 9.x and newer;
+// the m16n8k8 .f64 shape does not exist before Hopper): d += A B with A (16 x 8) and B (8 x 8) in the TF32 fragments'
+// (row, column) positions, one double each, fp64 accumulators. The fp32 kernels' operands convert to double exactly,
+// so every product is exact and only the fp64 sums round: results at least as accurate as fp32 FMA chains.
+#if defined(SDGPU_NV_SM90) && SDGPU_NV_SM90
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+NV_INLINE void nv_mma_f64(double* d, double a0, double a1, double a2, double a3, double b0, double b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+               : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1));
+}
+#endif  // SDGPU_NV_SM90
 #endif  // SDGPU_NV_PTX
