@@ -134,14 +134,16 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
         return Status::Error("option layer_norm_fold='" + std::string(value) + "' must be auto, twin or rows");
       }
     } else if (key == "tensor_cores") {
-      if (value == "off") {
+      if (value == "auto") {
+        out->tensor_cores = TensorCores::kAuto;
+      } else if (value == "off") {
         out->tensor_cores = TensorCores::kOff;
       } else if (value == "3xtf32") {
         out->tensor_cores = TensorCores::k3xTf32;
       } else if (value == "fp64") {
         out->tensor_cores = TensorCores::kFp64;
       } else {
-        return Status::Error("option tensor_cores='" + std::string(value) + "' must be off, 3xtf32 or fp64");
+        return Status::Error("option tensor_cores='" + std::string(value) + "' must be auto, off, 3xtf32 or fp64");
       }
     } else {
       return Status::Error("unknown option '" + std::string(key) +

@@ -38,10 +38,11 @@
 //                      14-18% faster, full-UNet parity ~3e-5 against ~2e-5 in fp32 (BENCHMARKS session 22). "fp64"
 //                      runs the same ops on the FP64 tensor cores (Hopper or newer: sm_90's mma.sync m16n8k8 .f64):
 //                      fp32 operands converted to double exactly, exact products, fp64 sums rounded to fp32 once
-//                      (the attention's softmax stays fp32), so at least as accurate as fp32 FMAs; gemm_d64x64 /
-//                      conv_d64x64 and attn_flash_f40 / f80 (BENCHMARKS session 23). "off" (default) = fp32 FMA
-//                      arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) or, for fp64, before sm_90 the
-//                      fp32 kernels run.
+//                      (the attention's softmax stays fp32), so the products are at least as accurate as fp32 FMAs;
+//                      gemm_d64x64 / conv_d64x64 and attn_flash_f40 / f80. H200: UNet step 7-12% faster, full-UNet
+//                      parity 1.1e-5 against 2.1e-5 with fp32 FMAs (BENCHMARKS session 23). "auto" (default) = "fp64"
+//                      where the device built those kernels (NVIDIA, compute capability >= 9), else "off". "off" = fp32
+//                      FMA arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) the fp32 kernels run.
 //   gl_finish_each, gl_barrier, gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir
 //                      gl, debugging a driver-specific parity failure (not for production; backends/gl/gl_device.h):
 //                      "1" = glFinish after every launch; "minimal" = SHADER_STORAGE | BUFFER_UPDATE barrier bits only
@@ -63,7 +64,7 @@ namespace sdgpu {
 // layer_norm_fold (see above).
 enum class LnFold { kAuto, kTwin, kRows };
 // tensor_cores (see above).
-enum class TensorCores { kOff, k3xTf32, kFp64 };
+enum class TensorCores { kAuto, kOff, k3xTf32, kFp64 };
 
 struct DelegateOptions {
   std::string backend = "cpu";
@@ -80,7 +81,7 @@ struct DelegateOptions {
   std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS|tc][/splits]" ("" = planner)
   std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
   LnFold layer_norm_fold = LnFold::kTwin;  // opencl: folded LayerNorm inside the GEMM, as its own launch, or timed
-  TensorCores tensor_cores = TensorCores::kOff;  // opencl: 3xTF32 / FP64 tensor cores (NVIDIA) or fp32 only
+  TensorCores tensor_cores = TensorCores::kAuto;  // opencl: FP64 tensor cores where built (sm_90), 3xTF32, or fp32
   // gl debugging knobs (see above)
   bool gl_finish_each = false;
   bool gl_minimal_barrier = false;

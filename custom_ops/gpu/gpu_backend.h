@@ -26,7 +26,8 @@ class GpuBackend final : public Backend {
     o.attention_tiling = options.attention_tiling;
     o.ln_fold = options.layer_norm_fold;
     o.tensor_cores_3xtf32 = options.tensor_cores == TensorCores::k3xTf32;
-    o.tensor_cores_fp64 = options.tensor_cores == TensorCores::kFp64;
+    // auto: FP64 wherever its kernels exist (TensorCoresWanted checks; elsewhere the option changes nothing)
+    o.tensor_cores_fp64 = options.tensor_cores == TensorCores::kFp64 || options.tensor_cores == TensorCores::kAuto;
     device_->set_overrides(std::move(o));
   }
 

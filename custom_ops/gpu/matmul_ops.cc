@@ -349,7 +349,10 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
 
 bool TensorCoresWanted(const Device& dev) {
   const GemmTiles* forced = ForcedTiles(dev);
-  return forced != nullptr ? forced->tc : dev.overrides().tensor_cores_3xtf32 || dev.overrides().tensor_cores_fp64;
+  if (forced != nullptr) return forced->tc;
+  if (dev.overrides().tensor_cores_3xtf32) return true;
+  const Kernel* fp64 = nullptr;  // FP64: only where the device built it (NVIDIA sm_90), so that auto changes nothing
+  return dev.overrides().tensor_cores_fp64 && dev.GetKernel("gemm_d64x64", &fp64).ok();  // elsewhere
 }
 
 bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {

@@ -42,7 +42,7 @@ LIBRARY_NAME = "libsdgpu_delegate.dylib" if sys.platform == "darwin" else "libsd
 BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
-TENSOR_CORES = ("off", "3xtf32", "fp64")
+TENSOR_CORES = ("auto", "off", "3xtf32", "fp64")
 # Options that take one of a few strings (None = the delegate's default)
 CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES}
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
@@ -90,7 +90,9 @@ class DelegateOptions:
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
     faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
     GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
-    ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"off"``): ``"3xtf32"`` runs on NVIDIA tensor cores
+    ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"auto"``): ``"auto"`` is ``"fp64"`` on NVIDIA GPUs of
+    compute capability 9 or newer (where the delegate builds those kernels) and ``"off"`` elsewhere. ``"3xtf32"`` runs
+    on NVIDIA tensor cores
     with 3xTF32 products, an fp32-accurate emulation (each product as big*big + big*small + small*big of its TF32
     halves, fp32 accumulation): SdAttention's long self-attention at head dim 40 and 80 (SD1.5's 64x64 and, for grids
     of more than one wave, 32x32 levels) and the tiled GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL,
@@ -98,9 +100,10 @@ class DelegateOptions:
     ~3e-5 of the output's range where fp32 gives ~2e-5.
     Needs NVIDIA's OpenCL (inline PTX, Ampere or newer); elsewhere the fp32 kernels run. ``"fp64"`` runs the same
     ops on the FP64 tensor cores (Hopper or newer): fp32 data converted to double exactly, exact products, fp64 sums
-    rounded to fp32 once, so the results are at least as accurate as fp32 FMAs (the softmax stays fp32); GEMMs 1.25-1.45x
-    and head-dim-40 attention 1.2x faster than the fp32 kernels on an H200 (BENCHMARKS.md, session 23). ``"off"`` keeps
-    fp32 FMA arithmetic everywhere.
+    rounded to fp32 once, so the products are at least as accurate as fp32 FMAs (the softmax stays fp32); GEMMs
+    1.25-1.45x and head-dim-40 attention 1.2x faster than the fp32 kernels, the SD1.5 UNet step 7-12% faster with
+    full-UNet parity 1.1e-5 against 2.1e-5, on an H200 (BENCHMARKS.md, session 23). ``"off"`` keeps fp32 FMA
+    arithmetic everywhere.
     GL debugging knobs (for localising a driver-specific parity failure, not for production;
     ``custom_ops/backends/gl/gl_device.h``): ``gl_finish_each`` (glFinish after every launch), ``gl_barrier``
     (``"minimal"``: SHADER_STORAGE | BUFFER_UPDATE barrier bits only; default ``"all"``), ``gl_plain_buffers`` (no

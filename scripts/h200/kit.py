@@ -60,16 +60,19 @@ def write_json(path: Path, data: Any) -> None:
 
 
 #: runtime-option suffixes of a variant: the same model file run with these delegate options
+#: (the delegate's default, tensor_cores=auto, is FP64 tensor cores on sm_90 GPUs such as the H200: "+fp32" is the
+#: strict fp32-FMA row there)
 RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 tensor cores"),
-                    "+fp64": ("tensor_cores:fp64", "FP64 tensor cores")}
+                    "+fp64": ("tensor_cores:fp64", "FP64 tensor cores"),
+                    "+fp32": ("tensor_cores:off", "fp32 FMAs only")}
 
 
 @dataclass(frozen=True)
 class Variant:
     """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto),
     ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops); ``plain``
-    or a fused variant + ``+tc`` / ``+fp64`` runs that variant's model file with the delegate option
-    ``tensor_cores=3xtf32`` / ``fp64``."""
+    or a fused variant + ``+tc`` / ``+fp64`` / ``+fp32`` runs that variant's model file with the delegate option
+    ``tensor_cores=3xtf32`` / ``fp64`` / ``off``."""
 
     name: str
 

@@ -8,7 +8,8 @@ SD1.5-sized FCs; each with the option off (fp32 kernels, for the error next to i
 every tensor-core config forced (gemm_tiles "BMxBNtc", one of them split-K). CI cannot run these kernels (PoCL has no
 inline PTX), hence a device script.
 
-Bounds: 1e-4 of the output's range for 3xTF32, 1e-6 for fp64 (the fp32 kernels give 1e-7 to 2e-6).
+Bounds: 1e-4 of the output's range for 3xTF32; for fp64 1e-6 or the fp32 kernels' own error on the case, whichever
+is larger (the fp32 kernels give 1e-7 to 2e-6; a Winograd conv's error comes mostly from its fp32 transforms).
 
     python3 scripts/h200/tc_gemm_check.py [--mode fp64]   # after source .h200/setup.sh; SDLITE_DELEGATE_PATH=...
 """
@@ -119,11 +120,15 @@ def main() -> int:
     for name, op, model, inputs, want in _cases(rng):
         ref = np.asarray(want(), np.float64).reshape(-1)
         cells = []
+        fp32_err = 0.0
         for label, options in runs:
             got, kernels = _run(model, inputs, op, options)
             err = float(np.abs(got.reshape(-1) - ref).max() / np.abs(ref).max())
             tc = [k for k in kernels if k.startswith(prefixes)]
-            good = np.isfinite(got).all() and err < (bound if tc else 1e-4) and (bool(tc) if label.startswith("x") else
+            if label == "fp32":
+                fp32_err = err
+            limit = (max(bound, fp32_err) if fp64 else bound) if tc else 1e-4
+            good = np.isfinite(got).all() and err <= limit and (bool(tc) if label.startswith("x") else
                                                               not tc if label == "fp32" else True)
             if tc:
                 worst = max(worst, err)

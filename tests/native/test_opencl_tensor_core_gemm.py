@@ -99,7 +99,7 @@ def _cases(rng):
     yield "SdConv2DWinograd", winograd_model(x.shape, w, b, opts), {"x": x}, direct_conv2d(x, w, b, padding="SAME")
 
 
-@pytest.mark.parametrize("mode", ["3xtf32", "fp64"])
+@pytest.mark.parametrize("mode", ["3xtf32", "fp64", "auto"])
 def test_without_nvidia_the_option_keeps_the_fp32_gemms(tmp_path, rng, mode):
     for op, model, inputs, want in _cases(rng):
         off, k_off = _profiled(model, inputs, op, tmp_path, tensor_cores="off")

@@ -180,4 +180,4 @@ def test_delegate_options_reach_the_delegate(capsys, tmp_path: Path) -> None:
     assert json.loads(profile.read_text())["invocations"] >= 1
     rc, out, err = run_cli(capsys, "bench", f"{path}@opencl", "--delegate_options", "tensor_cores:tf32", *RUNS)
     assert rc == 2 and out == ""
-    assert err == "sdlite: error: tensor_cores must be one of off, 3xtf32 or None, got 'tf32'\n"
+    assert err == "sdlite: error: tensor_cores must be one of auto, off, 3xtf32, fp64 or None, got 'tf32'\n"

@@ -168,6 +168,11 @@ def test_variant_names() -> None:
                                                                     "unfused + 3xTF32 tensor cores")
     assert Work(Path("/w")).model("unet_b1", v) == Path("/w/models/unet_b1/fused+winoauto.tflite")
     assert Variant("plain").delegate_options == "" and Variant("plain").model_name == "plain"
+    # the default is tensor_cores=auto (FP64 tensor cores on sm_90); "+fp32" / "+fp64" name either side explicitly
+    f = Variant("fused+winoauto+fp32")
+    assert (f.model_name, f.delegate_options, f.title) == ("fused+winoauto", "tensor_cores:off",
+                                                           "fused + Winograd auto + fp32 FMAs only")
+    assert Variant("plain+fp64").title == "unfused + FP64 tensor cores"
     for bad, message in (("litert+tc", "applies to our delegate's models only"), ("fused+wino5", "unknown variant"),
                          ("fused+tc+tc", "unknown variant")):
         with pytest.raises(SystemExit, match=message):
