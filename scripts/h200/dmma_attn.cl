@@ -23,16 +23,31 @@
 #ifndef D
 #define D 40
 #endif
+#ifndef KD
+#define KD 0  // 1: K and V converted to double once when staged (local memory holds doubles), not per fragment read
+#endif
 #define DK (D / 8)
 #define NT (32 * NW)
 #define BQ (16 * MT * NW)
 #define NJ (BKK / 8)
+#if KD  // 8-byte reads: a half-warp's 16 lanes on distinct bank pairs ((g KP + t) and (t VP + g) doubles)
+#if D == 80
+#define KP 84
+#define VP 84
+#else
+#define KP 44
+#define VP 52
+#endif
+typedef double kv_t;
+#else
 #if D == 80
 #define KP 84
 #define VP 88
 #else
 #define KP 44
 #define VP 40
+#endif
+typedef float kv_t;
 #endif
 
 inline float da_idx(float v, int src) {
@@ -59,8 +74,8 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void attn_dmma(__global
                                                                         __global const float* K,
                                                                         __global const float* V, int Sq, int Sk,
                                                                         int H, float scale) {
-  __local float Ks[BKK * KP];
-  __local float Vs[BKK * VP];
+  __local kv_t Ks[BKK * KP];
+  __local kv_t Vs[BKK * VP];
   const int lid = get_local_id(0), warp = lid >> 5, lane = lid & 31, g = lane >> 2, t = lane & 3;
   const int qblocks = Sq / BQ, grp = get_group_id(0);
   const int qb = grp % qblocks, h = (grp / qblocks) % H, n = grp / (qblocks * H);
@@ -102,8 +117,13 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void attn_dmma(__global
     for (int e = lid; e < BKK * (D / 4); e += NT) {
       const int r = e / (D / 4), c4 = e - r * (D / 4);
       const size_t src = (size_t)(n * Sk + kb + r) * HD + col0 + c4 * 4;
+#if KD
+      vstore4(convert_double4(vload4(0, K + src)), 0, Ks + r * KP + c4 * 4);
+      vstore4(convert_double4(vload4(0, V + src)), 0, Vs + r * VP + c4 * 4);
+#else
       vstore4(vload4(0, K + src), 0, Ks + r * KP + c4 * 4);
       vstore4(vload4(0, V + src), 0, Vs + r * VP + c4 * 4);
+#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -27,14 +27,15 @@ HERE = Path(__file__).resolve().parent
 # (BM, BN, WM, WN, SPLIT, STAGES) of mma_gemm_async.cl; SPLIT 0 = FP64 tensor cores, 3 = 3xTF32 (session 22's best)
 GEMM_CONFIGS = [(128, 64, 64, 32, 0, 3), (128, 64, 64, 32, 0, 2), (64, 64, 32, 32, 0, 4), (64, 128, 32, 64, 0, 3),
                 (128, 128, 64, 32, 0, 2), (128, 64, 32, 32, 0, 3), (128, 128, 64, 32, 3, 2), (64, 64, 32, 32, 3, 4)]
-# (MT, NW, BKK, OD) of dmma_attn.cl
-ATTN_CONFIGS = [(1, 4, 64, 1), (1, 8, 64, 1), (2, 4, 64, 0), (2, 4, 64, 1), (1, 4, 32, 1), (2, 2, 64, 0),
-                (1, 2, 64, 1)]
+# (MT, NW, BKK, OD, KD) of dmma_attn.cl; call 1 (BENCHMARKS session 23) ran the KD 0 ones but the last three
+ATTN_CONFIGS = [(1, 4, 64, 1, 0), (1, 8, 64, 1, 0), (2, 4, 64, 0, 0), (2, 4, 64, 1, 0), (1, 4, 32, 1, 0), (2, 2, 64, 0, 0),
+                (1, 2, 64, 1, 0), (2, 4, 32, 1, 0), (2, 4, 64, 1, 1), (1, 8, 64, 1, 1)]
 ATTN_SHAPES = [("b1 4096 x 4096 d40", 1, 4096, 8, 40), ("b2 4096 x 4096 d40", 2, 4096, 8, 40),
                ("b1 1024 x 1024 d80", 1, 1024, 8, 80), ("b2 1024 x 1024 d80", 2, 1024, 8, 80)]
 # the library's kernels per head dim: (name, BQ, NT)
-ATTN_LIB = {40: [("attn_flash_r40", 128, 128), ("attn_flash_m40", 128, 128)],
-            80: [("attn_flash_r80", 64, 128), ("attn_flash_h80", 64, 256), ("attn_flash_m80", 64, 128)]}
+ATTN_LIB = {40: [("attn_flash_r40", 128, 128), ("attn_flash_m40", 128, 128), ("attn_flash_f40", 128, 128)],
+            80: [("attn_flash_r80", 64, 128), ("attn_flash_h80", 64, 256), ("attn_flash_m80", 64, 128),
+                 ("attn_flash_f80", 128, 256)]}
 
 
 def probe(lab, a, rows: list) -> None:
@@ -108,7 +109,7 @@ def gemm(lab, a, rows: list) -> None:
 
 def attn(lab, a, rows: list) -> None:
     src = (HERE / "dmma_attn.cl").read_text()
-    lib = lab.program(attention_source())
+    lib = lab.program(attention_source(), "-DSDGPU_NV_PTX=1 -DSDGPU_NV_SM90=1")  # the FP64 kernels too (sm_90)
     rng = np.random.default_rng(1)
     i32 = np.int32
     for name, n, s, heads, d in ATTN_SHAPES:
@@ -125,16 +126,16 @@ def attn(lab, a, rows: list) -> None:
             kr.set_args(od, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(s), i32(s), i32(heads), i32(d), scale,
                         i32(0))
             variants.append((f"lib {kname}", kr, ((s // bq) * heads * n * nt,), (nt,)))
-        for mt, nw, bkk, od_ in ATTN_CONFIGS:
+        for mt, nw, bkk, od_, kd in ATTN_CONFIGS if a.attn_configs is None else a.attn_configs:
             try:
-                prog = lab.program(src, f"-DMT={mt} -DNW={nw} -DBKK={bkk} -DOD={od_} -DD={d}")
+                prog = lab.program(src, f"-DMT={mt} -DNW={nw} -DBKK={bkk} -DOD={od_} -DKD={kd} -DD={d}")
             except Exception as exc:  # noqa: BLE001
-                print(f"build failed for {(mt, nw, bkk, od_, d)}: {str(exc)[:2000]}", flush=True)
+                print(f"build failed for {(mt, nw, bkk, od_, kd, d)}: {str(exc)[:2000]}", flush=True)
                 continue
             km = lab.cl.Kernel(prog, "attn_dmma")
             km.set_args(od, qd, kd, vd, i32(s), i32(s), i32(heads), scale)
             bq, nt = 16 * mt * nw, 32 * nw
-            variants.append((f"dmma MT{mt} NW{nw} BK{bkk} OD{od_}", km, ((s // bq) * heads * n * nt,), (nt,)))
+            variants.append((f"dmma MT{mt} NW{nw} BK{bkk} OD{od_}{' KD' if kd else ''}", km, ((s // bq) * heads * n * nt,), (nt,)))
         for label, kern, gsz, lsz in variants:
             def launch(kern=kern, gsz=gsz, lsz=lsz):
                 return [lab.launch(kern, gsz, lsz)]
@@ -153,6 +154,8 @@ def main() -> int:
         ap.add_argument("--probe", action="store_true")
         ap.add_argument("--gemm", action="store_true")
         ap.add_argument("--attn", action="store_true")
+        ap.add_argument("--attn-configs", type=lambda s: [tuple(int(x) for x in c.split(":")) for c in s.split(",")],
+                        default=None, help="MT:NW:BKK:OD:KD,... instead of ATTN_CONFIGS")
 
     started = tensor_core_lab("dmma_lab", __doc__, add)
     if started is None:
