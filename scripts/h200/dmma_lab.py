@@ -126,16 +126,16 @@ def attn(lab, a, rows: list) -> None:
             kr.set_args(od, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(s), i32(s), i32(heads), i32(d), scale,
                         i32(0))
             variants.append((f"lib {kname}", kr, ((s // bq) * heads * n * nt,), (nt,)))
-        for mt, nw, bkk, od_, kd in ATTN_CONFIGS if a.attn_configs is None else a.attn_configs:
+        for mt, nw, bkk, od_, kv_dbl in ATTN_CONFIGS if a.attn_configs is None else a.attn_configs:
             try:
-                prog = lab.program(src, f"-DMT={mt} -DNW={nw} -DBKK={bkk} -DOD={od_} -DKD={kd} -DD={d}")
+                prog = lab.program(src, f"-DMT={mt} -DNW={nw} -DBKK={bkk} -DOD={od_} -DKD={kv_dbl} -DD={d}")
             except Exception as exc:  # noqa: BLE001
-                print(f"build failed for {(mt, nw, bkk, od_, kd, d)}: {str(exc)[:2000]}", flush=True)
+                print(f"build failed for {(mt, nw, bkk, od_, kv_dbl, d)}: {str(exc)[:2000]}", flush=True)
                 continue
             km = lab.cl.Kernel(prog, "attn_dmma")
             km.set_args(od, qd, kd, vd, i32(s), i32(s), i32(heads), scale)
             bq, nt = 16 * mt * nw, 32 * nw
-            variants.append((f"dmma MT{mt} NW{nw} BK{bkk} OD{od_}{' KD' if kd else ''}", km, ((s // bq) * heads * n * nt,), (nt,)))
+            variants.append((f"dmma MT{mt} NW{nw} BK{bkk} OD{od_}{' KD' if kv_dbl else ''}", km, ((s // bq) * heads * n * nt,), (nt,)))
         for label, kern, gsz, lsz in variants:
             def launch(kern=kern, gsz=gsz, lsz=lsz):
                 return [lab.launch(kern, gsz, lsz)]
