@@ -1242,8 +1242,8 @@ __kernel void attn_merge(__global float* O, int oo, __global const float* parts,
 // each 8-key n-tile); the online softmax runs on them (row max and sum over the quad by shfl.bfly); each n-tile of
 // P becomes the A fragment of the P V step through 8 shfl.idx; O accumulates in C fragments (D / 8 n-tiles of 8 dims).
 // Trade-offs: a fixed D per instantiation; registers bound MT (D 40, MT 2: 80 for Q, 40 for O, 64 for S; D 80 keeps
-// MT 1: MT 2 measured 2x slower there, spilling); the exact fp32 kernels stay the default because the issue asks for
-// fp32 arithmetic, and this is an emulation of it.
+// MT 1: MT 2 measured 2x slower there, spilling); opt-in only, because it is an emulation of fp32 arithmetic (the
+// default, tensor_cores=auto, takes the FP64 form below on sm_90 and the exact fp32 kernels elsewhere).
 #if ATR_XS
 
 ATT_INLINE float atm_idx(float v, int src) {
