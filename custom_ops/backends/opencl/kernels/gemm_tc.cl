@@ -142,6 +142,12 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
 #define GX_LN_BIAS_1 (bz * N)
 
 // The products of one 8-deep k step (kk) from the slot's As / Bs into acc: MATH TF = 3xTF32, DP = FP64.
+// m-tile i's A fragment a0..a3 at k step kk (LN: shifted by the rows' x0, entering the LayerNorm sums)
+#define GX_A_FRAG(i, LN)                                                                                           \
+  const int r = wm0 + (i) * 16 + g;                                                                                \
+  float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                            \
+  float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                                    \
+  GX_LN_SHIFT_##LN(i, kk)
 #define GX_ACC_T_TF float
 #define GX_ACC_T_DP double
 #define GX_KSTEP_TF(LN)                                                                                            \
@@ -154,10 +160,7 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
     bs[j][1] = nv_tf32_small(b1, bb[j][1]);                                                                        \
   }                                                                                                                \
   _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                                 \
-    const int r = wm0 + i * 16 + g;                                                                                \
-    float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                          \
-    float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                                  \
-    GX_LN_SHIFT_##LN(i, kk)                                                                                        \
+    GX_A_FRAG(i, LN)                                                                                               \
     const uint h0 = nv_tf32_big(a0), h1 = nv_tf32_big(a1), h2 = nv_tf32_big(a2), h3 = nv_tf32_big(a3);             \
     const uint l0 = nv_tf32_small(a0, h0), l1 = nv_tf32_small(a1, h1), l2 = nv_tf32_small(a2, h2),                 \
                l3 = nv_tf32_small(a3, h3);                                                                         \
@@ -174,10 +177,7 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
     bd[j][1] = (double)Bs[(kk + 4) * bks + j * 8 * bns];                                                           \
   }                                                                                                                \
   _Pragma("unroll") for (int i = 0; i < FM; ++i) {                                                                 \
-    const int r = wm0 + i * 16 + g;                                                                                \
-    float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                          \
-    float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                                  \
-    GX_LN_SHIFT_##LN(i, kk)                                                                                        \
+    GX_A_FRAG(i, LN)                                                                                               \
     const double d0 = a0, d1 = a1, d2 = a2, d3 = a3;                                                               \
     _Pragma("unroll") for (int j = 0; j < FN; ++j) nv_mma_f64(acc[i][j], d0, d1, d2, d3, bd[j][0], bd[j][1]);      \
   }
