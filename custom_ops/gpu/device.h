@@ -201,8 +201,8 @@ class Device {
     LnFold ln_fold = LnFold::kTwin;  // layer_norm_fold
     bool tensor_cores_3xtf32 = false;  // tensor_cores=3xtf32: the tensor-core attention tiling and GEMM / conv
                                        // configs (gemm_tc.cl) are candidates
-    bool tensor_cores_fp64 = false;    // tensor_cores=fp64 (or auto, the default): their FP64 forms (sm_90) instead,
-                                       // where the device has them
+    bool tensor_cores_fp64 = false;    // tensor_cores=fp64, or auto (the default) on a device that built the FP64
+                                       // kernels (sm_90): their FP64 forms instead
   };
   void set_overrides(Overrides o) { overrides_ = std::move(o); }
   const Overrides& overrides() const { return overrides_; }

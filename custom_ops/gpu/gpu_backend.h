@@ -26,8 +26,11 @@ class GpuBackend final : public Backend {
     o.attention_tiling = options.attention_tiling;
     o.ln_fold = options.layer_norm_fold;
     o.tensor_cores_3xtf32 = options.tensor_cores == TensorCores::k3xTf32;
-    // auto: FP64 wherever its kernels exist (TensorCoresWanted checks; elsewhere the option changes nothing)
-    o.tensor_cores_fp64 = options.tensor_cores == TensorCores::kFp64 || options.tensor_cores == TensorCores::kAuto;
+    // auto: FP64 where the device built its kernels (NVIDIA sm_90); elsewhere auto changes nothing, so a forced
+    // gemm_tiles "BMxBNtc" still names a 3xTF32 config there
+    const Kernel* fp64 = nullptr;
+    o.tensor_cores_fp64 = options.tensor_cores == TensorCores::kFp64 ||
+                          (options.tensor_cores == TensorCores::kAuto && device_->GetKernel("gemm_d64x64", &fp64).ok());
     device_->set_overrides(std::move(o));
   }
 

@@ -351,8 +351,8 @@ bool TensorCoresWanted(const Device& dev) {
   const GemmTiles* forced = ForcedTiles(dev);
   if (forced != nullptr) return forced->tc;
   if (dev.overrides().tensor_cores_3xtf32) return true;
-  const Kernel* fp64 = nullptr;  // FP64: only where the device built it (NVIDIA sm_90), so that auto changes nothing
-  return dev.overrides().tensor_cores_fp64 && dev.GetKernel("gemm_d64x64", &fp64).ok();  // elsewhere
+  const Kernel* fp64 = nullptr;  // FP64 (explicit fp64 too): only where the device built it (NVIDIA sm_90)
+  return dev.overrides().tensor_cores_fp64 && dev.GetKernel("gemm_d64x64", &fp64).ok();
 }
 
 bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {

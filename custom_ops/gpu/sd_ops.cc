@@ -65,8 +65,8 @@ struct AttnTiling {
 // whose kernel the backend has, is used.
 constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through attention_tiling
 constexpr AttnTiling kAttnTilings[] = {
-    // self-attention at 64x64 on tensor cores: FP64 (SD_ATTN_DMMA) with tensor_cores=fp64, 3xTF32 (SD_ATTN_MMA) with
-    // tensor_cores=3xtf32 (BQ = 16 MT NW, NT = 32 NW)
+    // self-attention at 64x64 on tensor cores (SD_ATTN_MMA: BQ = 16 MT NW, NT = 32 NW): FP64 with tensor_cores=fp64 or
+    // auto (the default, on sm_90), 3xTF32 with tensor_cores=3xtf32
     {"f40", 40, 40, 128, 128, 256, 0, false, 0, kTcFp64},
     {"m40", 40, 40, 128, 128, 256, 0, false, 0, kTc3xTf32},
     // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
@@ -75,8 +75,8 @@ constexpr AttnTiling kAttnTilings[] = {
     // 32x32 on tensor cores where h80 does not fit (b2): in the b1 UNet (one wave) it ran 0.3-1.7% slower than h80,
     // at b2 0.8-1.1% faster than r80 (H100, BENCHMARKS session 22), option tensor_cores=3xtf32
     {"m80", 80, 80, 64, 128, 256, 0, false, 0, kTc3xTf32},
-    // the same place in FP64 (option tensor_cores=fp64): at b1 h80 measured 0.119 vs 0.140 ms, at b2 0.144 vs r80 0.222
-    // (H200, dmma_lab.py --attn)
+    // the same place in FP64 (tensor_cores=fp64 / auto): at b1 h80 measured 0.119 vs 0.140 ms, at b2 0.144 vs r80
+    // 0.222 (H200, dmma_lab.py --attn)
     {"f80", 80, 80, 128, 256, 256, 0, false, 0, kTcFp64},
     {"r80", 80, 80, 64, 128, 256, 16, true, 0},   // self-attention at 32x32
     {"d40", 40, 40, 64, 128, 0, 0, false, 0},

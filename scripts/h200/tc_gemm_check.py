@@ -88,10 +88,12 @@ def _cases(rng) -> list[Case]:
 
 
 # (label, delegate options): the fp32 kernels, the cost model's pick with the option, then each tensor-core config
-# forced (gemm_tiles "BMxBNtc", split-K once); the forced rows must run a gemm_x kernel
-RUNS = [("fp32", {"tensor_cores": "off"}), ("auto", {"tensor_cores": "3xtf32"}),
-        ("x128x128", {"gemm_tiles": "128x128tc"}), ("x128x64", {"gemm_tiles": "128x64tc"}),
-        ("x64x64", {"gemm_tiles": "64x64tc"}), ("x64x64/2", {"gemm_tiles": "64x64tc/2"})]
+# forced (gemm_tiles "BMxBNtc", split-K once, with the option: the default, auto, would name the FP64 config on sm_90);
+# the forced rows must run a gemm_x kernel
+TF = {"tensor_cores": "3xtf32"}
+RUNS = [("fp32", {"tensor_cores": "off"}), ("auto", TF),
+        ("x128x128", {"gemm_tiles": "128x128tc", **TF}), ("x128x64", {"gemm_tiles": "128x64tc", **TF}),
+        ("x64x64", {"gemm_tiles": "64x64tc", **TF}), ("x64x64/2", {"gemm_tiles": "64x64tc/2", **TF})]
 # --mode fp64: the FP64 config (one size), forced with the option on
 RUNS_FP64 = [("fp32", {"tensor_cores": "off"}), ("auto", {"tensor_cores": "fp64"}),
              ("x64x64", {"gemm_tiles": "64x64tc", "tensor_cores": "fp64"}),
