@@ -1,6 +1,6 @@
 // Tensor-core GEMM, 3xTF32 or FP64 (NVIDIA only: inline PTX mma.sync m16n8k8 TF32 and cp.async, sm_80+; built where
-// SDGPU_NV_PTX is; gpu/matmul_ops.cc offers its configs only with the delegate option tensor_cores=3xtf32 / fp64, or
-// forces one under gemm_tiles "BMxBNtc").
+// SDGPU_NV_PTX is; gpu/matmul_ops.cc offers its configs only with the delegate option tensor_cores=3xtf32 / fp64 (or
+// auto, the default, for FP64 on sm_90), or forces one under gemm_tiles "BMxBNtc").
 //
 // gemm_xBMxBN[_gg][_ln]: the parameter list, grid, split-K, residual, gated-GELU and LayerNorm contracts of
 // gemm_tBMxBN (gemm_tiled.cl), for operands with A's k axis contiguous (sak = 1) and B's n axis (sbn = 1, "KN") or
@@ -19,7 +19,7 @@
 // LayerNorm twins (_ln): each lane shifts its A fragment values by its rows' first element x0 and sums (x - x0) and
 // (x - x0)^2 (redundantly in the warps of one row band; the quad's lanes are summed by shfl.bfly at the end), then
 // normalises as gemm_tiled.cl's twins do: rstd * (acc - (mean - x0) * c[n]).
-// FP64 (gemm_d64x64[_gg][_ln], conv_d64x64; sm_90 only, built where SDGPU_NV_SM90 is; option tensor_cores=fp64):
+// FP64 (gemm_d64x64[_gg][_ln], conv_d64x64; sm_90 only, built where SDGPU_NV_SM90 is; tensor_cores=fp64 or auto):
 // the same data path with each fragment value converted to double (exact) and mma.sync m16n8k8 .f64, fp64
 // accumulators rounded to fp32 once in the epilogue: every product exact, so the results are at least as accurate as
 // the fp32 kernels' (H200, dmma_lab.py at SD1.5's FC shapes: error 3e-8 to 5e-8 of the output's range vs 6e-7 to 2e-6,
@@ -141,13 +141,13 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
 #define GX_LN_BIAS_0 0
 #define GX_LN_BIAS_1 (bz * N)
 
-// The products of one 8-deep k step (kk) from the slot's As / Bs into acc: MATH TF = 3xTF32, DP = FP64.
 // m-tile i's A fragment a0..a3 at k step kk (LN: shifted by the rows' x0, entering the LayerNorm sums)
 #define GX_A_FRAG(i, LN)                                                                                           \
   const int r = wm0 + (i) * 16 + g;                                                                                \
   float a0 = As[r * GX_AP + kk + t], a1 = As[(r + 8) * GX_AP + kk + t];                                            \
   float a2 = As[r * GX_AP + kk + t + 4], a3 = As[(r + 8) * GX_AP + kk + t + 4];                                    \
   GX_LN_SHIFT_##LN(i, kk)
+// The products of one 8-deep k step (kk) from the slot's As / Bs into acc: MATH TF = 3xTF32, DP = FP64.
 #define GX_ACC_T_TF float
 #define GX_ACC_T_DP double
 #define GX_KSTEP_TF(LN)                                                                                            \
