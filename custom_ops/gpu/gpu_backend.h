@@ -13,6 +13,7 @@
 #include "delegate/backend.h"
 #include "delegate/options.h"
 #include "gpu/device.h"
+#include "gpu/matmul_ops.h"
 
 namespace sdgpu::gpu {
 
@@ -28,9 +29,8 @@ class GpuBackend final : public Backend {
     o.tensor_cores_3xtf32 = options.tensor_cores == TensorCores::k3xTf32;
     // auto: FP64 where the device built its kernels (NVIDIA sm_90); elsewhere auto changes nothing, so a forced
     // gemm_tiles "BMxBNtc" still names a 3xTF32 config there
-    const Kernel* fp64 = nullptr;
     o.tensor_cores_fp64 = options.tensor_cores == TensorCores::kFp64 ||
-                          (options.tensor_cores == TensorCores::kAuto && device_->GetKernel("gemm_d64x64", &fp64).ok());
+                          (options.tensor_cores == TensorCores::kAuto && HasFp64TensorCoreKernels(*device_));
     device_->set_overrides(std::move(o));
   }
 

@@ -351,8 +351,12 @@ bool TensorCoresWanted(const Device& dev) {
   const GemmTiles* forced = ForcedTiles(dev);
   if (forced != nullptr) return forced->tc;
   if (dev.overrides().tensor_cores_3xtf32) return true;
-  const Kernel* fp64 = nullptr;  // FP64 (explicit fp64 too): only where the device built it (NVIDIA sm_90)
-  return dev.overrides().tensor_cores_fp64 && dev.GetKernel("gemm_d64x64", &fp64).ok();
+  return dev.overrides().tensor_cores_fp64 && HasFp64TensorCoreKernels(dev);  // explicit fp64 too: only where built
+}
+
+bool HasFp64TensorCoreKernels(const Device& dev) {
+  const Kernel* k = nullptr;
+  return dev.GetKernel("gemm_d64x64", &k).ok();
 }
 
 bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {
@@ -778,17 +782,17 @@ class TiledGemmOp final : public GpuOp {
     if (plan_.splits > 1) return false;
     const LnFold fold = dev.overrides().ln_fold;
     TilePlan plan = plan_;
+    const bool tc = TensorCoreGemm(dev, s_, b_half_);
     if (fold != LnFold::kRows && !LnTwin(dev, &plan).ok()) {
       // a kernel without the twin (gemm_t16x64): the cheapest unsplit plan with one, when it still fills the device
       // (unsplit plans of a few rows leave most compute units idle: the LayerNorm launch costs less)
-      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, gated, &plan, TensorCoreGemm(dev, s_, b_half_)).ok() ||
+      if (!PlanLnTiles(dev, s_.M, s_.N, s_.K, s_.batch, gated, &plan, tc).ok() ||
           static_cast<int64_t>(s_.batch) * CeilDiv(s_.M, plan.bm) * CeilDiv(s_.N, plan.bn) < dev.compute_units()) {
         return false;
       }
     }
     TileTuner tuner;
-    if (!tuner.Init(dev, false, s_.M, s_.N, s_.K, s_.batch, GemmTuneKey(s_, b_half_) + ",ln", autotune_, 1,
-                    TensorCoreGemm(dev, s_, b_half_)).ok() ||
+    if (!tuner.Init(dev, false, s_.M, s_.N, s_.K, s_.batch, GemmTuneKey(s_, b_half_) + ",ln", autotune_, 1, tc).ok() ||
         (gated && !tuner.UseGatedTwins(dev).ok())) {
       return false;
     }

@@ -53,7 +53,7 @@ struct TilePlan {
   // its scratch (layer_norm_rows, unit affine: gamma and beta are in the packed weights and bias), then runs this
   // plain plan on them; scratch_bytes includes those rows.
   bool ln_rows = false;
-  bool tc = false;  // a tensor-core config (gemm_x* / conv_x*, gemm_tc.cl: 3xTF32, NVIDIA, tensor_cores=3xtf32)
+  bool tc = false;  // a tensor-core config (gemm_tc.cl, NVIDIA: gemm_x* / conv_x* 3xTF32, gemm_d* / conv_d* FP64)
 };
 
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
@@ -68,12 +68,15 @@ Status PlanTiles(const Device& dev, bool conv, int M, int N, int K, int batch, T
 // The cheapest unsplit GEMM plan (same cost model) among the configs with a LayerNorm twin (`gated`: a gated one,
 // NAME_gg_ln), already swapped to it.
 Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated, TilePlan* out, bool tc = false);
-// Whether a GEMM of these operands may run on the tensor-core configs (gemm_tc.cl): the option
-// tensor_cores=3xtf32 (or gemm_tiles forcing a "tc" config), A's k axis contiguous, B's n or k axis contiguous,
-// fp32 B (the kernels exist only on NVIDIA's OpenCL; elsewhere the planner finds none and nothing changes).
+// Whether a GEMM of these operands may run on the tensor-core configs (gemm_tc.cl): the option tensor_cores=3xtf32
+// or fp64 (auto resolves to fp64 where the FP64 kernels were built), or gemm_tiles forcing a "tc" config; A's k axis
+// contiguous, B's n or k axis contiguous, fp32 B (the kernels exist only on NVIDIA's OpenCL; elsewhere the planner
+// finds none and nothing changes).
 bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half);
-// The option side of that (also for the implicit-GEMM convolutions, conv_x*, whose operands always fit).
+// The option side of that (also for the implicit-GEMM convolutions, conv_x* / conv_d*, whose operands always fit).
 bool TensorCoresWanted(const Device& dev);
+// Whether the device built the FP64 tensor-core kernels (NVIDIA sm_90: SDGPU_NV_SM90).
+bool HasFp64TensorCoreKernels(const Device& dev);
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
 // local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
 // which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs

@@ -244,6 +244,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     u->output_st_[0] = u->output_st_[1] = nullptr;
   }
   const bool half_u = node.weights_fp16 && g.m == 2;  // see the header comment
+  bool tc = false;                                     // the batched GEMM on tensor cores (TensorCoreGemm)
   if (ok) {
     GemmShape& s = u->gemm_;
     s.M = g.tiles;
@@ -258,7 +259,8 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.sbn = 1;
     s.scb = g.tiles * g.co;
     s.scm = g.co;
-    ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, TensorCoreGemm(dev, s, half_u)).ok();
+    tc = TensorCoreGemm(dev, s, half_u);
+    ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok();
     if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, u->output_sum_ != nullptr ? kMaxSkinnySplits : 1);
   }
   if (!ok) {  // direct convolution, same result up to rounding
@@ -291,8 +293,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
-                                       u->output_sum_ != nullptr ? kMaxWinogradTuneSplits : 1,
-                                       TensorCoreGemm(dev, u->gemm_, half_u)));
+                                       u->output_sum_ != nullptr ? kMaxWinogradTuneSplits : 1, tc));
   u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
                       std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
