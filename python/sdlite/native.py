@@ -78,8 +78,8 @@ class DelegateOptions:
     work-group per compute unit (SD1.5's 32x32 self-attention at batch 1 on a large GPU: 8% faster on an H200,
     the only case measured faster); 1 never splits.
     ``gemm_tiles`` (GPU backends; benchmarks and tests): ``"BMxBN[nTHREADS|tc][/splits]"``, e.g. ``"64x64n128/2"``,
-    forces that tile config and split count on every tiled GEMM / conv (no tuning; ``"64x64tc"``: a 3xTF32
-    tensor-core config, OpenCL on NVIDIA); malformed is rejected by the delegate when it loads, a config the backend
+    forces that tile config and split count on every tiled GEMM / conv (no tuning; ``"64x64tc"``: a tensor-core
+    config, OpenCL on NVIDIA, FP64 where ``tensor_cores`` resolves to ``"fp64"``, else 3xTF32); malformed is rejected by the delegate when it loads, a config the backend
     lacks when the first GEMM is built (a GEMM without its kernel then falls back to the untiled one).
     ``attention_tiling`` (GPU backends; benchmarks and tests): an SdAttention tiling suffix (``"r40"``, ``"h80"``,
     ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
@@ -92,8 +92,7 @@ class DelegateOptions:
     GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
     ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"auto"``): ``"auto"`` is ``"fp64"`` on NVIDIA GPUs of
     compute capability 9 or newer (where the delegate builds those kernels) and ``"off"`` elsewhere. ``"3xtf32"`` runs
-    on NVIDIA tensor cores
-    with 3xTF32 products, an fp32-accurate emulation (each product as big*big + big*small + small*big of its TF32
+    on NVIDIA tensor cores with 3xTF32 products, an fp32-accurate emulation (each product as big*big + big*small + small*big of its TF32
     halves, fp32 accumulation): SdAttention's long self-attention at head dim 40 and 80 (SD1.5's 64x64 and, for grids
     of more than one wave, 32x32 levels) and the tiled GEMMs and convolutions (FULLY_CONNECTED, BATCH_MATMUL,
     CONV_2D, Winograd's batched GEMM). On an H200 the fused + Winograd SD1.5 UNet step is 14-18% faster and its parity

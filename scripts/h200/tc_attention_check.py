@@ -1,7 +1,9 @@
-"""tensor_cores=3xtf32 (or, with --mode fp64, tensor_cores=fp64) on odd shapes (NVIDIA only): one SdAttention node through the delegate (head dim 40 or 80, flash),
-with query counts that leave a partial 128-row block and key counts that leave a partial 64-key block, against the
-float64 numpy reference; checks that attn_flash_m40 / m80 (fp64: f40 / f80) is the kernel that ran (device profile) and
-prints the max error relative to the output's range (bound 1e-4; fp64 1e-6, below the fp32 kernels' ~1.6e-6). CI cannot run this kernel (PoCL has no inline PTX), hence a device script.
+"""tensor_cores=3xtf32 (or, with --mode fp64, tensor_cores=fp64) on odd shapes (NVIDIA only): one SdAttention node
+through the delegate (head dim 40 or 80, flash), with query counts that leave a partial 128-row block and key counts
+that leave a partial 64-key block, against the float64 numpy reference; checks that attn_flash_m40 / m80 (fp64: f40 /
+f80) is the kernel that ran (device profile) and prints the max error relative to the output's range (bound 1e-4;
+fp64 1e-6, below the fp32 kernels' ~1.6e-6). CI cannot run these kernels (PoCL has no inline PTX), hence a device
+script.
 
     python3 scripts/h200/tc_attention_check.py [--mode fp64]   # after source .h200/setup.sh; SDLITE_DELEGATE_PATH=...
 """
