@@ -24,12 +24,27 @@ bool ParseLogLevel(std::string_view text, LogLevel* out) {
   return false;
 }
 
+namespace {
+
+std::mutex& LineMutex() {  // keeps lines from different threads whole
+  static std::mutex mu;
+  return mu;
+}
+
+}  // namespace
+
 void Logger::Log(LogLevel level, const std::string& message) const {
   if (!enabled(level) || level == LogLevel::kSilent) return;
   static const char* const kNames[] = {"", "ERROR", "WARNING", "INFO", "DEBUG"};
-  static std::mutex mu;  // keep lines from different threads whole
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(LineMutex());
   std::fprintf(stderr, "sdgpu: %s: %s\n", kNames[static_cast<int>(level)], message.c_str());
+  std::fflush(stderr);
+}
+
+void Logger::Progress(const std::string& message) const {
+  if (!enabled(LogLevel::kWarning)) return;
+  std::lock_guard<std::mutex> lock(LineMutex());
+  std::fprintf(stderr, "sdgpu: %s\n", message.c_str());
   std::fflush(stderr);
 }
 

@@ -25,6 +25,9 @@ class Logger {
   void Warning(const std::string& m) const { Log(LogLevel::kWarning, m); }
   void Info(const std::string& m) const { Log(LogLevel::kInfo, m); }
   void Debug(const std::string& m) const { Log(LogLevel::kDebug, m); }
+  // A progress line of a long set-up ("sdgpu: opencl: preparing weights 12/61 ..."): no level tag, shown unless
+  // the level is below warning (error, silent).
+  void Progress(const std::string& m) const;
 
  private:
   LogLevel level_;

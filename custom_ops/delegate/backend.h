@@ -81,8 +81,14 @@ class Backend {
     long long setup_weights_host_us = -1;
     long long setup_weights_upload_us = -1;
     long long setup_tuning_us = -1;
+    long long setup_programs_us = -1;  // building programs: compiled, or read from the persistent cache
+    long long weights_on_device = -1;  // constant weights produced on the device from the model's bytes
+    long long weights_on_host = -1;    // ... and on the host (packed / folded there, then uploaded)
   };
   virtual Counters counters() const { return {}; }
+  // More stats members (",\"key\":value..." JSON, or ""): GPU backends add the persistent cache's counters and the
+  // set-up progress.
+  virtual std::string ExtraStatsJson() const { return ""; }
 };
 
 }  // namespace sdgpu

@@ -60,6 +60,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
                             DelegateOptions* out) {
   *out = DelegateOptions();
   if (count > 0 && (keys == nullptr || values == nullptr)) return Status::Error("null option arrays");
+  bool seen_cache_dir = false;
   for (size_t i = 0; i < count; ++i) {
     if (keys[i] == nullptr || values[i] == nullptr) return Status::Error("null option key or value");
     const std::string_view key = keys[i];
@@ -87,8 +88,35 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       }
     } else if (key == "profile_path") {
       out->profile_path = std::string(value);
-    } else if (key == "opencl_cache_dir") {
-      out->opencl_cache_dir = std::string(value);
+    } else if (key == "cache_dir" || key == "opencl_cache_dir") {
+      const bool alias = key == "opencl_cache_dir";
+      if (seen_cache_dir && out->cache_dir != value) {
+        return Status::Error("options cache_dir and opencl_cache_dir (its deprecated alias) name different folders ('" +
+                             out->cache_dir + "', '" + std::string(value) + "'); set cache_dir only");
+      }
+      seen_cache_dir = true;
+      out->cache_dir = std::string(value);
+      out->cache_dir_from_alias = out->cache_dir_from_alias || alias;
+    } else if (key == "cache_max_mb") {
+      if (!ParseIntIn(value, 1, 1048576, &out->cache_max_mb)) {
+        return Status::Error("option cache_max_mb='" + std::string(value) + "' must be 1..1048576");
+      }
+    } else if (key == "cache_programs") {
+      if (value == "auto") {
+        out->cache_programs = CachePrograms::kAuto;
+      } else if (value == "1") {
+        out->cache_programs = CachePrograms::kAlways;
+      } else if (value == "0") {
+        out->cache_programs = CachePrograms::kNever;
+      } else {
+        return Status::Error("option cache_programs='" + std::string(value) + "' must be auto, 1 or 0");
+      }
+    } else if (key == "setup_progress") {
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->setup_progress));
+    } else if (key == "tuning_budget_ms") {
+      if (!ParseIntIn(value, 0, 3600000, &out->tuning_budget_ms)) {
+        return Status::Error("option tuning_budget_ms='" + std::string(value) + "' must be 0..3600000");
+      }
     } else if (key == "weights_fp16") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->weights_fp16));
     } else if (key == "gemm_autotune") {
@@ -148,12 +176,23 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
-                           "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
+                           "profile_path, cache_dir, cache_max_mb, opencl_cache_dir, cache_programs, tuning_budget_ms, "
+                           "setup_progress, weights_fp16, "
+                           "gemm_autotune, fuse_epilogues, "
                            "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_finish_each, gl_barrier, "
                            "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir)");
     }
   }
   return Status::Ok();
+}
+
+std::string ResolvedCacheDir(const DelegateOptions& options) {
+  if (options.cache_dir == "none") return "";
+  if (!options.cache_dir.empty()) return options.cache_dir;
+  // The XDG base-directory convention (the folder every per-user cache uses), not a setting of ours.
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') return std::string(xdg) + "/sdgpu";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') return std::string(home) + "/.cache/sdgpu";
+  return "";
 }
 
 int ResolvedNumThreads(const DelegateOptions& options) {

@@ -9,7 +9,23 @@
 //   attention_block_k  SdAttention CPU key-tile columns (default 256, 1..4096; 256 keeps SD1.5 16x16 self-attention
 //                      in one tile, where partial_softmax would otherwise recompute scores)
 //   profile_path       opencl: write per-node GPU kernel times (OpenCL events) as JSON here
-//   opencl_cache_dir   opencl: program-binary cache dir ("" = ~/.cache/sdgpu/opencl, "none" = off)
+//   cache_dir          gpu backends: the persistent cache folder shared by every GPU backend and process
+//                      (common/disk_cache.h): compiled programs and measured GEMM tile choices, so a later start skips
+//                      that set-up. "" (default) = $XDG_CACHE_HOME/sdgpu or ~/.cache/sdgpu; "none" = no cache.
+//   cache_max_mb       gpu backends: size cap of that folder in MiB (1..1048576, default 1024); a store that exceeds
+//                      it deletes the least recently used entries.
+//   opencl_cache_dir   deprecated alias of cache_dir (one warning; an error when both are set and differ)
+//   cache_programs     opencl: "auto" (default) stores compiled programs' binaries for GPUs and accelerators, not
+//                      for CPU devices (PoCL generates every kernel's machine code to hand out a binary, and keeps its
+//                      own cache of launched kernels); "1" always, "0" never (nor reads them). GL programs are
+//                      stored whenever the driver offers binary formats.
+//   setup_progress     gpu backends: "1" (default) prints a progress line every few seconds while a set-up phase
+//                      (compiling, preparing weights, the first inference) runs longer than 3 s; "0" keeps the log
+//                      quiet (sdlite's own progress bar reads the same counters from the stats).
+//   tuning_budget_ms   gpu backends: host time the GEMM tile tuner (gemm_autotune) may spend per delegate, 0..3600000
+//                      (default 1000). Shapes left when it runs out take the cost model's plan and are tuned by a
+//                      later start (their choices are cached); a shape in progress when it runs out keeps its cost
+//                      model plan. Tuned choices read from the cache cost nothing.
 //   weights_fp16       gpu backends: "1" stores the constant weights the GEMM/conv/Winograd ops pack
 //                      (FULLY_CONNECTED, CONV_2D filters, Winograd U) as half -- half the device weight
 //                      memory; arithmetic stays fp32 (relative error ~1e-3). "0" (default) keeps float32.
@@ -65,6 +81,8 @@ namespace sdgpu {
 enum class LnFold { kAuto, kTwin, kRows };
 // tensor_cores (see above).
 enum class TensorCores { kAuto, kOff, k3xTf32, kFp64 };
+// cache_programs (see above).
+enum class CachePrograms { kAuto, kAlways, kNever };
 
 struct DelegateOptions {
   std::string backend = "cpu";
@@ -73,7 +91,12 @@ struct DelegateOptions {
   int attention_block_q = 64;
   int attention_block_k = 256;
   std::string profile_path;      // opencl: per-node kernel times (JSON) written after each invoke
-  std::string opencl_cache_dir;  // opencl: program-binary cache ("" = ~/.cache/sdgpu/opencl, "none" = off)
+  std::string cache_dir;         // gpu: persistent cache folder ("" = the per-user default, "none" = off)
+  bool cache_dir_from_alias = false;  // set through the deprecated opencl_cache_dir (SdDelegate warns once)
+  int cache_max_mb = 1024;       // gpu: the cache folder's size cap
+  int tuning_budget_ms = 1000;   // gpu: host time the tile tuner may spend per delegate
+  CachePrograms cache_programs = CachePrograms::kAuto;  // opencl: which compiled programs' binaries are stored
+  bool setup_progress = true;    // gpu: progress lines during long set-up phases
   bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
   bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / GroupNorm prologues folded (OpenCL)
@@ -103,5 +126,9 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
 
 // num_threads with "auto" resolved.
 int ResolvedNumThreads(const DelegateOptions& options);
+
+// The cache folder cache_dir names: "" -> $XDG_CACHE_HOME/sdgpu, else $HOME/.cache/sdgpu (none of them set: no
+// cache); "none" -> "" (off); anything else as given.
+std::string ResolvedCacheDir(const DelegateOptions& options);
 
 }  // namespace sdgpu

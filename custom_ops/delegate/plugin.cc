@@ -6,6 +6,9 @@
 //       scratch/arena bytes, invocations) for tests and tools.
 //   sdgpu_check_op_options
 //       runs one op's options parser on raw bytes (fuzzing and diagnostics).
+//   sdgpu_opencl_kernels
+//       the OpenCL kernel library's kernels and units for a build-option string, as KernelLibrary splits it
+//       (diagnostics; tests compare it with a C preprocessor's expansion).
 //   sdgpu_version
 // No C++ exception crosses these functions.
 #include <cstddef>
@@ -18,7 +21,12 @@
 #include "delegate/backend_factory.h"
 #include "delegate/options.h"
 #include "delegate/sd_delegate.h"
+#include "delegate/stats.h"
 #include "ops/op_registry.h"
+#ifdef SDGPU_HAVE_OPENCL
+#include "backends/opencl/kernel_library.h"
+#include "backends/opencl/opencl_device.h"
+#endif
 
 #define SDGPU_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -102,6 +110,37 @@ SDGPU_EXPORT int sdgpu_check_op_options(const char* op_name, const void* data, s
     CopyOut("exception", err, err_cap);
     return 0;
   }
+}
+
+// {"ok":true,"units":N,"kernels":[[unit,"name"],...]} or {"ok":false,"error":"..."}; the full length is returned
+// (-1 on an exception or without the OpenCL backend).
+SDGPU_EXPORT int sdgpu_opencl_kernels(const char* build_options, char* buf, size_t cap) {
+#ifdef SDGPU_HAVE_OPENCL
+  try {
+    sdgpu::ocl::KernelLibrary lib;
+    const sdgpu::Status s = sdgpu::ocl::KernelLibrary::Parse(
+        sdgpu::ocl::KernelSource(), sdgpu::ocl::DefinesOf(build_options != nullptr ? build_options : ""), &lib);
+    std::string j;
+    if (!s.ok()) {
+      j = "{\"ok\":false,\"error\":" + sdgpu::JsonString(s.message()) + "}";
+    } else {
+      j = "{\"ok\":true,\"units\":" + std::to_string(lib.num_units()) + ",\"kernels\":[";
+      for (size_t i = 0; i < lib.kernel_names().size(); ++i) {
+        const std::string& k = lib.kernel_names()[i];
+        j += (i ? "," : "") + std::string("[") + std::to_string(lib.UnitOf(k)) + "," + sdgpu::JsonString(k) + "]";
+      }
+      j += "]}";
+    }
+    return CopyOut(j, buf, cap);
+  } catch (...) {
+    return -1;
+  }
+#else
+  (void)build_options;
+  (void)buf;
+  (void)cap;
+  return -1;
+#endif
 }
 
 SDGPU_EXPORT const char* sdgpu_version() {

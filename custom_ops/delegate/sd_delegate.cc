@@ -39,7 +39,8 @@ SdDelegate* SdDelegate::FromTflite(const abi::TfLiteDelegate* d) {
 }
 
 std::string SdDelegate::StatsJson() const {
-  return stats_.ToJson(backend_->name(), ResolvedNumThreads(options_), backend_->counters());
+  return stats_.ToJson(backend_->name(), ResolvedNumThreads(options_), backend_->counters(),
+                       backend_->ExtraStatsJson());
 }
 
 abi::TfLiteStatus SdDelegate::Prepare(abi::TfLiteContext* context) {

@@ -4,7 +4,6 @@
 #include <cstdio>
 
 namespace sdgpu {
-namespace {
 
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
@@ -22,8 +21,6 @@ std::string JsonString(const std::string& s) {
   }
   return out + "\"";
 }
-
-}  // namespace
 
 void DelegateStats::RecordPartitioning(const PartitionPlan& plan) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -44,7 +41,8 @@ void DelegateStats::RecordPrepare(size_t max_node_scratch_bytes, size_t arena_by
   max_arena_bytes_ = std::max(max_arena_bytes_, arena_bytes);
 }
 
-std::string DelegateStats::ToJson(const std::string& backend, int num_threads, const Backend::Counters& counters) const {
+std::string DelegateStats::ToJson(const std::string& backend, int num_threads, const Backend::Counters& counters,
+                                  const std::string& extra) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string j = "{";
   j += "\"backend\":" + JsonString(backend);
@@ -77,6 +75,10 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
   counter("setup_weights_host_us", counters.setup_weights_host_us);
   counter("setup_weights_upload_us", counters.setup_weights_upload_us);
   counter("setup_tuning_us", counters.setup_tuning_us);
+  counter("setup_programs_us", counters.setup_programs_us);
+  counter("weights_on_device", counters.weights_on_device);
+  counter("weights_on_host", counters.weights_on_host);
+  j += extra;
   j += ",\"invocations\":" + std::to_string(invocations_.load(std::memory_order_relaxed));
   // GPU partitions: host dispatch time (RecordDispatch) summed and of the last partition invoke, and how many
   // partition invokes the sum covers (the first ones include weight uploads and GEMM tuning)

@@ -14,6 +14,9 @@
 
 namespace sdgpu {
 
+// `s` as a JSON string literal (quotes, escapes; non-ASCII bytes as \u00XX).
+std::string JsonString(const std::string& s);
+
 class DelegateStats {
  public:
   void RecordPartitioning(const PartitionPlan& plan);
@@ -32,7 +35,9 @@ class DelegateStats {
     dispatches_.fetch_add(1, std::memory_order_relaxed);
   }
   // Backend counters < 0 are not reported (Backend::Counters).
-  std::string ToJson(const std::string& backend, int num_threads, const Backend::Counters& counters = {}) const;
+  // `extra`: Backend::ExtraStatsJson.
+  std::string ToJson(const std::string& backend, int num_threads, const Backend::Counters& counters = {},
+                     const std::string& extra = "") const;
 
  private:
   static constexpr size_t kMaxDeclinedKept = 256;

@@ -35,8 +35,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/build_id.h"
+#include "common/disk_cache.h"
 #include "common/status.h"
 #include "delegate/options.h"
+#include "gpu/setup_progress.h"
 
 namespace sdgpu::gpu {
 
@@ -146,8 +149,40 @@ class Device {
   // Blocking: waits for every earlier command, then copies into `dst`.
   virtual Status Download(const Buffer& buffer, size_t offset, size_t bytes, void* dst) const = 0;
 
-  // The kernel called `name`, compiled once per device (cached; repeated calls are cheap).
+  // The kernel called `name`, compiled once per device (cached; repeated calls are cheap). A backend that compiles
+  // lazily (OpenClDevice) returns a handle to a kernel it builds before its first launch: the request itself is
+  // what tells it which kernels a model uses, so code that only asks whether a kernel exists calls HasKernel.
   virtual Status GetKernel(const std::string& name, const Kernel** out) const = 0;
+  // Whether GetKernel(name) would succeed, without requesting the kernel.
+  virtual bool HasKernel(const std::string& name) const {
+    const Kernel* k = nullptr;
+    return GetKernel(name, &k).ok();
+  }
+  // Builds every kernel requested so far outside a SpeculativeKernels scope that is not built yet (OpenClDevice:
+  // one program for all of them, compiled or read from the cache); other backends compile per kernel at the first
+  // launch and do nothing here. GpuPartition calls it before its first invoke.
+  virtual Status PrepareKernels() const { return Status::Ok(); }
+  // Whether launching `kernel` would compile it first (OpenClDevice: its unit is not built yet), and whether a
+  // compiled program outlives this process (its binary is stored in the persistent cache). The tile tuner launches
+  // a candidate that needs compiling only where that compile is paid once per device, not once per process.
+  virtual bool KernelBuildPending(const Kernel& kernel) const {
+    (void)kernel;
+    return false;
+  }
+  virtual bool ProgramsPersist() const { return true; }
+  // While one lives, GetKernel requests are tuning candidates (TileTuner): a lazy backend builds each only when it is
+  // first launched, so candidates the tuning budget never reaches cost nothing.
+  class SpeculativeKernels {
+   public:
+    explicit SpeculativeKernels(const Device& dev) : dev_(dev) { ++dev_.speculative_; }
+    ~SpeculativeKernels() { --dev_.speculative_; }
+    SpeculativeKernels(const SpeculativeKernels&) = delete;
+    SpeculativeKernels& operator=(const SpeculativeKernels&) = delete;
+
+   private:
+    const Device& dev_;
+  };
+  bool speculative_requests() const { return speculative_ > 0; }
   // Enqueues one launch (see the header comment for args and work sizes). When profiling()
   // and `timings` is non-null, appends this launch's Timer to it.
   virtual Status Launch(const Kernel& kernel, const Args& args, const Dim3& global, const Dim3& local,
@@ -167,11 +202,12 @@ class Device {
   void NoteHostWeightBytes(long long delta) const { host_weight_bytes_.fetch_add(delta, std::memory_order_relaxed); }
   long long host_weight_bytes() const { return host_weight_bytes_.load(std::memory_order_relaxed); }
 
-  // Host time of the lazy set-up an op does at its first Enqueue (stats setup_*_us, Backend::Counters): producing
-  // its packed / transformed constant weights on the host (PackedWeights), uploading weights (UploadWeights and
-  // the partitions' constant uploads), and timing GEMM tile candidates (TileTuner::Tune, its launches and waits
-  // included). Never decremented.
-  enum class Setup { kWeightsHost = 0, kWeightsUpload = 1, kTuning = 2 };
+  // Host time of the lazy set-up before and during the first invoke (stats setup_*_us, Backend::Counters):
+  // producing packed / transformed constant weights on the host (PackedWeights), uploading weights (UploadWeights,
+  // the partitions' constant uploads, the device-side producers' uploads and launches), timing GEMM tile candidates
+  // (TileTuner::Tune, its launches, waits and kernel compiles included) and building programs (compiled or read
+  // from the cache; OpenCL's kernel units, GL's per-kernel programs). Never decremented.
+  enum class Setup { kWeightsHost = 0, kWeightsUpload = 1, kTuning = 2, kPrograms = 3 };
   void NoteSetupNs(Setup kind, long long ns) const {
     setup_ns_[static_cast<int>(kind)].fetch_add(ns, std::memory_order_relaxed);
   }
@@ -207,12 +243,46 @@ class Device {
   void set_overrides(Overrides o) { overrides_ = std::move(o); }
   const Overrides& overrides() const { return overrides_; }
 
+  // What every persistent cache key of this device starts with: the backend, the device and its driver (OpenCL:
+  // platform, device name, driver version; GL: vendor, renderer, version string) and the delegate build (BuildId).
+  virtual std::string cache_key() const { return std::string(backend_name()) + "|" + name() + "|" + BuildId(); }
+  // The persistent cache (common/disk_cache.h; a disabled one until the backend sets it).
+  const DiskCache& cache() const { return *cache_; }
+  void set_cache(std::shared_ptr<const DiskCache> cache) { cache_ = std::move(cache); }
+  // Set-up progress (log lines, stats); set by the backend.
+  SetupProgress& progress() const { return *progress_; }
+  void set_progress(std::unique_ptr<SetupProgress> p) { progress_ = std::move(p); }
+  // Host time the tile tuner may still spend (delegate option tuning_budget_ms minus the tuning time so far).
+  void set_tuning_budget_ms(long long ms) { tuning_budget_ns_ = ms * 1000000; }
+  long long tuning_budget_left_ns() const { return tuning_budget_ns_ - setup_ns(Setup::kTuning); }
+
+  // What became of each GEMM problem the tile tuner was asked to time (stats tiles_tuned / tiles_from_cache /
+  // tiles_untuned): timed now, its winner read from the persistent cache, or left to the cost model's plan because
+  // the tuning budget ran out or a candidate would have to be compiled for this process only (ProgramsPersist).
+  enum class Tuning { kTuned = 0, kFromCache = 1, kUntuned = 2 };
+  void NoteTuning(Tuning what) const { tuning_[static_cast<int>(what)].fetch_add(1, std::memory_order_relaxed); }
+  long long tuning(Tuning what) const { return tuning_[static_cast<int>(what)].load(std::memory_order_relaxed); }
+
+  // Weights prepared for the device (gpu/weight_prep.h), by where their data was produced (stats).
+  void NoteWeightsPrepared(bool on_device) const {
+    (on_device ? weights_on_device_ : weights_on_host_).fetch_add(1, std::memory_order_relaxed);
+  }
+  long long weights_on_device() const { return weights_on_device_.load(std::memory_order_relaxed); }
+  long long weights_on_host() const { return weights_on_host_.load(std::memory_order_relaxed); }
+
  private:
   mutable std::atomic<size_t> weight_bytes_{0};
   mutable std::atomic<long long> host_weight_bytes_{0};
-  mutable std::array<std::atomic<long long>, 3> setup_ns_{};
+  mutable std::array<std::atomic<long long>, 4> setup_ns_{};
   mutable std::vector<float> staging_;
   Overrides overrides_;
+  mutable int speculative_ = 0;
+  std::shared_ptr<const DiskCache> cache_ = std::make_shared<DiskCache>("", 0, Logger());
+  std::unique_ptr<SetupProgress> progress_ = std::make_unique<SetupProgress>("", Logger(LogLevel::kSilent), false);
+  long long tuning_budget_ns_ = 1000LL * 1000000;
+  mutable std::atomic<long long> weights_on_device_{0}, weights_on_host_{0};
+  mutable std::array<std::atomic<long long>, 3> tuning_{};
 };
+
 
 }  // namespace sdgpu::gpu

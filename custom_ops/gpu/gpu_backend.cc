@@ -1,11 +1,59 @@
 #include "gpu/gpu_backend.h"
 
+#include <cstdio>
+
 #include "abi/int_array.h"
 #include "delegate/partitioner.h"
 #include "delegate/sd_delegate.h"
+#include "delegate/stats.h"
 #include "gpu/partition.h"
 
 namespace sdgpu::gpu {
+
+std::shared_ptr<const DiskCache> OpenCache(const DelegateOptions& options, const Logger& logger) {
+  if (options.cache_dir_from_alias) {
+    logger.Warning("option opencl_cache_dir is deprecated: it now names the cache of every GPU backend; use cache_dir");
+  }
+  return std::make_shared<DiskCache>(ResolvedCacheDir(options), static_cast<uint64_t>(options.cache_max_mb) << 20,
+                                     logger);
+}
+
+std::string GpuBackend::ExtraStatsJson() const {
+  // {"program":n,"tiles":n} per counter
+  auto per_kind = [&](long long DiskCache::Counters::*field) {
+    std::string out = "{";
+    for (int k = 0; k < kNumCacheKinds; ++k) {
+      const auto kind = static_cast<CacheKind>(k);
+      out += (k ? "," : "") + JsonString(CacheKindName(kind)) + ":" +
+             std::to_string(device_->cache().counters(kind).*field);
+    }
+    return out + "}";
+  };
+  const DiskCache& cache = device_->cache();
+  std::string j = ",\"cache_dir\":" + JsonString(cache.dir()) + ",\"cache_max_bytes\":" +
+                  std::to_string(cache.max_bytes()) + ",\"cache_hits\":" + per_kind(&DiskCache::Counters::hits) +
+                  ",\"cache_misses\":" + per_kind(&DiskCache::Counters::misses) +
+                  ",\"cache_rejected\":" + per_kind(&DiskCache::Counters::rejected) +
+                  ",\"cache_stores\":" + per_kind(&DiskCache::Counters::stores) +
+                  ",\"cache_store_failures\":" + std::to_string(cache.store_failures()) +
+                  ",\"cache_evictions\":" + std::to_string(cache.evictions());
+  const SetupProgress::Snapshot p = device_->progress().snapshot();
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.3f", p.seconds);
+  j += ",\"setup_phase\":" + JsonString(p.phase) + ",\"setup_detail\":" + JsonString(p.detail) +
+       ",\"setup_done\":" + std::to_string(p.done) + ",\"setup_total\":" + std::to_string(p.total) +
+       ",\"setup_phase_s\":" + seconds + ",\"setup_phases_ms\":{";
+  bool first = true;
+  for (const auto& [name, ms] : p.phase_ms) {
+    j += (first ? "" : ",") + JsonString(name) + ":" + std::to_string(static_cast<long long>(ms + 0.5));
+    first = false;
+  }
+  j += "},\"tuning_budget_ms\":" + std::to_string(options_.tuning_budget_ms) +
+       ",\"tiles_tuned\":" + std::to_string(device_->tuning(Device::Tuning::kTuned)) +
+       ",\"tiles_from_cache\":" + std::to_string(device_->tuning(Device::Tuning::kFromCache)) +
+       ",\"tiles_untuned\":" + std::to_string(device_->tuning(Device::Tuning::kUntuned));
+  return j;
+}
 
 Status GpuBackend::Supports(const ParsedOp&, const std::vector<TensorInfo>&) const { return Status::Ok(); }
 

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
+#include "common/disk_cache.h"
 #include "delegate/backend.h"
 #include "delegate/options.h"
 #include "gpu/device.h"
@@ -20,8 +22,11 @@ namespace sdgpu::gpu {
 class GpuBackend final : public Backend {
  public:
   // `registration_name` (static storage): the delegate kernel's custom_name in TFLite's graph.
-  GpuBackend(const DelegateOptions& options, std::unique_ptr<Device> device, const char* registration_name)
+  GpuBackend(const DelegateOptions& options, std::unique_ptr<Device> device, const char* registration_name,
+             const Logger& logger)
       : options_(options), device_(std::move(device)), registration_name_(registration_name) {
+    device_->set_progress(std::make_unique<SetupProgress>(device_->backend_name(), logger, options.setup_progress));
+    device_->set_tuning_budget_ms(options.tuning_budget_ms);
     Device::Overrides o;
     if (GemmTiles t; !options.gemm_tiles.empty() && ParseGemmTiles(options.gemm_tiles, &t)) o.gemm_tiles = t;
     o.attention_tiling = options.attention_tiling;
@@ -49,8 +54,13 @@ class GpuBackend final : public Backend {
     c.setup_weights_host_us = device_->setup_ns(Device::Setup::kWeightsHost) / 1000;
     c.setup_weights_upload_us = device_->setup_ns(Device::Setup::kWeightsUpload) / 1000;
     c.setup_tuning_us = device_->setup_ns(Device::Setup::kTuning) / 1000;
+    c.setup_programs_us = device_->setup_ns(Device::Setup::kPrograms) / 1000;
+    c.weights_on_device = device_->weights_on_device();
+    c.weights_on_host = device_->weights_on_host();
     return c;
   }
+  // The persistent cache's counters and the set-up progress (DelegateStats::ToJson appends them).
+  std::string ExtraStatsJson() const override;
 
   const Device& device() const { return *device_; }
   const DelegateOptions& options() const { return options_; }
@@ -60,5 +70,9 @@ class GpuBackend final : public Backend {
   std::unique_ptr<Device> device_;
   const char* registration_name_;
 };
+
+// The delegate's persistent cache for a GPU backend: the folder cache_dir names (ResolvedCacheDir), capped at
+// cache_max_mb; the deprecated opencl_cache_dir spelling costs one warning here.
+std::shared_ptr<const DiskCache> OpenCache(const DelegateOptions& options, const Logger& logger);
 
 }  // namespace sdgpu::gpu

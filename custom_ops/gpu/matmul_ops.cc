@@ -187,23 +187,86 @@ void TransposeInto(const float* src, int rows, int cols, float* dst) {
   });
 }
 
-Status PackedWeights::Ensure(const Device& dev) {
+Status DeviceStaging::Upload(const Device& dev, const void* src, size_t bytes, const Buffer** out) {
+  if (!buffer_ || buffer_->bytes() < bytes) {
+    buffer_.reset();  // a launch still reading it keeps it alive (OpenCL / GL release deferred)
+    SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(bytes, &buffer_));
+  }
+  SDGPU_RETURN_IF_ERROR(dev.Upload(*buffer_, 0, bytes, src, /*blocking=*/false));
+  *out = buffer_.get();
+  return Status::Ok();
+}
+
+Status PackedWeights::UploadHost(const Device& dev, const float* data) {
+  if (!half_) {
+    SDGPU_RETURN_IF_ERROR(UploadWeights(dev, data, elements_ * sizeof(float), &buffer_));
+  } else {
+    std::vector<uint16_t> h(elements_);
+    {
+      const SetupTimer timer(dev, Device::Setup::kWeightsHost);
+      for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(data[i]);
+    }
+    SDGPU_RETURN_IF_ERROR(UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_));
+  }
+  dev.NoteWeightsPrepared(false);
+  produce_ = nullptr;  // never needed again; what it captured (host sources, fold sums) goes with it
+  device_produce_ = nullptr;
+  return Status::Ok();
+}
+
+Status PackedWeights::Ensure(const Device& dev, DeviceStaging* staging) {
   if (buffer_) return Status::Ok();
+  if (device_produce_) {
+    DeviceStaging own;
+    std::unique_ptr<Buffer> buffer;
+    {
+      const SetupTimer timer(dev, Device::Setup::kWeightsUpload);
+      SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(elements_ * sizeof(float), &buffer));
+      SDGPU_RETURN_IF_ERROR(device_produce_(dev, *buffer, staging != nullptr ? staging : &own));
+    }
+    dev.NoteWeightBytes(elements_ * sizeof(float));
+    dev.NoteWeightsPrepared(true);
+    buffer_ = std::move(buffer);
+    produce_ = nullptr;
+    device_produce_ = nullptr;
+    return Status::Ok();
+  }
   float* host = nullptr;
-  std::vector<uint16_t> h;
   {
     const SetupTimer timer(dev, Device::Setup::kWeightsHost);
     host = dev.StagingFloats(elements_);
     produce_(host);
-    if (half_) {
-      h.resize(elements_);
-      for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(host[i]);
-    }
   }
-  SDGPU_RETURN_IF_ERROR(half_ ? UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_)
-                              : UploadWeights(dev, host, elements_ * sizeof(float), &buffer_));
-  produce_ = nullptr;  // never needed again; what it captured (host sources, fold sums) goes with it
-  return Status::Ok();
+  return UploadHost(dev, host);
+}
+
+namespace {
+
+constexpr size_t kPackTile = 32, kPackRows = 8;  // transpose_tiled's TR_T x TR_ROWS work-group (copy.cl, copy_ops.cc)
+
+}  // namespace
+
+const Kernel* TransposeKernel(const Device& dev) {
+  const Kernel* k = nullptr;
+  if (dev.max_work_group_size() < kPackTile * kPackRows || !dev.HasKernel("transpose_tiled") ||
+      !dev.GetKernel("transpose_tiled", &k).ok()) {
+    return nullptr;
+  }
+  return k;
+}
+
+PackedWeights::DeviceProducer DeviceTranspose(const Kernel* transpose, const float* src, int rows, int cols) {
+  if (transpose == nullptr || src == nullptr || static_cast<int64_t>(rows) * cols > INT_MAX) return nullptr;
+  return [transpose, src, rows, cols](const Device& dev, const Buffer& dst, DeviceStaging* staging) -> Status {
+    const Buffer* raw = nullptr;
+    SDGPU_RETURN_IF_ERROR(staging->Upload(dev, src, sizeof(float) * static_cast<size_t>(rows) * cols, &raw));
+    // transpose_tiled(y, yo, x, xo, int R, int C, int sb, int ld): y[c][r] = x[r * ld + c]
+    Args a;
+    a.Buf(&dst, 0).Buf(raw, 0).Int(rows).Int(cols).Int(0).Int(cols);
+    const Dim3 global = {(static_cast<size_t>(cols) + kPackTile - 1) / kPackTile * kPackTile,
+                         (static_cast<size_t>(rows) + kPackTile - 1) / kPackTile * kPackRows, 1};
+    return dev.Launch(*transpose, a, global, {kPackTile, kPackRows, 1}, nullptr);
+  };
 }
 
 namespace {
@@ -227,8 +290,7 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
       continue;
     }
     const char* name = conv ? c.conv : c.gemm;
-    const Kernel* probe = nullptr;
-    if (name == nullptr || !dev.GetKernel(name, &probe).ok()) continue;  // config not on this backend
+    if (name == nullptr || !dev.HasKernel(name)) continue;  // config not on this backend
     for (int s = 1; s <= kMaxSplits; s *= 2) {
       if (forced && s != std::max(1, std::min(forced->splits, kMaxSplits))) continue;
       if (s > 1 && !forced && CeilDiv(K, s) < kMinSplitK) break;
@@ -280,6 +342,28 @@ TuneWinner WinnerOf(const TilePlan& p) {
   return {p.bm, p.bn, p.threads, p.splits, p.ln_rows ? 1 : 0, p.tc ? 1 : 0};
 }
 
+// A winner as a cache entry's payload ("tiles v1 bm bn threads splits ln_rows tc"), and back: the parse accepts
+// exactly that form with values in range, anything else is a miss (Tune then checks it names a candidate).
+std::string WinnerText(const TuneWinner& w) {
+  std::string s = "tiles v1";
+  for (int v : w) s += " " + std::to_string(v);
+  return s;
+}
+bool ParseWinner(const std::string& text, TuneWinner* out) {
+  TuneWinner w{};
+  int used = 0;
+  if (text.size() > 128 || std::sscanf(text.c_str(), "tiles v1 %d %d %d %d %d %d%n", &w[0], &w[1], &w[2], &w[3],
+                                       &w[4], &w[5], &used) != 6 ||
+      static_cast<size_t>(used) != text.size()) {
+    return false;
+  }
+  for (int v : w) {
+    if (v < 0 || v > 4096) return false;
+  }
+  *out = w;
+  return true;
+}
+
 }  // namespace
 
 Status CheckForcedTiles(const Device& dev) {
@@ -301,7 +385,7 @@ bool ReadsTileMajorB(const Kernel& kernel) {
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits) {
   const Kernel* kernel = nullptr;
   if (plan->kernel == nullptr || plan->kernel->name() != "gemm_t16x64" || ForcedTiles(dev) != nullptr ||
-      dev.compute_units() <= 0 || !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
+      dev.compute_units() <= 0 || !dev.HasKernel(kSkinny4Kernel)) {
     return false;
   }
   const int64_t groups = static_cast<int64_t>(batch) * CeilDiv(M, 16) * CeilDiv(N, 128);
@@ -314,6 +398,7 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
     k_split = CeilDiv(CeilDiv(K, splits), kTiledBk) * kTiledBk;  // whole k steps
     splits = CeilDiv(K, k_split);
   }
+  if (!dev.GetKernel(kSkinny4Kernel, &kernel).ok()) return false;
   TilePlan p;
   p.bm = 16;
   p.bn = 128;
@@ -336,10 +421,7 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
   std::vector<ScoredPlan> scored;
   SDGPU_RETURN_IF_ERROR(ScorePlans(dev, false, M, N, K, batch, &scored, tc));
   for (const ScoredPlan& sp : scored) {
-    const Kernel* twin = nullptr;
-    if (sp.splits != 1 || !dev.GetKernel(std::string(sp.config->gemm) + (gated ? "_gg_ln" : "_ln"), &twin).ok()) {
-      continue;
-    }
+    if (sp.splits != 1 || !dev.HasKernel(std::string(sp.config->gemm) + (gated ? "_gg_ln" : "_ln"))) continue;
     SDGPU_RETURN_IF_ERROR(MakePlan(dev, false, sp, M, N, K, batch, out));
     if (gated) SDGPU_RETURN_IF_ERROR(GatedTwin(dev, out));
     return LnTwin(dev, out);
@@ -354,10 +436,7 @@ bool TensorCoresWanted(const Device& dev) {
   return dev.overrides().tensor_cores_fp64 && HasFp64TensorCoreKernels(dev);  // explicit fp64 too: only where built
 }
 
-bool HasFp64TensorCoreKernels(const Device& dev) {
-  const Kernel* k = nullptr;
-  return dev.GetKernel("gemm_d64x64", &k).ok();
-}
+bool HasFp64TensorCoreKernels(const Device& dev) { return dev.HasKernel("gemm_d64x64"); }
 
 bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half) {
   return TensorCoresWanted(dev) && s.sak == 1 && (s.sbn == 1 || s.sbk == 1) && !b_half;
@@ -371,6 +450,7 @@ Status GatedTwin(const Device& dev, TilePlan* plan) {
 }
 
 Status TileTuner::UseGatedTwins(const Device& dev) {
+  const Device::SpeculativeKernels speculative(dev);
   for (TilePlan& p : candidates_) SDGPU_RETURN_IF_ERROR(GatedTwin(dev, &p));
   return Status::Ok();
 }
@@ -384,6 +464,7 @@ Status LnTwin(const Device& dev, TilePlan* plan) {
 }
 
 void TileTuner::UseLnTwins(const Device& dev, size_t rows_bytes, bool twins) {
+  const Device::SpeculativeKernels speculative(dev);
   std::vector<TilePlan> kept;
   for (TilePlan p : candidates_) {
     if (twins && LnTwin(dev, &p).ok()) kept.push_back(p);
@@ -400,6 +481,7 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
                        bool enabled, int free_splits, bool tc) {
   candidates_.clear();
   if (!enabled) return Status::Ok();
+  const Device::SpeculativeKernels speculative(dev);  // candidates are compiled only if a tuning reaches them
   std::vector<ScoredPlan> scored;  // one entry under gemm_tiles: nothing to tune
   SDGPU_RETURN_IF_ERROR(ScorePlans(dev, conv, M, N, K, batch, &scored, tc));
   // Split partials are arena memory for the whole run: a candidate may add at most kTuneScratchCap beyond the cost
@@ -463,8 +545,34 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
     auto it = TuneMemo().find(key_);
     if (it != TuneMemo().end() && pick(it->second)) return Status::Ok();
   }
+  // Tuned by an earlier process on this device, driver and delegate build. An entry naming none of today's
+  // candidates (a valid entry of another candidate list) is tuned again and replaced.
+  const std::string cache_key = "tiles|" + dev.cache_key() + "|" + key_;
+  TuneWinner cached{};
+  std::string payload;
+  if (dev.cache().Load(CacheKind::kTiles, cache_key, &payload) && ParseWinner(payload, &cached) && pick(cached)) {
+    std::lock_guard<std::mutex> lock(TuneMutex());
+    TuneMemo()[key_] = cached;
+    dev.NoteTuning(Device::Tuning::kFromCache);
+    return Status::Ok();
+  }
+  // The cost model's plan (and a later process tunes this shape) when the budget is spent, or when a candidate
+  // would be compiled for this process alone (PoCL: tens of seconds per candidate, every start).
+  const bool compiles_lost = !dev.ProgramsPersist() && std::any_of(candidates.begin(), candidates.end(), [&](auto& p) {
+    return dev.KernelBuildPending(*p.kernel) || (p.reduce != nullptr && dev.KernelBuildPending(*p.reduce));
+  });
+  if (dev.tuning_budget_left_ns() <= 0 || compiles_lost) {
+    dev.NoteTuning(Device::Tuning::kUntuned);
+    return Status::Ok();
+  }
   const SetupTimer timer(dev, Device::Setup::kTuning);
   using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  // Budget left after this tuning's own time so far (the timer above adds it to the spent time when it ends).
+  auto over_budget = [&] {
+    return dev.tuning_budget_left_ns() -
+               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count() <= 0;
+  };
   auto seconds = [&](const TilePlan& p, int runs, double* out) {
     const Clock::time_point t0 = Clock::now();
     for (int r = 0; r < runs; ++r) SDGPU_RETURN_IF_ERROR(launch(p));
@@ -472,29 +580,49 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
     *out = std::chrono::duration<double>(Clock::now() - t0).count();
     return Status::Ok();
   };
+  dev.progress().SetDetail("tuning the tiles of a " + std::to_string(candidates.front().bm) + "-row-tile GEMM, " +
+                           std::to_string(candidates.size()) + " candidates");
   const size_t n = candidates.size();
   std::vector<int> runs(n, kTuneRuns);
   std::vector<double> per_launch(n, 0.0);
+  auto give_up = [&] {  // the cost model's plan, nothing stored: a later start (or a larger budget) tunes it
+    dev.progress().SetDetail("");
+    dev.NoteTuning(Device::Tuning::kUntuned);
+    return Status::Ok();
+  };
   for (size_t i = 0; i < n; ++i) {  // warm-up (a kernel's first launch may carry set-up costs), then size a round
+    // Out of budget part-way (a candidate's first launch may compile it): the cost model's plan, not stored.
+    if (i > 0 && over_budget()) return give_up();
     SDGPU_RETURN_IF_ERROR(launch(candidates[i]));
     SDGPU_RETURN_IF_ERROR(dev.Finish());
     double one = 0.0;
     SDGPU_RETURN_IF_ERROR(seconds(candidates[i], 1, &one));
     const double want = one > 0.0 ? std::ceil(kTuneMinRoundS / one) : kTuneMaxRuns;
     runs[i] = static_cast<int>(std::clamp<double>(want, kTuneRuns, kTuneMaxRuns));
+    if (i == 0) {  // what the whole tuning would cost at this candidate's speed: give up now if it cannot fit
+      const double estimate_s = one * static_cast<double>(n) * (2 + kTuneRounds * runs[0]);
+      const double left_s = 1e-9 * static_cast<double>(dev.tuning_budget_left_ns()) -
+                            std::chrono::duration<double>(Clock::now() - start).count();
+      if (estimate_s > left_s) return give_up();
+    }
   }
   for (int round = 0; round < kTuneRounds; ++round) {
     for (size_t i = 0; i < n; ++i) {
+      if (over_budget()) return give_up();
       double sec = 0.0;
       SDGPU_RETURN_IF_ERROR(seconds(candidates[i], runs[i], &sec));
       const double t = sec / runs[i];
       if (round == 0 || t < per_launch[i]) per_launch[i] = t;
     }
   }
+  dev.progress().SetDetail("");
   const TilePlan* best = &candidates[std::min_element(per_launch.begin(), per_launch.end()) - per_launch.begin()];
   *plan = *best;
+  dev.NoteTuning(Device::Tuning::kTuned);
+  const TuneWinner w = WinnerOf(*best);
+  dev.cache().Store(CacheKind::kTiles, cache_key, WinnerText(w));
   std::lock_guard<std::mutex> lock(TuneMutex());
-  TuneMemo()[key_] = WinnerOf(*best);
+  TuneMemo()[key_] = w;
   return Status::Ok();
 }
 
@@ -697,6 +825,13 @@ class TiledGemmOp final : public GpuOp {
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(dev, [&](const TilePlan& p) { return run(p, nullptr); }, &plan_));
     }
     return run(plan_, timings);
+  }
+
+  bool tuning_pending() const override { return tuner_.pending(); }
+  void CollectWeights(std::vector<PackedWeights*>* out) override {
+    for (PackedWeights* w : {packed_.get(), packed_bias_.get(), ln_colsum_.get(), ln_ones_.get(), ln_zeros_.get()}) {
+      if (w != nullptr) out->push_back(w);  // Enqueue's order: the fold sums flow from packed_ to the bias / colsum
+    }
   }
 
   bool FuseResidual(const Device& dev, const Residual& r) override {
@@ -947,6 +1082,10 @@ class TiledConvOp final : public GpuOp {
 
  public:
   bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
+  void CollectWeights(std::vector<PackedWeights*>* out) override {
+    if (packed_) out->push_back(packed_.get());
+  }
+  bool tuning_pending() const override { return tuner_.pending(); }
 };
 
 // The tiled GEMM for `s`, with B packed from `b_const` (an N x K row-major host matrix when
@@ -980,6 +1119,7 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
             std::memcpy(dst, b_const, sizeof(float) * static_cast<size_t>(N) * K);
           }
         });
+    if (b_transposed && !weights_fp16) u->packed_->SetDeviceProducer(DeviceTranspose(TransposeKernel(dev), b_const, N, K));
     u->s_ = packed;
     inputs.erase(std::remove(inputs.begin(), inputs.end(), s.b_input), inputs.end());
   }
@@ -1039,6 +1179,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
       const int co = s.co;
       u->packed_ = std::make_unique<PackedWeights>(static_cast<size_t>(co) * K, weights_fp16,
                                                    [filter, co, K](float* dst) { TransposeInto(filter, co, K, dst); });
+      if (!weights_fp16) u->packed_->SetDeviceProducer(DeviceTranspose(TransposeKernel(dev), filter, co, K));
       u->device_inputs_ = s.has_bias ? std::vector<int>{0, 2} : std::vector<int>{0};
     } else {
       u->device_inputs_ = s.has_bias ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};

@@ -154,22 +154,56 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape&
                        const TensorRef& residual_input = TensorRef(), bool partials_only = false,
                        const TensorRef* ln_colsum = nullptr, float ln_eps = 0.0f);
 
-// A constant GEMM operand owned by its op: produced on the host and uploaded once,
-// as float32 or (delegate option weights_fp16) as half, at the op's first Enqueue.
-// Deferred on purpose: the backend builds every op once just to validate the
-// graph and throws it away, so packing at construction would transform and upload
-// every weight twice. `produce` must stay callable until then (it reads the
-// model's constant tensors, which live as long as the interpreter).
+// Device memory that device-side weight producers upload the model's bytes into before a kernel transforms them
+// (PackedWeights::DeviceProducer): one buffer reused by consecutive producers -- commands run in submission order,
+// so an upload waits for the kernel that read the previous contents -- and grown when a larger one comes.
+class DeviceStaging {
+ public:
+  // Uploads `bytes` of `src` (model data, valid for the interpreter's lifetime: the copy may still be in flight on
+  // return) and gives the buffer holding them.
+  Status Upload(const Device& dev, const void* src, size_t bytes, const Buffer** out);
+
+ private:
+  std::unique_ptr<Buffer> buffer_;
+};
+
+// A constant GEMM operand owned by its op, made once before the first invoke (gpu/weight_prep.h) -- or lazily at
+// the op's first Enqueue -- as float32 or (delegate option weights_fp16) as half:
+//   * on the device when the op set a DeviceProducer (the model's bytes uploaded as stored, one kernel transforms
+//     them: Winograd's U, the packing transposes), which uploads less (U is a^2/9 x the filter) and leaves the host
+//     idle;
+//   * else on the host (`produce`, e.g. the LayerNorm and gated-GELU folds), then uploaded.
+// Deferred on purpose: the backend builds every op once just to validate the graph and throws it away, so packing
+// at construction would transform and upload every weight twice. `produce` must stay callable until then (it reads
+// the model's constant tensors, which live as long as the interpreter).
 class PackedWeights {
  public:
+  // Enqueues the work that fills `dst` (elements() floats) on the device, uploading through `staging`.
+  using DeviceProducer = std::function<Status(const Device& dev, const Buffer& dst, DeviceStaging* staging)>;
+
   // `tile_major`: `produce` writes BOperand::tile_major's layout (operand() says so to the launcher).
   PackedWeights(size_t elements, bool half, std::function<void(float*)> produce, bool tile_major = false)
       : elements_(elements), half_(half), tile_major_(tile_major), produce_(std::move(produce)) {}
-  Status Ensure(const Device& dev);
+  // Makes the data now if not made yet: on the device when it can (`staging`: shared scratch, else its own), else
+  // on the host.
+  Status Ensure(const Device& dev, DeviceStaging* staging = nullptr);
+  bool ready() const { return buffer_ != nullptr; }
   BOperand operand() const { return BOperand{buffer_.get(), 0, half_, tile_major_}; }
-  // The host data's producer, and a step appended to it (before the first Ensure).
+  size_t elements() const { return elements_; }
+  // The device-side producer (float32 data only: a half operand is converted on the host). Cleared by Then().
+  void SetDeviceProducer(DeviceProducer p) {
+    if (!half_) device_produce_ = std::move(p);
+  }
+  bool has_device_producer() const { return static_cast<bool>(device_produce_); }
+  // The host path in two halves (gpu/weight_prep.h runs them on two threads): fill `dst` (elements() zeroed floats),
+  // then convert (half) and upload it.
+  void ProduceHost(float* dst) const { produce_(dst); }
+  Status UploadHost(const Device& dev, const float* data);
+  // The host data's producer, and a step appended to it (before the first Ensure). A host step means the data is
+  // no longer what a device producer makes: Then() drops it.
   const std::function<void(float*)>& producer() const { return produce_; }
   void Then(std::function<void(float*)> post) {
+    device_produce_ = nullptr;
     produce_ = [first = std::move(produce_), post = std::move(post)](float* dst) {
       first(dst);
       post(dst);
@@ -181,8 +215,17 @@ class PackedWeights {
   bool half_;
   bool tile_major_;
   std::function<void(float*)> produce_;
+  DeviceProducer device_produce_;
   std::unique_ptr<Buffer> buffer_;
 };
+
+// A DeviceProducer for the packing transpose: the model's `rows` x `cols` row-major matrix `src` (host, interpreter
+// lifetime) uploaded as stored and written transposed (cols x rows) by `transpose` (transpose_tiled; nullptr: none,
+// the host packs).
+PackedWeights::DeviceProducer DeviceTranspose(const Kernel* transpose, const float* src, int rows, int cols);
+// The transpose_tiled kernel when the device has it and can run its 32 x 8 work-groups, else nullptr (requested at
+// op construction, so lazy backends build it with the model's kernels).
+const Kernel* TransposeKernel(const Device& dev);
 
 // Transposes a rows x cols row-major matrix into `dst` (cols x rows); from 2^20 elements on several host threads.
 void TransposeInto(const float* src, int rows, int cols, float* dst);

@@ -19,6 +19,8 @@
 
 namespace sdgpu::gpu {
 
+class PackedWeights;
+
 // A tensor as a kernel sees it: a device buffer plus a byte offset into it.
 struct TensorRef {
   const Buffer* buffer = nullptr;
@@ -157,6 +159,11 @@ class GpuOp {
   // of computing them. Called before scratch_bytes() is read; may change it.
   virtual void TakeGroupStats(int chunks) { (void)chunks; }
   void set_stats_buffer(const TensorRef& b) { stats_buffer_ = b; }
+  // The constant weights this op makes at its first Enqueue (PackedWeights), in the order it ensures them:
+  // GpuPartition makes all of them in one pass before its first invoke (gpu/weight_prep.h).
+  virtual void CollectWeights(std::vector<PackedWeights*>* out) { (void)out; }
+  // Whether the op's first Enqueue still times GEMM tile candidates (TileTuner; set-up progress).
+  virtual bool tuning_pending() const { return false; }
 
  protected:
   // FuseResidual for ops whose kernels all take the epilogue's parameters: accepts when the device has them.

@@ -16,6 +16,7 @@
 #include "gpu/gpu_backend.h"
 #include "gpu/op_factories.h"
 #include "gpu/op_util.h"
+#include "gpu/weight_prep.h"
 
 namespace sdgpu::gpu {
 
@@ -634,9 +635,26 @@ Status GpuPartition::Ref(int tensor, TensorRef* out) const {
   return Status::Error("internal error: tensor " + std::to_string(tensor) + " has no device buffer");
 }
 
+Status GpuPartition::FirstInvokeSetup() {
+  const Device& dev = device();
+  SDGPU_RETURN_IF_ERROR(dev.PrepareKernels());
+  std::vector<PackedWeights*> weights;
+  int launches = 0;
+  for (Step& step : steps_) {
+    if (step.aliased || step.absorbed) continue;
+    step.op->CollectWeights(&weights);
+    ++launches;
+  }
+  SDGPU_RETURN_IF_ERROR(PrepareWeights(dev, weights));
+  dev.progress().Begin("first inference", launches);
+  return Status::Ok();
+}
+
 Status GpuPartition::Invoke(abi::TfLiteContext* context) {
   if (!prepared_) return Status::Error("invoke before a successful prepare");
   const Device& dev = device();
+  const bool first = invocations_ == 0;
+  if (first) SDGPU_RETURN_IF_ERROR(FirstInvokeSetup());
   const auto t0 = std::chrono::steady_clock::now();
   for (int t : inputs_to_upload_) {
     abi::TfLiteTensor* tensor = nullptr;
@@ -669,9 +687,11 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     const TensorRef scratch{arena_.get(), planner_.offset(step.scratch_request)};
     Status s = step.op->Enqueue(dev, in, out, scratch, dev.profiling() ? &timings[i] : nullptr);
     if (!s.ok()) return Status::Error("node " + std::to_string(step.node_index) + " (" + step.name + "): " + s.message());
+    if (first) dev.progress().Advance();
   }
   delegate_->stats().RecordDispatch(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  if (first) dev.progress().SetDetail("waiting for the device");
   for (int t : outputs_) {
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
@@ -679,9 +699,10 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     const Buffer& buf = *externals_.at(t);
     SDGPU_RETURN_IF_ERROR(dev.Download(buf, 0, std::min(tensor->bytes, buf.bytes()), tensor->data.raw));
   }
-  if (invocations_ == 0) {  // every op has produced its device weights: their host sources are no longer read
-    dev.ReleaseStaging();    // (Device::StagingFloats)
+  if (first) {  // every op has produced its device weights: their host sources are no longer read
+    dev.ReleaseStaging();  // (Device::StagingFloats)
     ReleaseFoldedConstants();
+    dev.progress().End();
   }
   ++invocations_;
   if (dev.profiling()) {

@@ -171,6 +171,9 @@ class GpuPartition {
   Status TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLiteTensor** out) const;
   Status Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);
   Status Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node);
+  // Before the first invoke: the device builds the kernels the ops asked for, every op's constant weights are made
+  // (gpu/weight_prep.h), and the set-up phase "first inference" starts (it ends after the first invoke).
+  Status FirstInvokeSetup();
   Status Invoke(abi::TfLiteContext* context);
   Status Ref(int tensor, TensorRef* out) const;
   // The tensor whose device memory `tensor` lives in (itself unless it is an aliased view).

@@ -127,6 +127,8 @@ class ConstantOp final : public GpuOp {
     return Launch1D(dev, *k_, a, n_, timings);
   }
 
+  void CollectWeights(std::vector<PackedWeights*>* out) override { out->push_back(data_.get()); }
+
   const Kernel* k_ = nullptr;
   int n_ = 0;
   std::unique_ptr<PackedWeights> data_;
@@ -650,8 +652,7 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   }
   if (attrs.head_dim > kMaxHeadDim) {
     // The limit of what this device could run: the any-head-dim tiled kernels when it has them.
-    const Kernel* probe = nullptr;
-    const bool tiled = !legacy_only && dev.GetKernel("attn_flash_dyn", &probe).ok();
+    const bool tiled = !legacy_only && dev.HasKernel("attn_flash_dyn");
     return Status::Error("head_dim " + std::to_string(attrs.head_dim) + " above the kernel limit " +
                          std::to_string(tiled ? kTiledMaxHeadDim : kMaxHeadDim));
   }

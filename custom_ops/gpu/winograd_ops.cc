@@ -12,8 +12,10 @@
 //       whose kernels take it);    global = (Co, T), local = (64, 1, 1)
 //       winograd_output_fM[_sum]_st (..., part, po, int G): the same, also writing the (count, mean, M2) chunk
 //       partials of the SdGroupNorm that reads y (GpuOp::EmitGroupStats, GpuPartition::FuseNormStatistics)
-// (OpenCL sources: ops/conv2d_winograd/opencl.cl.) U[a*a][Ci][Co] = G g G^T is computed on the host in
-// float64 (one rounding, like the CPU backend) and uploaded once at the first Enqueue (see PackedWeights).
+// (OpenCL sources: ops/conv2d_winograd/opencl.cl.) U[a*a][Ci][Co] = G g G^T is made once before the first invoke
+// (gpu/weight_prep.h): on the device by winograd_filter_fM from the filter as stored (opencl_filter.cl: in float64
+// where the device has it, bit for bit the host's transform; gl_filter.glsl: float), else on the host in float64
+// (one rounding, like the CPU backend) and uploaded (see PackedWeights).
 // weights_fp16 stores U as half for F(2x2) only: the output transform's cancellation amplifies U's
 // rounding (measured, Ci 32..320, max |err| / max |y|: F2 3e-4, F4 5e-3, F6 3e-2 .. 8e-2), so F4/F6 keep
 // float32 U -- pick F2 tiles where weight memory matters more than the FLOP savings. V and M live in the op's arena scratch: a*a*T*(Ci + Co) floats,
@@ -167,6 +169,9 @@ class WinogradOp final : public GpuOp {
     if (r.rows != 1 && (hw <= 0 || r.rows % hw != 0)) return false;
     return AcceptResidual(dev, r);
   }
+  void CollectWeights(std::vector<PackedWeights*>* out) override { out->push_back(u_.get()); }
+  bool tuning_pending() const override { return tuner_.pending(); }
+
   bool FuseInputNorm(const Device&, bool silu) override {
     if (input_[silu ? 2 : 1] == nullptr) return false;  // fetched only on devices with the prologue
     norm_ = silu ? 2 : 1;
@@ -227,8 +232,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const bool fits = a2 * g.tiles * std::max(g.ci, g.co) <= INT_MAX && a2 * g.ci * g.co <= INT_MAX;
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
-  const Kernel* skinny = nullptr;
-  const int min_tiles = dev.GetKernel("gemm_t16x64", &skinny).ok() ? kMinTiles : kMinTilesNoSkinny;
+  const int min_tiles = dev.HasKernel("gemm_t16x64") ? kMinTiles : kMinTilesNoSkinny;
   bool ok = constant_filter && fits && g.tiles >= min_tiles &&
             dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
@@ -290,6 +294,23 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   u->u_ = std::make_unique<PackedWeights>(
       static_cast<size_t>(a2) * g.ci * (tile_major ? col_tiles * 64 : g.co), half_u,
       [g, fdata, tile_major](float* dst) { TransformFilter(g, fdata, dst, tile_major); }, tile_major);
+  // U on the device (winograd_filter_fM, ops/conv2d_winograd/opencl_filter.cl / gl_filter.glsl): the filter goes up
+  // as stored, a^2/9 x fewer bytes than U, and the host does no transform.
+  const Kernel* filter_kernel = nullptr;
+  if (!half_u && dev.HasKernel("winograd_filter" + suffix) &&
+      dev.GetKernel("winograd_filter" + suffix, &filter_kernel).ok() && dev.max_work_group_size() >= kTransformWg) {
+    const int ld = tile_major ? col_tiles * 64 : 0;
+    u->u_->SetDeviceProducer([g, fdata, filter_kernel, ld](const Device& d, const Buffer& dst,
+                                                           DeviceStaging* staging) -> Status {
+      const Buffer* raw = nullptr;
+      SDGPU_RETURN_IF_ERROR(staging->Upload(d, fdata, sizeof(float) * 9 * static_cast<size_t>(g.ci) * g.co, &raw));
+      // winograd_filter_fM(U, uo, F, fo, int Ci, int Co, int ld)
+      Args a;
+      a.Buf(&dst, 0).Buf(raw, 0).Int(g.ci).Int(g.co).Int(ld);
+      return d.Launch(*filter_kernel, a, {static_cast<size_t>(ld > 0 ? ld : g.co), static_cast<size_t>(g.ci), 1},
+                      {kTransformWg, 1, 1}, nullptr);
+    });
+  }
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,

@@ -16,7 +16,8 @@ Status CreateGlBackend(const DelegateOptions& options, const Logger& logger, std
   o.dump_dir = options.gl_dump_dir;
   std::unique_ptr<gl::GlDevice> device;
   SDGPU_RETURN_IF_ERROR(gl::GlDevice::Create(o, logger, &device));
-  *out = std::make_unique<gpu::GpuBackend>(options, std::move(device), "SdGpuGL");
+  device->set_cache(gpu::OpenCache(options, logger));
+  *out = std::make_unique<gpu::GpuBackend>(options, std::move(device), "SdGpuGL", logger);
   return Status::Ok();
 }
 

@@ -6,6 +6,10 @@
 #include <cstring>
 #include <utility>
 
+#include "common/build_id.h"
+#include "common/hash64.h"
+#include "gpu/op_util.h"
+
 namespace sdgpu::gl {
 namespace {
 
@@ -121,6 +125,12 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   GLint shared_bytes = 0;
   a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes);
   SDGPU_RETURN_IF_ERROR(GlCheck(a, "reading the compute limits"));
+  GLint binary_formats = 0;
+  a.glGetIntegerv(GL_NUM_PROGRAM_BINARY_FORMATS, &binary_formats);
+  a.glGetError();  // a driver without program binaries is not an error
+  program_binaries_ = binary_formats > 0 && a.glGetProgramBinary != nullptr && a.glProgramBinary != nullptr &&
+                      a.glProgramParameteri != nullptr;
+  device_key_ = "gl|" + vendor + "|" + device_name_ + "|" + version + "|" + BuildId();
   // Mesa's software rasterizers expose the timer query but run dispatches lazily at flush time, so every
   // query reads ~1 ns; they get the glFinish + host clock method instead.
   const bool software = device_name_.rfind("llvmpipe", 0) == 0 || device_name_.rfind("softpipe", 0) == 0 ||
@@ -153,7 +163,9 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
                std::to_string(max_group_count_[0]) + "x" + std::to_string(max_group_count_[1]) + "x" +
                std::to_string(max_group_count_[2]) + ", SSBO blocks " + std::to_string(max_ssbo_blocks_) +
                ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes) +
-               " bytes; " + std::to_string(library_.num_kernels()) + " kernels; profiling timer: " + timing_method() +
+               " bytes; " + std::to_string(library_.num_kernels()) + " kernels; program binaries: " +
+               (program_binaries_ ? std::to_string(binary_formats) + " format(s)" : std::string("none")) +
+               "; profiling timer: " + timing_method() +
                (finish_each_ ? "; gl_finish_each" : "") + (plain_buffers_ ? "; gl_plain_buffers" : "") +
                (barrier_bits_ != GL_ALL_BARRIER_BITS ? "; gl_barrier=minimal" : "") +
                (no_nv_pragmas_ ? "; gl_nv_pragmas=0" : "") + (kernel_alias_.empty() ? "" : "; gl_kernel_alias"));
@@ -265,36 +277,10 @@ Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t,
   const std::string what = "kernel '" + kernel.name + "' (" + library_.file_path(kernel.file) + ", local size " +
                            std::to_string(local[0]) + "x" + std::to_string(local[1]) + "x" +
                            std::to_string(local[2]) + ")";
-  const GLuint shader = a.glCreateShader(GL_COMPUTE_SHADER);
-  if (shader == 0) {
-    Status s = GlCheck(a, "glCreateShader(GL_COMPUTE_SHADER)");
-    return s.ok() ? Status::Error("gl: glCreateShader(GL_COMPUTE_SHADER) returned 0") : s;
-  }
-  const char* text = source.c_str();
-  a.glShaderSource(shader, 1, &text, nullptr);
-  a.glCompileShader(shader);
-  GLint ok = 0;
-  a.glGetShaderiv(shader, GL_COMPILE_STATUS, &ok);
-  if (!ok) {
-    GLint n = 0;
-    a.glGetShaderiv(shader, GL_INFO_LOG_LENGTH, &n);
-    std::string log(static_cast<size_t>(std::max(n, 1)), '\0');
-    a.glGetShaderInfoLog(shader, static_cast<GLsizei>(log.size()), nullptr, log.data());
-    a.glDeleteShader(shader);
-    return Status::Error("gl: compiling " + what + " failed: " + FirstLines(log.c_str(), 4));
-  }
-  const GLuint prog = a.glCreateProgram();
-  a.glAttachShader(prog, shader);
-  a.glLinkProgram(prog);
-  a.glDeleteShader(shader);  // flagged; freed with the program
-  a.glGetProgramiv(prog, GL_LINK_STATUS, &ok);
-  if (!ok) {
-    GLint n = 0;
-    a.glGetProgramiv(prog, GL_INFO_LOG_LENGTH, &n);
-    std::string log(static_cast<size_t>(std::max(n, 1)), '\0');
-    a.glGetProgramInfoLog(prog, static_cast<GLsizei>(log.size()), nullptr, log.data());
-    a.glDeleteProgram(prog);
-    return Status::Error("gl: linking " + what + " failed: " + FirstLines(log.c_str(), 4));
+  GLuint prog = 0;
+  {
+    const gpu::SetupTimer timer(*this, Setup::kPrograms);
+    SDGPU_RETURN_IF_ERROR(LinkProgram(source, what, &prog));
   }
   Program p;
   p.id = prog;
@@ -335,6 +321,77 @@ Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t,
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   logger_.Debug("gl: compiled " + what + " in " + std::to_string(ms) + " ms");
   *out = &programs_.emplace(key, std::move(p)).first->second;
+  return Status::Ok();
+}
+
+Status GlDevice::LinkProgram(const std::string& source, const std::string& what, GLuint* id) const {
+  const GlApi& a = api();
+  const std::string key = "glprog|" + cache_key() + "|" + Hex64(Hash64(source)) + "|" + std::to_string(source.size());
+  std::string payload;  // [format, uint32 LE][binary]
+  if (program_binaries_ && cache().Load(CacheKind::kProgram, key, &payload) && payload.size() > 4) {
+    GLenum format = 0;
+    for (int i = 3; i >= 0; --i) format = (format << 8) | static_cast<unsigned char>(payload[static_cast<size_t>(i)]);
+    const GLuint prog = a.glCreateProgram();
+    a.glProgramBinary(prog, format, payload.data() + 4, static_cast<GLsizei>(payload.size() - 4));
+    GLint ok = 0;
+    a.glGetProgramiv(prog, GL_LINK_STATUS, &ok);
+    if (ok && GlCheck(a, "glProgramBinary").ok()) {
+      *id = prog;
+      return Status::Ok();
+    }
+    a.glDeleteProgram(prog);
+    a.glGetError();
+    // A valid entry (its checksums held) that this driver refuses: compiled again below, and the entry replaced.
+    logger_.Warning("gl: the driver refused a cached program binary for " + what + "; compiling it again");
+  }
+  const GLuint shader = a.glCreateShader(GL_COMPUTE_SHADER);
+  if (shader == 0) {
+    Status s = GlCheck(a, "glCreateShader(GL_COMPUTE_SHADER)");
+    return s.ok() ? Status::Error("gl: glCreateShader(GL_COMPUTE_SHADER) returned 0") : s;
+  }
+  const char* text = source.c_str();
+  a.glShaderSource(shader, 1, &text, nullptr);
+  a.glCompileShader(shader);
+  GLint ok = 0;
+  a.glGetShaderiv(shader, GL_COMPILE_STATUS, &ok);
+  if (!ok) {
+    GLint n = 0;
+    a.glGetShaderiv(shader, GL_INFO_LOG_LENGTH, &n);
+    std::string log(static_cast<size_t>(std::max(n, 1)), '\0');
+    a.glGetShaderInfoLog(shader, static_cast<GLsizei>(log.size()), nullptr, log.data());
+    a.glDeleteShader(shader);
+    return Status::Error("gl: compiling " + what + " failed: " + FirstLines(log.c_str(), 4));
+  }
+  const GLuint prog = a.glCreateProgram();
+  a.glAttachShader(prog, shader);
+  if (program_binaries_) a.glProgramParameteri(prog, GL_PROGRAM_BINARY_RETRIEVABLE_HINT, 1);
+  a.glLinkProgram(prog);
+  a.glDeleteShader(shader);  // flagged; freed with the program
+  a.glGetProgramiv(prog, GL_LINK_STATUS, &ok);
+  if (!ok) {
+    GLint n = 0;
+    a.glGetProgramiv(prog, GL_INFO_LOG_LENGTH, &n);
+    std::string log(static_cast<size_t>(std::max(n, 1)), '\0');
+    a.glGetProgramInfoLog(prog, static_cast<GLsizei>(log.size()), nullptr, log.data());
+    a.glDeleteProgram(prog);
+    return Status::Error("gl: linking " + what + " failed: " + FirstLines(log.c_str(), 4));
+  }
+  if (program_binaries_ && cache().enabled()) {
+    GLint n = 0;
+    a.glGetProgramiv(prog, GL_PROGRAM_BINARY_LENGTH, &n);
+    if (n > 0) {
+      std::string bin(static_cast<size_t>(n) + 4, '\0');
+      GLsizei got = 0;
+      GLenum format = 0;
+      a.glGetProgramBinary(prog, n, &got, &format, bin.data() + 4);
+      if (GlCheck(a, "glGetProgramBinary").ok() && got > 0 && got <= n) {
+        for (int i = 0; i < 4; ++i) bin[static_cast<size_t>(i)] = static_cast<char>((format >> (8 * i)) & 0xff);
+        bin.resize(static_cast<size_t>(got) + 4);
+        cache().Store(CacheKind::kProgram, key, bin);
+      }
+    }
+  }
+  *id = prog;
   return Status::Ok();
 }
 

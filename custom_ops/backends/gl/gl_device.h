@@ -90,6 +90,7 @@ class GlDevice final : public gpu::Device {
   size_t max_work_group_size() const override { return static_cast<size_t>(max_invocations_); }
   bool profiling() const override { return options_.profiling; }
   const char* timing_method() const override { return timer_query_ ? "gl_timer_query" : "gl_finish_host_clock"; }
+  std::string cache_key() const override { return device_key_; }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
   Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
@@ -121,6 +122,9 @@ class GlDevice final : public gpu::Device {
   Status Init(const GlDeviceOptions& options);
   // The caller holds a GlScope.
   Status ProgramFor(const KernelSource& kernel, const std::array<size_t, 3>& local, Program** out) const;
+  // The caller holds a GlScope. A linked program for `source`: from the persistent cache when it has a binary the
+  // driver takes, else compiled (and its binary stored). *id = 0 and an error when the source does not compile.
+  Status LinkProgram(const std::string& source, const std::string& what, GLuint* id) const;
   Status CheckSignature(const std::string& kernel, const Program& p, const gpu::Args& args) const;
   Status ResolveTimers() const;
   // gl_dump_dir: best effort (a failed write is logged, never an error).
@@ -132,6 +136,8 @@ class GlDevice final : public gpu::Device {
   GlDeviceOptions options_;
   ShaderLibrary library_;
   std::string device_name_;
+  std::string device_key_;    // "gl|vendor|renderer|version|build" (cache keys)
+  bool program_binaries_ = false;  // the driver has binary formats and the ES 3.0 binary entry points
   GLint max_invocations_ = 0;
   std::array<GLint, 3> max_group_count_ = {0, 0, 0};
   std::array<GLint, 3> max_group_size_ = {0, 0, 0};

@@ -1,9 +1,10 @@
 #include "backends/opencl/opencl_device.h"
 
+#include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
-#include <sys/stat.h>
+
+#include "common/build_id.h"
+#include "gpu/op_util.h"
 
 namespace sdgpu::ocl {
 namespace {
@@ -33,21 +34,6 @@ std::string PlatformString(const ClApi& api, cl_platform_id p, cl_platform_info 
   return s;
 }
 
-// FNV-1a 64: a cache key, not a security boundary (the driver validates binaries).
-uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-void MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') mkdir(path.substr(0, i).c_str(), 0755);
-  }
-}
-
 class OpenClBuffer final : public gpu::Buffer {
  public:
   OpenClBuffer(ClMemHandle mem, size_t bytes) : mem_(std::move(mem)), bytes_(bytes) {}
@@ -59,15 +45,19 @@ class OpenClBuffer final : public gpu::Buffer {
   size_t bytes_;  // as requested (the allocation is at least 64 bytes)
 };
 
+// A kernel of the library; its cl_kernel exists once the program holding it is built (OpenClDevice builds lazily).
 class OpenClKernel final : public gpu::Kernel {
  public:
-  OpenClKernel(ClKernelHandle k, std::string name) : k_(std::move(k)), name_(std::move(name)) {}
+  OpenClKernel(std::string name, int unit) : name_(std::move(name)), unit_(unit) {}
   const std::string& name() const override { return name_; }
   cl_kernel get() const { return k_.get(); }
+  int unit() const { return unit_; }
+  void set(ClKernelHandle k) { k_ = std::move(k); }
 
  private:
   ClKernelHandle k_;
   std::string name_;
+  int unit_;  // KernelLibrary unit, -1 with the whole library
 };
 
 // Device time of one launch from its event (queue created with CL_QUEUE_PROFILING_ENABLE).
@@ -152,93 +142,194 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   cl_command_queue q = api.clCreateCommandQueue(ctx, rt->device_, props, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue"));
   rt->queue_ = ClQueueHandle(&api, q);
-  SDGPU_RETURN_IF_ERROR(rt->BuildProgram(logger));
+  rt->logger_ = logger;
+  cl_device_type type = 0;
+  if (api.clGetDeviceInfo(rt->device_, CL_DEVICE_TYPE, sizeof(type), &type, nullptr) == CL_SUCCESS) {
+    rt->cpu_device_ = (type & CL_DEVICE_TYPE_CPU) != 0;
+  }
+  if (Status s = KernelLibrary::Parse(KernelSource(), DefinesOf(rt->build_options_), &rt->library_); s.ok()) {
+    rt->split_ = true;
+  } else {
+    logger.Warning(s.message() + "; building the whole library");
+  }
+  if (!rt->split_) {
+    std::lock_guard<std::mutex> lock(rt->mu_);
+    SDGPU_RETURN_IF_ERROR(rt->BuildWholeLibraryLocked());
+  }
   logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
-              "', program " +
-              (rt->program_from_cache_ ? "loaded from the binary cache" : "compiled from source"));
+              "', " + (rt->split_ ? std::to_string(rt->library_.kernel_names().size()) + " kernels in " +
+                                        std::to_string(rt->library_.num_units()) + " units, built per model"
+                                  : std::string("the whole kernel library as one program")));
   *out = std::move(rt);
   return Status::Ok();
 }
 
-Status OpenClDevice::BuildProgram(const Logger& logger) {
-  const ClApi& api = *api_;
-  const std::string source = KernelSource();
-  char key[32];
-  std::snprintf(key, sizeof(key), "%016llx",
-                static_cast<unsigned long long>(Fnv1a(device_key_, Fnv1a(build_options_, Fnv1a(source)))));
-  const std::string cache_file = options_.cache_dir.empty() ? "" : options_.cache_dir + "/sdgpu-" + key + ".clbin";
+std::string OpenClDevice::cache_key() const { return "opencl|" + device_key_ + "|" + BuildId(); }
+
+int OpenClDevice::programs_built() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(programs_.size());
+}
+
+int OpenClDevice::programs_from_cache() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return programs_from_cache_;
+}
+
+Status OpenClDevice::BuildLocked(const std::string& source, const std::string& what, cl_program* out) const {
+  const gpu::SetupTimer timer(*this, Setup::kPrograms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ProgramRequest r;
+  r.api = api_;
+  r.context = context();
+  r.device = device_;
+  r.cpu_device = cpu_device_;
+  r.source = source;
+  r.options = build_options_;
+  r.key_prefix = cache_key();
+  r.store = options_.store_binaries;
+  ProgramResult result;
+  static const DiskCache kNoCache("", 0, Logger());
+  SDGPU_RETURN_IF_ERROR(BuildProgram(r, options_.cache ? *options_.cache : kNoCache, logger_, &result));
+  programs_.emplace_back(api_, result.program);
+  programs_from_cache_ += result.from_cache ? 1 : 0;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  logger_.Info("opencl: " + what + (result.from_cache ? ": loaded from the cache in " : ": compiled in ") +
+               std::to_string(static_cast<long long>(ms)) + " ms");
+  *out = result.program;
+  return Status::Ok();
+}
+
+Status OpenClDevice::CreateClKernelLocked(const std::string& name, cl_program program, ClKernelHandle* out) const {
   cl_int err = CL_SUCCESS;
+  cl_kernel k = api_->clCreateKernel(program, name.c_str(), &err);
+  SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clCreateKernel(" + name + ")").c_str()));
+  *out = ClKernelHandle(api_, k);
+  return Status::Ok();
+}
 
-  if (!cache_file.empty()) {
-    std::ifstream in(cache_file, std::ios::binary);
-    std::string bin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!bin.empty()) {
-      const size_t len = bin.size();
-      const unsigned char* ptr = reinterpret_cast<const unsigned char*>(bin.data());
-      cl_int bin_status = CL_SUCCESS;
-      cl_program p = api.clCreateProgramWithBinary(context(), 1, &device_, &len, &ptr, &bin_status, &err);
-      if (err == CL_SUCCESS && bin_status == CL_SUCCESS) {
-        ClProgramHandle prog(&api, p);
-        if (api.clBuildProgram(p, 1, &device_, build_options_.c_str(), nullptr, nullptr) == CL_SUCCESS) {
-          program_ = std::move(prog);
-          program_from_cache_ = true;
-          return Status::Ok();
-        }
-      } else if (p != nullptr) {
-        api.clReleaseProgram(p);
-      }
-      logger.Info("opencl: ignoring unusable cached program " + cache_file);
-    }
-  }
+Status OpenClDevice::BuildWholeLibraryLocked() const {
+  if (whole_ != nullptr) return Status::Ok();
+  cl_program p = nullptr;
+  SDGPU_RETURN_IF_ERROR(BuildLocked(KernelSource(), "the whole kernel library", &p));
+  whole_ = p;
+  wanted_units_.clear();
+  return Status::Ok();
+}
 
-  const char* src = source.c_str();
-  const size_t len = source.size();
-  cl_program p = api.clCreateProgramWithSource(context(), 1, &src, &len, &err);
-  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateProgramWithSource"));
-  program_ = ClProgramHandle(&api, p);
-  err = api.clBuildProgram(p, 1, &device_, build_options_.c_str(), nullptr, nullptr);
-  if (err != CL_SUCCESS) {
-    size_t n = 0;
-    api.clGetProgramBuildInfo(p, device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
-    std::string log(n, '\0');
-    if (n > 0) api.clGetProgramBuildInfo(p, device_, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
-    if (log.size() > 2000) log.resize(2000);
-    return Status::Error("opencl: kernel build failed: " + ClErrorName(err) + ": " + log);
-  }
-  if (!cache_file.empty()) {
-    size_t bin_size = 0;
-    if (api.clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(bin_size), &bin_size, nullptr) == CL_SUCCESS &&
-        bin_size > 0) {
-      std::string bin(bin_size, '\0');
-      unsigned char* ptr = reinterpret_cast<unsigned char*>(bin.data());
-      if (api.clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(ptr), &ptr, nullptr) == CL_SUCCESS) {
-        MakeDirs(options_.cache_dir);
-        const std::string tmp = cache_file + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(this));
-        std::ofstream o(tmp, std::ios::binary);
-        o.write(bin.data(), static_cast<std::streamsize>(bin.size()));
-        o.close();
-        // Atomic publish: concurrent processes never read a half-written binary.
-        if (!o || std::rename(tmp.c_str(), cache_file.c_str()) != 0) {
-          std::remove(tmp.c_str());
-          logger.Info("opencl: could not write the program cache " + cache_file);
-        }
+Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
+  if (whole_ != nullptr) return Status::Ok();
+  units.insert(wanted_units_.begin(), wanted_units_.end());
+  for (auto it = units.begin(); it != units.end();) it = unit_program_.count(*it) ? units.erase(it) : std::next(it);
+  if (units.empty()) return Status::Ok();
+  size_t kernels = 0;
+  for (int u : units) kernels += library_.KernelsOf(u).size();
+  const std::string what = std::to_string(kernels) + " kernel(s) in " + std::to_string(units.size()) + " unit(s)";
+  // Inside a set-up phase (the first inference: a tuning candidate) the build is its detail; alone, a phase.
+  const bool own_phase = progress().snapshot().phase.empty();
+  if (own_phase) progress().Begin("compiling kernels", 0);
+  progress().SetDetail(own_phase ? what : "compiling " + what);
+  cl_program p = nullptr;
+  Status s = BuildLocked(library_.Compose(units), what, &p);
+  std::string names;
+  if (s.ok()) s = ProgramKernelNames(*api_, p, &names);
+  if (s.ok()) {
+    const std::string list = ";" + names + ";";
+    for (int u : units) {
+      for (const std::string& k : library_.KernelsOf(u)) {
+        if (list.find(";" + k + ";") == std::string::npos) s = Status::Error("the program lacks kernel " + k);
       }
     }
+  }
+  if (own_phase) {
+    progress().End();
+  } else {
+    progress().SetDetail("");
+  }
+  if (!s.ok()) {  // the split missed a dependency between units: the whole library, as before the split
+    std::string why = s.message();
+    if (const size_t nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+    logger_.Warning("opencl: building only the model's kernels failed (" + why.substr(0, 300) +
+                    "); building the whole library");
+    SDGPU_RETURN_IF_ERROR(BuildWholeLibraryLocked());
+    for (auto& [name, kernel] : kernels_) {
+      auto& k = static_cast<OpenClKernel&>(*kernel);
+      if (k.get() != nullptr) continue;
+      ClKernelHandle h;
+      SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, whole_, &h));
+      k.set(std::move(h));
+    }
+    return Status::Ok();
+  }
+  for (int u : units) {
+    unit_program_[u] = p;
+    wanted_units_.erase(u);
+  }
+  for (auto& [name, kernel] : kernels_) {
+    auto& k = static_cast<OpenClKernel&>(*kernel);
+    if (k.get() != nullptr || !units.count(k.unit())) continue;
+    ClKernelHandle h;
+    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, p, &h));
+    k.set(std::move(h));
   }
   return Status::Ok();
+}
+
+bool OpenClDevice::KernelBuildPending(const gpu::Kernel& kernel) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<const OpenClKernel&>(kernel).get() == nullptr;
+}
+
+bool OpenClDevice::ProgramsPersist() const {
+  return options_.cache && options_.cache->enabled() &&
+         (options_.store_binaries == StoreBinaries::kAlways ||
+          (options_.store_binaries == StoreBinaries::kAuto && !cpu_device_));
+}
+
+Status OpenClDevice::PrepareKernels() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!split_ || whole_ != nullptr || wanted_units_.empty()) return Status::Ok();
+  return BuildUnitsLocked({});
 }
 
 Status OpenClDevice::GetKernel(const std::string& name, const gpu::Kernel** out) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = kernels_.find(name);
   if (it == kernels_.end()) {
-    cl_int err = CL_SUCCESS;
-    cl_kernel k = api_->clCreateKernel(program_.get(), name.c_str(), &err);
-    SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clCreateKernel(" + name + ")").c_str()));
-    it = kernels_.emplace(name, std::make_unique<OpenClKernel>(ClKernelHandle(api_, k), name)).first;
+    if (whole_ != nullptr) {
+      ClKernelHandle h;
+      SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, whole_, &h));
+      auto k = std::make_unique<OpenClKernel>(name, -1);
+      k->set(std::move(h));
+      it = kernels_.emplace(name, std::move(k)).first;
+    } else {
+      const int unit = library_.UnitOf(name);
+      if (unit < 0) {
+        return Status::Error("opencl: no kernel '" + name + "' in the kernel library (build options '" +
+                             build_options_ + "')");
+      }
+      auto k = std::make_unique<OpenClKernel>(name, unit);
+      if (auto built = unit_program_.find(unit); built != unit_program_.end()) {
+        ClKernelHandle h;
+        SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, built->second, &h));
+        k->set(std::move(h));
+      } else if (!speculative_requests()) {
+        wanted_units_.insert(unit);
+      }
+      it = kernels_.emplace(name, std::move(k)).first;
+    }
   }
   *out = it->second.get();
   return Status::Ok();
+}
+
+bool OpenClDevice::HasKernel(const std::string& name) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kernels_.count(name)) return true;
+    if (split_ && whole_ == nullptr) return library_.Has(name);
+  }
+  return Device::HasKernel(name);  // the whole library: asks the program (creates the kernel)
 }
 
 Status OpenClDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const {
@@ -275,8 +366,13 @@ Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, co
     g[i] = (global[i] + l[i] - 1) / l[i] * l[i];
     if (global[i] != 1 || local[i] > 1) dims = i + 1;
   }
-  const cl_kernel k = static_cast<const OpenClKernel&>(kernel).get();
   std::lock_guard<std::mutex> lock(mu_);
+  const auto& lazy = static_cast<const OpenClKernel&>(kernel);
+  if (lazy.get() == nullptr) {  // its program is not built yet: build it now (with every other wanted unit)
+    SDGPU_RETURN_IF_ERROR(lazy.unit() >= 0 ? BuildUnitsLocked({lazy.unit()}) : BuildWholeLibraryLocked());
+    if (lazy.get() == nullptr) return Status::Error("opencl: kernel " + kernel.name() + " was not built");
+  }
+  const cl_kernel k = lazy.get();
   cl_uint index = 0;
   auto set = [&](size_t size, const void* value) -> Status {
     const cl_int err = api_->clSetKernelArg(k, index, size, value);

@@ -1,11 +1,16 @@
-// gpu::Device on OpenCL: device, context, in-order queue and the one program
-// holding every kernel of the backend, with RAII ownership of every cl_* handle.
+// gpu::Device on OpenCL: device, context, in-order queue and the programs holding
+// the kernels a model uses, with RAII ownership of every cl_* handle.
 // Everything above the device (ops, partition, planning) lives in gpu/.
 //
-// The program is compiled once per delegate (all .cl sources concatenated);
-// when a cache directory is set the device binary is stored there, keyed by a
-// hash of (source, build options, platform, device, driver), and reused by the
-// next process. Every OpenCL call is checked and turned into a Status.
+// Programs are built lazily from the kernel library (all .cl sources
+// concatenated, split into kernel units by KernelLibrary): GetKernel only
+// records which kernels the ops want, PrepareKernels (or the first launch of a
+// kernel not built yet) compiles every wanted unit as ONE program, and a tuning
+// candidate (Device::SpeculativeKernels) is compiled alone when it is first
+// launched. Each program goes through the persistent cache (program_builder.h),
+// keyed by its source, the build options and the device. When the library
+// cannot be split, or a subset fails to build, the whole library is built as
+// one program, as before. Every OpenCL call is checked and turned into a Status.
 #pragma once
 
 #include <cstddef>
@@ -13,11 +18,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backends/opencl/cl_api.h"
+#include "backends/opencl/kernel_library.h"
+#include "backends/opencl/program_builder.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "gpu/device.h"
@@ -64,14 +72,16 @@ using ClKernelHandle = ClHandle<cl_kernel, &ClApi::clReleaseKernel>;
 using ClEventHandle = ClHandle<cl_event, &ClApi::clReleaseEvent>;
 
 struct OpenClDeviceOptions {
-  bool profiling = false;     // queue with CL_QUEUE_PROFILING_ENABLE; launches record event Timers
-  std::string cache_dir;      // "" = no program-binary cache
+  bool profiling = false;  // queue with CL_QUEUE_PROFILING_ENABLE; launches record event Timers
+  std::shared_ptr<const DiskCache> cache;  // the persistent cache (program binaries); null = none
+  StoreBinaries store_binaries = StoreBinaries::kAuto;  // delegate option cache_programs
 };
 
 class OpenClDevice final : public gpu::Device {
  public:
   // Picks the first GPU device of any platform, else the first device of any
-  // type (PoCL exposes a CPU device), compiles the kernels.
+  // type (PoCL exposes a CPU device), creates the context and queue and splits the kernel library (nothing is
+  // compiled yet).
   static Status Create(const OpenClDeviceOptions& options, const Logger& logger, std::unique_ptr<OpenClDevice>* out);
 
   const char* backend_name() const override { return "opencl"; }
@@ -86,17 +96,29 @@ class OpenClDevice final : public gpu::Device {
   Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
   Status Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const override;
   Status GetKernel(const std::string& name, const gpu::Kernel** out) const override;
+  bool HasKernel(const std::string& name) const override;
+  bool KernelBuildPending(const gpu::Kernel& kernel) const override;
+  bool ProgramsPersist() const override;
+  Status PrepareKernels() const override;
+  std::string cache_key() const override;
   // Sets the arguments (a buffer entry fills two parameters: cl_mem, int offset) and
   // enqueues; serialised by a mutex because cached cl_kernel objects are shared by ops.
   Status Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global, const gpu::Dim3& local,
                 gpu::Timings* timings) const override;
   Status Finish() const override;
 
-  bool program_from_cache() const { return program_from_cache_; }
+  // Programs built so far and how many of them came from the cache (tests, logs).
+  int programs_built() const;
+  int programs_from_cache() const;
 
  private:
   OpenClDevice() = default;
-  Status BuildProgram(const Logger& logger);
+  // The caller holds mu_. Builds `units` (and every wanted unit not built yet) as one program.
+  Status BuildUnitsLocked(std::set<int> units) const;
+  // The caller holds mu_. The whole library as one program (also the fallback when a subset fails).
+  Status BuildWholeLibraryLocked() const;
+  Status BuildLocked(const std::string& source, const std::string& what, cl_program* out) const;
+  Status CreateClKernelLocked(const std::string& name, cl_program program, ClKernelHandle* out) const;
   cl_context context() const { return context_.get(); }
   cl_command_queue queue() const { return queue_.get(); }
 
@@ -107,13 +129,20 @@ class OpenClDevice final : public gpu::Device {
   std::string device_name_;
   std::string device_key_;
   std::string build_options_;  // kBuildOptions, plus -DSDGPU_NV_PTX=1 on NVIDIA's platform (and -DSDGPU_NV_SM90=1 on sm_90+)
+  bool cpu_device_ = false;    // CL_DEVICE_TYPE_CPU (PoCL): program binaries not stored by default (program_builder.h)
   size_t max_wg_ = 0;
   int compute_units_ = 0;
   ClContextHandle context_;
   ClQueueHandle queue_;
-  ClProgramHandle program_;
-  bool program_from_cache_ = false;
-  mutable std::mutex mu_;  // guards kernels_ and argument setting + enqueue
+  Logger logger_;
+  KernelLibrary library_;
+  bool split_ = false;  // library_ parsed: build per unit; else whole_ is the only program
+  mutable std::mutex mu_;  // guards everything below, and argument setting + enqueue
+  mutable std::vector<ClProgramHandle> programs_;
+  mutable int programs_from_cache_ = 0;
+  mutable cl_program whole_ = nullptr;          // the whole library, once built (owned by programs_)
+  mutable std::map<int, cl_program> unit_program_;  // built unit -> its program (owned by programs_)
+  mutable std::set<int> wanted_units_;          // requested outside SpeculativeKernels scopes, not built yet
   mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
 };
 

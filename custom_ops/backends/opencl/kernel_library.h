@@ -1,0 +1,64 @@
+// The OpenCL kernel library (the concatenated .cl sources, KernelSource()) split into top-level units, so a device
+// compiles only the kernels a model uses instead of all ~140 (NVIDIA: ~150 s for the whole library on a cold driver
+// cache; PoCL: tens of CPU seconds to parse it, then machine code for every kernel when its binary is read).
+//
+// A kernel unit is one top-level construct that defines kernels:
+//   * a kernel definition:    __kernel [__attribute__((...))] void NAME(...) { ... }
+//   * a macro instantiation:  MACRO(args) at the start of a line, where MACRO is a function-like macro of the
+//                             library whose expansion defines kernels (SD_GEMM_TILED(gemm_t64x64, ...) defines
+//                             gemm_t64x64 and its _gg / _ln / _gg_ln twins); the names are found by expanding it
+//                             (parameters, ## pasting, nested macros of the library).
+// Everything else -- directives, macro definitions, helper functions, constants, comments -- is shared and kept
+// in every composed program. Top-level #if / #ifdef / #elif / #else / #endif are evaluated with the build
+// options' -D macros and the library's own object-like #defines (C rules: an unknown identifier is 0), so Has()
+// answers "does the program built with these options define this kernel" without compiling anything (the
+// NVIDIA-only tensor-core kernels exist only under SDGPU_NV_PTX). tests/native/test_opencl_kernel_library.py
+// checks the names against a C preprocessor's expansion of the library for each option set.
+//
+// Parse fails (and the device builds the whole library, as before) on anything it does not understand: an
+// unbalanced construct, an #if it cannot evaluate, a macro expanding too deep.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sdgpu::ocl {
+
+class KernelLibrary {
+ public:
+  // `defines`: the build options' -D macros (DefinesOf).
+  static Status Parse(const std::string& source, const std::map<std::string, std::string>& defines,
+                      KernelLibrary* out);
+
+  bool Has(const std::string& kernel) const { return unit_of_.count(kernel) != 0; }
+  // The unit defining `kernel`, or -1.
+  int UnitOf(const std::string& kernel) const;
+  // The kernels unit `unit` defines (under the options).
+  const std::vector<std::string>& KernelsOf(int unit) const { return units_.at(static_cast<size_t>(unit)).kernels; }
+  // Every kernel, in library order.
+  const std::vector<std::string>& kernel_names() const { return names_; }
+  size_t num_units() const { return units_.size(); }
+  // A program: the library with every kernel unit not in `units` cut out (line breaks kept, so compiler messages
+  // keep their line numbers).
+  std::string Compose(const std::set<int>& units) const;
+
+ private:
+  struct Unit {
+    size_t begin = 0, end = 0;  // [begin, end) in source_
+    std::vector<std::string> kernels;
+  };
+  std::string source_;
+  std::vector<Unit> units_;
+  std::vector<std::string> names_;
+  std::map<std::string, int> unit_of_;
+};
+
+// The -D macros of an OpenCL build-option string: "-DNAME" (value "1"), "-DNAME=value", "-D NAME[=value]".
+std::map<std::string, std::string> DefinesOf(const std::string& options);
+
+}  // namespace sdgpu::ocl

@@ -1,0 +1,130 @@
+#include "gpu/weight_prep.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "gpu/op_util.h"
+
+namespace sdgpu::gpu {
+namespace {
+
+// Host buffers in flight between the producing thread and the uploading one: two, so one fills while the other
+// uploads.
+constexpr size_t kSlots = 2;
+
+// The two-stage host pipeline of the header comment. The producer never fails; an upload error stops it.
+class HostPipeline {
+ public:
+  HostPipeline(const Device& dev, const std::vector<PackedWeights*>& weights) : dev_(dev), weights_(weights) {
+    size_t largest = 0;
+    for (const PackedWeights* w : weights_) largest = std::max(largest, w->elements());
+    for (size_t i = 0; i < kSlots; ++i) {
+      slots_.emplace_back();
+      slots_.back().reserve(largest);
+      free_.push_back(i);
+    }
+  }
+
+  Status Run() {
+    std::thread producer;
+    try {
+      producer = std::thread([this] { Produce(); });
+    } catch (const std::system_error&) {  // no thread: the same work, in turn
+      for (PackedWeights* w : weights_) {
+        SDGPU_RETURN_IF_ERROR(w->Ensure(dev_));
+        dev_.progress().Advance();
+      }
+      return Status::Ok();
+    }
+    Status status;
+    for (size_t i = 0; i < weights_.size() && status.ok(); ++i) {
+      size_t slot = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !ready_.empty(); });
+        slot = ready_.front();
+        ready_.pop_front();
+      }
+      status = weights_[i]->UploadHost(dev_, slots_[slot].data());
+      dev_.progress().Advance();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        free_.push_back(slot);
+        stop_ = !status.ok();
+      }
+      cv_.notify_all();
+    }
+    producer.join();
+    return status;
+  }
+
+ private:
+  void Produce() {
+    for (PackedWeights* w : weights_) {
+      size_t slot = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !free_.empty(); });
+        if (stop_) return;
+        slot = free_.front();
+        free_.pop_front();
+      }
+      {
+        const SetupTimer timer(dev_, Device::Setup::kWeightsHost);
+        std::vector<float>& data = slots_[slot];
+        data.assign(w->elements(), 0.0f);  // producers expect zeroed memory (e.g. tile-major padding)
+        w->ProduceHost(data.data());
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ready_.push_back(slot);
+      }
+      cv_.notify_all();
+    }
+  }
+
+  const Device& dev_;
+  const std::vector<PackedWeights*>& weights_;
+  std::vector<std::vector<float>> slots_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<size_t> free_, ready_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights) {
+  std::vector<PackedWeights*> on_device, on_host;
+  for (PackedWeights* w : weights) {
+    if (w == nullptr || w->ready()) continue;
+    (w->has_device_producer() ? on_device : on_host).push_back(w);
+  }
+  if (on_device.empty() && on_host.empty()) return Status::Ok();
+  SetupProgress& progress = dev.progress();
+  progress.Begin("preparing weights", static_cast<long long>(on_device.size() + on_host.size()));
+  DeviceStaging staging;
+  Status status;
+  for (PackedWeights* w : on_device) {
+    status = w->Ensure(dev, &staging);
+    if (!status.ok()) break;
+    progress.Advance();
+  }
+  if (status.ok() && on_host.size() > 1 && std::thread::hardware_concurrency() > 1) {
+    status = HostPipeline(dev, on_host).Run();
+  } else if (status.ok()) {
+    for (PackedWeights* w : on_host) {
+      status = w->Ensure(dev);
+      if (!status.ok()) break;
+      progress.Advance();
+    }
+  }
+  progress.End();
+  return status;
+}
+
+}  // namespace sdgpu::gpu

@@ -1,0 +1,22 @@
+// Making a partition's constant weights (every op's PackedWeights) in one pass before its first invoke, instead of
+// each op making its own at its first Enqueue:
+//   1. the weights with a device producer first (Winograd's U from the filter as stored, the packing transposes):
+//      only uploads and kernel launches are enqueued, so the device works through them while the host goes on;
+//   2. then the host-made ones (LayerNorm / gated-GELU folds, half weights) as a two-stage pipeline: one thread
+//      produces weight i+1 (each producer spreads over the host's cores) while this thread uploads weight i, in
+//      op order (a LayerNorm fold's bias and column sums come from the sums its weights' producer left).
+// GL contexts are current on one thread: every device call stays on the calling thread. Progress: the set-up phase
+// "preparing weights" (gpu/setup_progress.h); stats weights_on_device / weights_on_host.
+#pragma once
+
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/device.h"
+#include "gpu/matmul_ops.h"
+
+namespace sdgpu::gpu {
+
+Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights);
+
+}  // namespace sdgpu::gpu
