@@ -43,10 +43,12 @@ BACKENDS = ("cpu", "opencl", "gl")
 LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
 TENSOR_CORES = ("auto", "off", "3xtf32", "fp64")
+CACHE_PROGRAMS = ("auto", "1", "0")
 # Options that take one of a few strings (None = the delegate's default)
-CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES}
+CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES, "cache_programs": CACHE_PROGRAMS}
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
-FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")
+FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "setup_progress", "gl_finish_each", "gl_plain_buffers",
+                "gl_nv_pragmas")
 
 
 class NativeDelegateError(BackendUnavailableError):
@@ -61,7 +63,17 @@ class DelegateOptions:
     ``attention_block_q/k`` override the SdAttention CPU tile sizes (mainly for tests).
     ``profile_path`` (GPU backends): the delegate writes per-node device kernel times (JSON, averaged over
     all invocations so far) to this file after every invoke; it also turns on queue profiling.
-    ``opencl_cache_dir``: program-binary cache ("none" = off; unset = the delegate's default).
+    ``cache_dir`` (GPU backends): the persistent cache folder (``"none"`` = off; unset = the delegate's default,
+    ``$XDG_CACHE_HOME/sdgpu`` or ``~/.cache/sdgpu``), shared by both GPU backends and every process: compiled programs
+    and measured GEMM tile choices, so a later start skips that set-up (``custom_ops/common/disk_cache.h``).
+    ``cache_max_mb``: that folder's size cap (least recently used entries go first; delegate default 1024).
+    ``opencl_cache_dir``: deprecated spelling of ``cache_dir`` (a ``DeprecationWarning``; sent as ``cache_dir``).
+    ``cache_programs`` (OpenCL): ``"auto"`` (delegate default) stores program binaries for GPUs, not for CPU devices
+    such as PoCL (reading a CPU program's binary compiles every kernel in it); ``"1"`` always; ``"0"`` never.
+    ``tuning_budget_ms`` (GPU backends): host time the GEMM tile tuner may spend per delegate (default 1000); shapes
+    left when it runs out keep the cost model's plan and are tuned by a later start.
+    ``setup_progress`` (GPU backends; unset = on): the delegate prints a progress line every few seconds while a
+    set-up phase runs longer than 3 s; sdlite turns it off where it shows its own progress bar.
     ``weights_fp16`` (GPU backends): store the constant GEMM/conv/Winograd weights as half on the device
     (half the weight memory; fp32 arithmetic, ~1e-3 relative error).
     ``gemm_autotune`` (GPU backends; unset = the delegate's default, on): time the GEMM/conv tile configs of
@@ -117,7 +129,12 @@ class DelegateOptions:
     attention_block_q: int | None = None
     attention_block_k: int | None = None
     profile_path: str | None = None
+    cache_dir: str | None = None
+    cache_max_mb: int | None = None
     opencl_cache_dir: str | None = None
+    cache_programs: str | None = None
+    tuning_budget_ms: int | None = None
+    setup_progress: bool | None = None
     weights_fp16: bool = False
     gemm_autotune: bool | None = None
     fuse_epilogues: bool | None = None
@@ -138,10 +155,22 @@ class DelegateOptions:
             raise NativeDelegateError(f"unknown backend {self.backend!r} (expected one of {', '.join(BACKENDS)})")
         if self.log_level not in LOG_LEVELS:
             raise NativeDelegateError(f"unknown log_level {self.log_level!r} (expected one of {', '.join(LOG_LEVELS)})")
-        for name in ("num_threads", "attention_block_q", "attention_block_k"):
+        for name in ("num_threads", "attention_block_q", "attention_block_k", "cache_max_mb"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise NativeDelegateError(f"{name} must be a positive int, got {value!r}")
+        value = self.tuning_budget_ms
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise NativeDelegateError(f"tuning_budget_ms must be an int >= 0, got {value!r}")
+        if self.opencl_cache_dir is not None:
+            if self.cache_dir is not None and self.cache_dir != self.opencl_cache_dir:
+                raise NativeDelegateError(
+                    f"cache_dir {self.cache_dir!r} and opencl_cache_dir {self.opencl_cache_dir!r} (its deprecated "
+                    "spelling) differ; set cache_dir only")
+            import warnings
+
+            warnings.warn("delegate option opencl_cache_dir is deprecated: use cache_dir (the cache of every GPU "
+                          "backend)", DeprecationWarning, stacklevel=3)
         value = self.attention_key_splits
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 64):
             raise NativeDelegateError(f"attention_key_splits must be an int in 0..64, got {value!r}")
@@ -153,7 +182,7 @@ class DelegateOptions:
                 raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
         if self.gl_barrier not in (None, "all", "minimal"):
             raise NativeDelegateError(f"gl_barrier must be 'all', 'minimal' or None, got {self.gl_barrier!r}")
-        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir"):
+        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir", "cache_dir", "opencl_cache_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
@@ -165,12 +194,16 @@ class DelegateOptions:
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
         out = {"backend": self.backend, "log_level": self.log_level}
-        for name in ("num_threads", "attention_block_q", "attention_block_k", "attention_key_splits"):
+        for name in ("num_threads", "attention_block_q", "attention_block_k", "attention_key_splits", "cache_max_mb",
+                     "tuning_budget_ms"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = str(value)
-        for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling", "layer_norm_fold",
-                     "tensor_cores", "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
+        cache_dir = self.cache_dir if self.cache_dir is not None else self.opencl_cache_dir
+        if cache_dir:
+            out["cache_dir"] = cache_dir
+        for name in ("profile_path", "gemm_tiles", "attention_tiling", "layer_norm_fold", "tensor_cores",
+                     "cache_programs", "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)
@@ -270,7 +303,8 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
     """Create a delegate for ``Interpreter(..., experimental_delegates=[...])``.
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
-    attention_block_q, attention_block_k, profile_path, opencl_cache_dir, weights_fp16, gemm_autotune,
+    attention_block_q, attention_block_k, profile_path, cache_dir, cache_max_mb, cache_programs, tuning_budget_ms,
+    setup_progress, weights_fp16, gemm_autotune,
     fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_*),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.

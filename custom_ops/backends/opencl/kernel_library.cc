@@ -345,6 +345,7 @@ class Scanner {
   struct Found {
     size_t begin, end;
     std::vector<std::string> kernels;
+    int open_ifs;
   };
 
   Status Run(std::vector<Found>* units) {
@@ -363,7 +364,7 @@ class Scanner {
         i = LineCommentEnd(i);
         continue;
       }
-      Found f{i, 0, {}};
+      Found f{i, 0, {}, static_cast<int>(frames_.size())};
       SDGPU_RETURN_IF_ERROR(Item(i, &f));
       i = f.end;
       if (!f.kernels.empty()) units->push_back(std::move(f));
@@ -681,7 +682,7 @@ Status KernelLibrary::Parse(const std::string& source, const std::map<std::strin
       }
       lib.names_.push_back(k);
     }
-    lib.units_.push_back(Unit{f.begin, f.end, std::move(f.kernels)});
+    lib.units_.push_back(Unit{f.begin, f.end, std::move(f.kernels), f.open_ifs});
   }
   *out = std::move(lib);
   return Status::Ok();
@@ -706,6 +707,25 @@ std::string KernelLibrary::Compose(const std::set<int>& units) const {
     at = unit.end;
   }
   out.append(source_, at, std::string::npos);
+  return out;
+}
+
+std::string KernelLibrary::ComposeUnit(int unit) const {
+  const Unit& last = units_.at(static_cast<size_t>(unit));
+  std::string out;
+  out.reserve(last.end);
+  size_t at = 0;
+  for (int u = 0; u < unit; ++u) {
+    const Unit& cut = units_[static_cast<size_t>(u)];
+    out.append(source_, at, cut.begin - at);
+    for (size_t i = cut.begin; i < cut.end; ++i) {
+      if (source_[i] == '\n') out += '\n';
+    }
+    at = cut.end;
+  }
+  out.append(source_, at, last.end - at);
+  out += '\n';
+  for (int i = 0; i < last.open_ifs; ++i) out += "#endif\n";
   return out;
 }
 

@@ -46,11 +46,17 @@ class KernelLibrary {
   // A program: the library with every kernel unit not in `units` cut out (line breaks kept, so compiler messages
   // keep their line numbers).
   std::string Compose(const std::set<int>& units) const;
+  // The program of one unit: the library up to the end of that unit, every other kernel unit cut out, then the
+  // #endif of each #if still open there. C code only uses what is defined before it, so nothing after the unit is
+  // needed, and the source is the same whatever else a model uses (the attention helpers at the end of the library
+  // are the costliest part to parse).
+  std::string ComposeUnit(int unit) const;
 
  private:
   struct Unit {
     size_t begin = 0, end = 0;  // [begin, end) in source_
     std::vector<std::string> kernels;
+    int open_ifs = 0;  // #if blocks open at `end`
   };
   std::string source_;
   std::vector<Unit> units_;

@@ -1,5 +1,6 @@
 #include "backends/opencl/opencl_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -9,9 +10,11 @@
 namespace sdgpu::ocl {
 namespace {
 
-constexpr const char* kBuildOptions = "-cl-std=CL1.2";
+// -w: the compiler's warnings would reach the application's stderr at the first inference (PoCL prints them); the
+// build log is read only when a build fails.
+constexpr const char* kBuildOptions = "-cl-std=CL1.2 -w";
 // NVIDIA's compiler takes inline PTX: the kernels' SDGPU_NV_PTX paths (attention's shfl.sync exchange, ATR_XS).
-constexpr const char* kNvidiaBuildOptions = "-cl-std=CL1.2 -DSDGPU_NV_PTX=1";
+constexpr const char* kNvidiaBuildOptions = "-cl-std=CL1.2 -w -DSDGPU_NV_PTX=1";
 // ... and on compute capability 9.x or newer the FP64 tensor-core kernels (mma.sync m16n8k8 .f64 is sm_90 only).
 constexpr const char* kNvidiaSm90Option = " -DSDGPU_NV_SM90=1";
 constexpr cl_device_info kDeviceComputeCapabilityMajorNv = 0x4000;  // cl_nv_device_attribute_query
@@ -176,8 +179,7 @@ int OpenClDevice::programs_from_cache() const {
   return programs_from_cache_;
 }
 
-Status OpenClDevice::BuildLocked(const std::string& source, const std::string& what, cl_program* out) const {
-  const gpu::SetupTimer timer(*this, Setup::kPrograms);
+Status OpenClDevice::BuildOne(const std::string& source, const std::string& what, ProgramResult* out) const {
   const auto t0 = std::chrono::steady_clock::now();
   ProgramRequest r;
   r.api = api_;
@@ -188,15 +190,11 @@ Status OpenClDevice::BuildLocked(const std::string& source, const std::string& w
   r.options = build_options_;
   r.key_prefix = cache_key();
   r.store = options_.store_binaries;
-  ProgramResult result;
   static const DiskCache kNoCache("", 0, Logger());
-  SDGPU_RETURN_IF_ERROR(BuildProgram(r, options_.cache ? *options_.cache : kNoCache, logger_, &result));
-  programs_.emplace_back(api_, result.program);
-  programs_from_cache_ += result.from_cache ? 1 : 0;
+  SDGPU_RETURN_IF_ERROR(BuildProgram(r, options_.cache ? *options_.cache : kNoCache, logger_, out));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  logger_.Info("opencl: " + what + (result.from_cache ? ": loaded from the cache in " : ": compiled in ") +
-               std::to_string(static_cast<long long>(ms)) + " ms");
-  *out = result.program;
+  logger_.Debug("opencl: " + what + (out->from_cache ? ": loaded from the cache in " : ": compiled in ") +
+                std::to_string(static_cast<long long>(ms)) + " ms");
   return Status::Ok();
 }
 
@@ -210,10 +208,20 @@ Status OpenClDevice::CreateClKernelLocked(const std::string& name, cl_program pr
 
 Status OpenClDevice::BuildWholeLibraryLocked() const {
   if (whole_ != nullptr) return Status::Ok();
-  cl_program p = nullptr;
-  SDGPU_RETURN_IF_ERROR(BuildLocked(KernelSource(), "the whole kernel library", &p));
-  whole_ = p;
+  const gpu::SetupTimer timer(*this, Setup::kPrograms);
+  ProgramResult result;
+  SDGPU_RETURN_IF_ERROR(BuildOne(KernelSource(), "the whole kernel library", &result));
+  programs_.emplace_back(api_, result.program);
+  programs_from_cache_ += result.from_cache ? 1 : 0;
+  whole_ = result.program;
   wanted_units_.clear();
+  for (auto& [name, kernel] : kernels_) {  // kernels requested from the units, not built yet
+    auto& k = static_cast<OpenClKernel&>(*kernel);
+    if (k.get() != nullptr) continue;
+    ClKernelHandle h;
+    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, whole_, &h));
+    k.set(std::move(h));
+  }
   return Status::Ok();
 }
 
@@ -222,23 +230,42 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
   units.insert(wanted_units_.begin(), wanted_units_.end());
   for (auto it = units.begin(); it != units.end();) it = unit_program_.count(*it) ? units.erase(it) : std::next(it);
   if (units.empty()) return Status::Ok();
+  const gpu::SetupTimer timer(*this, Setup::kPrograms);
+  const std::vector<int> list(units.begin(), units.end());
   size_t kernels = 0;
-  for (int u : units) kernels += library_.KernelsOf(u).size();
-  const std::string what = std::to_string(kernels) + " kernel(s) in " + std::to_string(units.size()) + " unit(s)";
+  for (int u : list) kernels += library_.KernelsOf(u).size();
+  const std::string what = std::to_string(kernels) + " kernel(s) in " + std::to_string(list.size()) + " program(s)";
   // Inside a set-up phase (the first inference: a tuning candidate) the build is its detail; alone, a phase.
   const bool own_phase = progress().snapshot().phase.empty();
-  if (own_phase) progress().Begin("compiling kernels", 0);
+  if (own_phase) progress().Begin("compiling kernels", static_cast<long long>(list.size()));
   progress().SetDetail(own_phase ? what : "compiling " + what);
-  cl_program p = nullptr;
-  Status s = BuildLocked(library_.Compose(units), what, &p);
-  std::string names;
-  if (s.ok()) s = ProgramKernelNames(*api_, p, &names);
-  if (s.ok()) {
-    const std::string list = ";" + names + ";";
-    for (int u : units) {
-      for (const std::string& k : library_.KernelsOf(u)) {
-        if (list.find(";" + k + ";") == std::string::npos) s = Status::Error("the program lacks kernel " + k);
-      }
+  // One program per unit: a unit's program source does not depend on which other kernels a model uses, so the
+  // cache entry (and the runtime's own cache, PoCL's kcache) serves every model that uses the unit. Independent
+  // builds run on the host's cores.
+  std::vector<ProgramResult> results(list.size());
+  std::vector<Status> status(list.size());
+  gpu::HostParallelRanges(static_cast<int64_t>(list.size()), 1, list.size() > 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int u = list[static_cast<size_t>(i)];
+      status[static_cast<size_t>(i)] =
+          BuildOne(library_.ComposeUnit(u), "kernel unit " + library_.KernelsOf(u).front(), &results[static_cast<size_t>(i)]);
+      progress().Advance();
+    }
+  });
+  Status s;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (results[i].program != nullptr) {
+      programs_.emplace_back(api_, results[i].program);
+      programs_from_cache_ += results[i].from_cache ? 1 : 0;
+    }
+    if (s.ok() && !status[i].ok()) s = status[i];
+  }
+  for (size_t i = 0; i < list.size() && s.ok(); ++i) {
+    std::string names;
+    s = ProgramKernelNames(*api_, results[i].program, &names);
+    const std::string present = ";" + names + ";";
+    for (const std::string& k : library_.KernelsOf(list[i])) {
+      if (s.ok() && present.find(";" + k + ";") == std::string::npos) s = Status::Error("a program lacks kernel " + k);
     }
   }
   if (own_phase) {
@@ -251,27 +278,23 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
     if (const size_t nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
     logger_.Warning("opencl: building only the model's kernels failed (" + why.substr(0, 300) +
                     "); building the whole library");
-    SDGPU_RETURN_IF_ERROR(BuildWholeLibraryLocked());
-    for (auto& [name, kernel] : kernels_) {
-      auto& k = static_cast<OpenClKernel&>(*kernel);
-      if (k.get() != nullptr) continue;
-      ClKernelHandle h;
-      SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, whole_, &h));
-      k.set(std::move(h));
-    }
-    return Status::Ok();
+    return BuildWholeLibraryLocked();
   }
-  for (int u : units) {
-    unit_program_[u] = p;
-    wanted_units_.erase(u);
+  for (size_t i = 0; i < list.size(); ++i) {
+    unit_program_[list[i]] = results[i].program;
+    wanted_units_.erase(list[i]);
   }
   for (auto& [name, kernel] : kernels_) {
     auto& k = static_cast<OpenClKernel&>(*kernel);
-    if (k.get() != nullptr || !units.count(k.unit())) continue;
+    auto built = unit_program_.find(k.unit());
+    if (k.get() != nullptr || built == unit_program_.end()) continue;
     ClKernelHandle h;
-    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, p, &h));
+    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, built->second, &h));
     k.set(std::move(h));
   }
+  logger_.Info("opencl: " + what + (results.size() == 1 ? "" : ", " + std::to_string(list.size()) + " built in parallel") +
+               "; from the cache: " + std::to_string(std::count_if(results.begin(), results.end(),
+                                                                    [](const ProgramResult& r) { return r.from_cache; })));
   return Status::Ok();
 }
 

@@ -5,12 +5,14 @@
 // Programs are built lazily from the kernel library (all .cl sources
 // concatenated, split into kernel units by KernelLibrary): GetKernel only
 // records which kernels the ops want, PrepareKernels (or the first launch of a
-// kernel not built yet) compiles every wanted unit as ONE program, and a tuning
-// candidate (Device::SpeculativeKernels) is compiled alone when it is first
-// launched. Each program goes through the persistent cache (program_builder.h),
-// keyed by its source, the build options and the device. When the library
-// cannot be split, or a subset fails to build, the whole library is built as
-// one program, as before. Every OpenCL call is checked and turned into a Status.
+// kernel not built yet) builds every wanted unit, each as its own program (the
+// library's shared code plus that unit: the same source whatever model asks for
+// it), in parallel on the host's cores; a tuning candidate
+// (Device::SpeculativeKernels) is built only when it is first launched. Each
+// program goes through the persistent cache (program_builder.h), keyed by its
+// source, the build options and the device. When the library cannot be split,
+// or a unit fails to build, the whole library is built as one program, as
+// before. Every OpenCL call is checked and turned into a Status.
 #pragma once
 
 #include <cstddef>
@@ -113,11 +115,12 @@ class OpenClDevice final : public gpu::Device {
 
  private:
   OpenClDevice() = default;
-  // The caller holds mu_. Builds `units` (and every wanted unit not built yet) as one program.
+  // The caller holds mu_. Builds `units` and every wanted unit not built yet, one program per unit.
   Status BuildUnitsLocked(std::set<int> units) const;
-  // The caller holds mu_. The whole library as one program (also the fallback when a subset fails).
+  // The caller holds mu_. The whole library as one program (also the fallback when a unit fails).
   Status BuildWholeLibraryLocked() const;
-  Status BuildLocked(const std::string& source, const std::string& what, cl_program* out) const;
+  // One program (thread-safe: touches no device state).
+  Status BuildOne(const std::string& source, const std::string& what, ProgramResult* out) const;
   Status CreateClKernelLocked(const std::string& name, cl_program program, ClKernelHandle* out) const;
   cl_context context() const { return context_.get(); }
   cl_command_queue queue() const { return queue_.get(); }
