@@ -974,15 +974,18 @@ class TiledGemmOp final : public GpuOp {
         });
     packed_->Then([g, be, N, K, sums](float* dst) {
       std::vector<double> beta_w(static_cast<size_t>(N), 0.0), colsum(static_cast<size_t>(N), 0.0);
-      for (int kk = 0; kk < K; ++kk) {
-        float* row = dst + static_cast<size_t>(kk) * N;
-        const double bk = static_cast<double>(be[kk]);
-        for (int n = 0; n < N; ++n) {
-          beta_w[n] += bk * row[n];
-          row[n] *= g[kk];
-          colsum[n] += 1.0 * row[n];
+      // column bands on the host's cores (each band walks all K rows: the same k order per column as one thread)
+      HostParallelRanges(N, 64, static_cast<int64_t>(N) * K >= (int64_t{1} << 20), [&](int64_t n0, int64_t n1) {
+        for (int kk = 0; kk < K; ++kk) {
+          float* row = dst + static_cast<size_t>(kk) * N;
+          const double bk = static_cast<double>(be[kk]);
+          for (int64_t n = n0; n < n1; ++n) {
+            beta_w[n] += bk * row[n];
+            row[n] *= g[kk];
+            colsum[n] += 1.0 * row[n];
+          }
         }
-      }
+      });
       sums->beta_w = std::move(beta_w);
       sums->colsum = std::move(colsum);
     });

@@ -102,11 +102,17 @@ Status LnTwin(const Device& dev, TilePlan* plan);
 // best config at some SD1.5 shapes (BENCHMARKS.md). With tuning on, an op's candidates are the cost model's
 // plan plus every other config at its best split (split-K partials capped at max(plan's, 16 MiB)); at the
 // op's first Enqueue each runs once to warm up and 3 times between two Device::Finish() calls (host wall
-// time), and the fastest is kept. Winners are memoised process-wide per (device name, problem, caller key),
-// so each distinct shape tunes once per process. Trade-off: the first invoke pays ~4 launches per candidate
-// per distinct shape and one Finish() per candidate; the op reserves the largest candidate's scratch; and
-// the choice (hence the float rounding of split-K sums) may differ between processes. gemm_tiles
-// (a forced config) disables it.
+// time), and the fastest is kept. Winners are memoised process-wide per (device name, problem, caller key), and
+// stored in the persistent cache (kind "tiles", keyed by the device, its driver, the delegate build and the
+// problem), so each distinct shape tunes once per device: a later process (any model with that shape) reads the
+// winner and launches nothing extra. Tuning time is bounded per delegate (option tuning_budget_ms, Device::
+// tuning_budget_left_ns, kernel compiles of candidates included): a shape reached after the budget is spent, or
+// whose estimate (its first candidate's launch time x the launches the tuning would make) exceeds what is left,
+// keeps the cost model's plan and is not stored, so a later start tunes it. A candidate that would have to be
+// compiled for this process alone (Device::ProgramsPersist false: PoCL) makes the shape untuned too. Trade-off:
+// the first invoke on a new device pays ~4 launches per candidate per distinct shape and one Finish() per
+// candidate; the op reserves the largest candidate's scratch; and the choice (hence the float rounding of
+// split-K sums) may differ between devices. gemm_tiles (a forced config) disables it.
 class TileTuner {
  public:
   // The first candidate is PlanTiles' plan for the same problem, then each other config's cost-model pick, then

@@ -37,6 +37,7 @@
 // F2, 64 tiles: 0.18). The planner's GPU profiles mirror this (winograd/cost.py min_tiles).
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -151,13 +152,19 @@ class WinogradOp final : public GpuOp {
                       {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
   }
 
-  int EmitGroupStats(const Device&, int64_t n, int64_t positions, int64_t channels, int groups) override {
-    if (output_st_[0] == nullptr || output_st_[1] == nullptr || groups <= 0 || n != g_.n ||
-        positions != int64_t{g_.ho} * g_.wo || channels != g_.co || g_.co % groups != 0) {
+  int EmitGroupStats(const Device& dev, int64_t n, int64_t positions, int64_t channels, int groups) override {
+    if (!stats_ok_ || groups <= 0 || n != g_.n || positions != int64_t{g_.ho} * g_.wo || channels != g_.co ||
+        g_.co % groups != 0) {
       return 0;
     }
     const int64_t chunks = int64_t{g_.tiles_h} * g_.tiles_w * (g_.co / groups);
     if (3 * chunks * g_.n * groups > INT_MAX) return 0;
+    // requested only now that they are used (a lazy backend builds only the kernels a model asks for)
+    if (!dev.GetKernel("winograd_output" + suffix_ + "_st", &output_st_[0]).ok() ||
+        !dev.GetKernel("winograd_output" + suffix_ + "_sum_st", &output_st_[1]).ok()) {
+      output_st_[0] = output_st_[1] = nullptr;
+      return 0;
+    }
     stats_groups_ = groups;
     return static_cast<int>(chunks);
   }
@@ -172,8 +179,10 @@ class WinogradOp final : public GpuOp {
   void CollectWeights(std::vector<PackedWeights*>* out) override { out->push_back(u_.get()); }
   bool tuning_pending() const override { return tuner_.pending(); }
 
-  bool FuseInputNorm(const Device&, bool silu) override {
-    if (input_[silu ? 2 : 1] == nullptr) return false;  // fetched only on devices with the prologue
+  bool FuseInputNorm(const Device& dev, bool silu) override {
+    if (!norm_ok_ || !dev.GetKernel("winograd_input" + suffix_ + (silu ? "_gnsilu" : "_gn"), &input_[silu ? 2 : 1]).ok()) {
+      return false;  // only on devices with the prologue
+    }
     norm_ = silu ? 2 : 1;
     return true;
   }
@@ -184,12 +193,16 @@ class WinogradOp final : public GpuOp {
   GemmShape gemm_;
   TilePlan plan_;
   TileTuner tuner_;
-  // winograd_input_fM, and on devices with Device::winograd_io_fusion its _gn / _gnsilu twins (else null)
+  std::string suffix_;  // "_fM"
+  // winograd_input_fM, and its _gn / _gnsilu twins once FuseInputNorm asked for them (devices with
+  // Device::winograd_io_fusion: norm_ok_), else null
   const Kernel* input_[3] = {nullptr, nullptr, nullptr};
+  bool norm_ok_ = false;
   const Kernel* output_ = nullptr;
   const Kernel* output_sum_ = nullptr;  // winograd_output_fM_sum (Device::winograd_io_fusion), else null
-  // the GroupNorm statistics epilogue (EmitGroupStats): winograd_output_fM[_sum]_st (winograd_io_fusion), else null
+  // the GroupNorm statistics epilogue (EmitGroupStats): winograd_output_fM[_sum]_st once asked for (stats_ok_)
   const Kernel* output_st_[2] = {nullptr, nullptr};
+  bool stats_ok_ = false;
   int stats_groups_ = 0;  // > 0: the output transform also writes that GroupNorm's partials (EmitGroupStats)
   std::unique_ptr<PackedWeights> u_;
 };
@@ -236,17 +249,15 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   bool ok = constant_filter && fits && g.tiles >= min_tiles &&
             dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
-  if (ok && dev.winograd_io_fusion() &&
-      !(dev.GetKernel("winograd_input" + suffix + "_gn", &u->input_[1]).ok() &&
-        dev.GetKernel("winograd_input" + suffix + "_gnsilu", &u->input_[2]).ok() &&
-        dev.GetKernel("winograd_output" + suffix + "_sum", &u->output_sum_).ok())) {
-    u->input_[1] = u->input_[2] = u->output_sum_ = nullptr;
-  }
-  if (ok && u->output_sum_ != nullptr &&
-      !(dev.GetKernel("winograd_output" + suffix + "_st", &u->output_st_[0]).ok() &&
-        dev.GetKernel("winograd_output" + suffix + "_sum_st", &u->output_st_[1]).ok())) {
-    u->output_st_[0] = u->output_st_[1] = nullptr;
-  }
+  // The fused variants (Device::winograd_io_fusion) exist, but each is requested only where it is used: _gn /
+  // _gnsilu by FuseInputNorm, _st / _sum_st by EmitGroupStats, _sum below.
+  const bool fusion = ok && dev.winograd_io_fusion() && dev.HasKernel("winograd_input" + suffix + "_gn") &&
+                      dev.HasKernel("winograd_input" + suffix + "_gnsilu") &&
+                      dev.HasKernel("winograd_output" + suffix + "_sum");
+  u->suffix_ = suffix;
+  u->norm_ok_ = fusion;
+  u->stats_ok_ = fusion && dev.HasKernel("winograd_output" + suffix + "_st") &&
+                 dev.HasKernel("winograd_output" + suffix + "_sum_st");
   const bool half_u = node.weights_fp16 && g.m == 2;  // see the header comment
   bool tc = false;                                     // the batched GEMM on tensor cores (TensorCoreGemm)
   if (ok) {
@@ -265,7 +276,14 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.scm = g.co;
     tc = TensorCoreGemm(dev, s, half_u);
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok();
-    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, u->output_sum_ != nullptr ? kMaxSkinnySplits : 1);
+    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, fusion ? kMaxSkinnySplits : 1);
+  }
+  if (ok && fusion) {
+    // A split plan's partials are summed by the _sum output transform: requested now when the plan splits, else as
+    // a tuning candidate's kernel (built only if a tuned split plan ever launches it).
+    std::optional<Device::SpeculativeKernels> speculative;
+    if (u->plan_.splits <= 1) speculative.emplace(dev);
+    ok = dev.GetKernel("winograd_output" + suffix + "_sum", &u->output_sum_).ok();
   }
   if (!ok) {  // direct convolution, same result up to rounding
     ConvShape s;
@@ -314,7 +332,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
-                                       u->output_sum_ != nullptr ? kMaxWinogradTuneSplits : 1, tc));
+                                       fusion ? kMaxWinogradTuneSplits : 1, tc));
   u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
                       std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);

@@ -36,6 +36,9 @@ class BackendOptions:
     log_level: str = "warning"
     allow_fp16: bool = False
     verbose: bool = False  # replay native runtime logs (LiteRT INFO lines) instead of swallowing them
+    # show a progress bar over our GPU delegate's one-time set-up during a model's first call (sdlite.setup_monitor);
+    # the delegate's own progress lines are then off
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -80,7 +83,8 @@ def load_native_delegate(options: BackendOptions, backend: str, context: str):
 
     with capture_native_stderr(options.verbose) as log:
         try:
-            return native.load(backend, log_level=options.log_level, num_threads=options.threads)
+            extra = {"setup_progress": False} if options.progress and backend != "cpu" else {}
+            return native.load(backend, log_level=options.log_level, num_threads=options.threads, **extra)
         except (BackendUnavailableError, ValueError, OSError) as exc:
             failure = exc
     msg = str(failure).strip().splitlines()[-1] if str(failure).strip() else log.summary("delegate creation failed")

@@ -76,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _backend_options(args: argparse.Namespace):
+def _backend_options(args: argparse.Namespace, progress: bool = False):
     from sdlite.backends import BackendOptions
 
     return BackendOptions(name=args.backend, num_threads=args.num_threads, allow_fp16=args.allow_fp16,
-                          verbose=args.verbose)
+                          verbose=args.verbose, progress=progress)
 
 
 def _output_paths(output: Path, n: int) -> list[Path]:
@@ -91,11 +91,41 @@ def _output_paths(output: Path, n: int) -> list[Path]:
     return [output.with_name(f"{output.stem}-{k}{output.suffix}") for k in range(n)]
 
 
+# Stats of our GPU delegate that say where a model's one-time set-up went and what the persistent cache served.
+_SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "setup_weights_host_us", "setup_weights_upload_us",
+                "setup_tuning_us", "weights_on_device", "weights_on_host", "cache_dir", "cache_hits", "cache_misses",
+                "cache_rejected", "cache_stores", "tiles_tuned", "tiles_from_cache", "tiles_untuned",
+                "device_weight_bytes")
+
+
+def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:
+    """Per model: delegate creation, interpreter load, first / second call (the first carries the one-time set-up),
+    and the delegate's own set-up stats; plus the process timeline."""
+    models: dict[str, Any] = {}
+    for name, r in interp.loaded_runners().items():
+        stats = r.delegate_stats()
+        steady = r.second_call_s
+        models[name] = {
+            "delegate_s": r.delegate_s, "load_s": r.load_s, "calls": r.calls, "first_call_s": r.first_call_s,
+            "second_call_s": steady,
+            "setup_s": max(0.0, r.first_call_s - steady) if r.first_call_s is not None and steady is not None else None,
+            "delegate": {k: stats[k] for k in _SETUP_STATS if k in stats} if stats else None,
+        }
+    return {"timeline": timeline.to_dict(), "models": models}
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
+    from sdlite.startup import Timeline
+
+    timeline = getattr(args, "timeline", None) or Timeline()
+    from dataclasses import replace
+
     from sdlite.images import load_init_image, save_png
     from sdlite.interpreter import Interpreter
+    from sdlite.noise import per_image_noise
     from sdlite.pipeline import GenerationParams, StableDiffusionPipeline
 
+    timeline.mark("imports_done")
     if not args.prompt.strip():
         raise SdliteError("prompt is empty")
     params = GenerationParams(
@@ -105,40 +135,67 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     outputs = _output_paths(args.output, params.num_images)
     require = ("text_encoder", "unet", "vae_decoder") + (("vae_encoder",) if args.init_image else ())
-    interp = Interpreter(args.model, _backend_options(args), require=require)
+    progress = not args.no_progress and not args.json
+    interp = Interpreter(args.model, _backend_options(args, progress=progress), require=require)
     m = interp.manifest
     params.validate(m.height, m.width)
     init = load_init_image(args.init_image, m.width, m.height) if args.init_image else None
-    try:
-        interp.load_all(require)  # fail on an unavailable backend before any work
-        pipe = StableDiffusionPipeline(interp)
-        result = pipe(params, init_image=init, progress=not args.no_progress and not args.json)
-    finally:
-        interp.close()
     record: dict[str, Any] = {
         **{k: v for k, v in vars(params).items()}, "height": m.height, "width": m.width,
         "model": m.config, "backend": interp.backend, "init_image": str(args.init_image) if args.init_image else None,
     }
-    for k, (img, path) in enumerate(zip(result.images, outputs)):
-        save_png(img, path, {**record, "seed": result.seeds[k], "image_index": k})
-    t = result.timings
+    results = []
+    try:
+        interp.load_all(require)  # fail on an unavailable backend before any work
+        timeline.mark("models_loaded")
+        pipe = StableDiffusionPipeline(interp)
+        # One image at a time when one image's UNet calls fill whole batches (CFG on a cfg-batch-2 export, any
+        # batch-1 export): the same calls and the same images (image k draws from its own stream, seed + k), and each
+        # image's time is its own -- the first carries the delegates' set-up, the next ones are steady state.
+        # Otherwise (no CFG on a batch-2 export) the images share UNet calls, generated together.
+        streams = per_image_noise(params.seed, params.num_images)
+        if params.num_images > 1 and pipe.calls_per_image_fill_batches(params):
+            for k in range(params.num_images):
+                one = replace(params, num_images=1, seed=params.seed + k)
+                results.append(pipe(one, init_image=init, noise=[streams[k]], progress=progress))
+                save_png(results[-1].images[0], outputs[k], {**record, "seed": params.seed + k, "image_index": k})
+                timeline.mark(f"png_{k}")
+        else:
+            results.append(pipe(params, init_image=init, noise=streams, progress=progress))
+            for k, img in enumerate(results[0].images):
+                save_png(img, outputs[k], {**record, "seed": results[0].seeds[k], "image_index": k})
+                timeline.mark(f"png_{k}")
+        startup = _startup_record(interp, timeline)
+    finally:
+        interp.close()
+    seeds = [s for r in results for s in r.seeds]
+    placement = results[0].placement
+    t = results[0].timings
     if args.json:
         summary = {
-            "images": [str(p) for p in outputs], "seeds": result.seeds, "model": str(args.model),
-            "backend": interp.backend, "params": record, "timings": t.to_dict(), "placement": result.placement,
+            "images": [str(p) for p in outputs], "seeds": seeds, "model": str(args.model),
+            "backend": interp.backend, "params": record, "timings": t.to_dict(),
+            "image_s": [r.timings.total_s for r in results] if len(results) > 1 else None,
+            "image_timings": [r.timings.to_dict() for r in results] if len(results) > 1 else None,
+            "startup": startup, "placement": placement,
         }
         print(json.dumps(summary, indent=2))
     else:
-        for name, where in result.placement.items():
+        for name, where in placement.items():
             print(f"{name}: {where}")
         for k, path in enumerate(outputs):
-            print(f"wrote {path} (seed {result.seeds[k]})")
+            print(f"wrote {path} (seed {seeds[k]})")
+        d = t.to_dict()
         steps = len(t.unet_step_s)
+        steady = d["unet_step_steady_mean_s"]
         print(f"timings: text encoder {t.text_encoder_s * 1e3:.1f} ms, unet {steps} steps x "
-              f"{t.to_dict()['unet_step_mean_s'] * 1e3:.1f} ms = {sum(t.unet_step_s) * 1e3:.1f} ms "
-              f"({t.unet_calls} calls), vae decode {sum(t.vae_decode_s) * 1e3:.1f} ms"
+              f"{d['unet_step_mean_s'] * 1e3:.1f} ms = {sum(t.unet_step_s) * 1e3:.1f} ms "
+              f"({t.unet_calls} calls" + (f"; first {d['unet_first_step_s'] * 1e3:.1f} ms, then "
+                                         f"{steady * 1e3:.1f} ms" if steady is not None else "") + ")"
+              f", vae decode {sum(t.vae_decode_s) * 1e3:.1f} ms"
               + (f", vae encode {t.vae_encode_s * 1e3:.1f} ms" if args.init_image else "")
-              + f", total {t.total_s:.2f} s")
+              + f", total {t.total_s:.2f} s"
+              + ("".join(f"; image {k + 1} {r.timings.total_s:.2f} s" for k, r in enumerate(results[1:], 1))))
     return 0
 
 
@@ -208,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if argv is None and not getattr(args, "verbose", False):
             _silence_native_teardown()
+        if args.command == "generate":
+            from sdlite.startup import Timeline
+
+            args.timeline = Timeline()
+            args.timeline.mark("main")
         from sdlite import native
 
         with native.extra_options(**native.parse_options_text(args.delegate_options)):

@@ -65,6 +65,10 @@ class Interpreter:
     def run(self, name: str, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         return self.runner(name).run(**inputs)
 
+    def loaded_runners(self) -> dict[str, ModelRunner]:
+        """The models loaded so far, by name."""
+        return dict(self._runners)
+
     def placement(self) -> dict[str, str]:
         """``{model: one-line summary of which executor ran which ops}`` for the loaded models."""
         return {name: r.placement.summary(r.info) for name, r in self._runners.items()}

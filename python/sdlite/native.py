@@ -67,7 +67,8 @@ class DelegateOptions:
     ``$XDG_CACHE_HOME/sdgpu`` or ``~/.cache/sdgpu``), shared by both GPU backends and every process: compiled programs
     and measured GEMM tile choices, so a later start skips that set-up (``custom_ops/common/disk_cache.h``).
     ``cache_max_mb``: that folder's size cap (least recently used entries go first; delegate default 1024).
-    ``opencl_cache_dir``: deprecated spelling of ``cache_dir`` (a ``DeprecationWarning``; sent as ``cache_dir``).
+    ``opencl_cache_dir``: deprecated spelling of ``cache_dir`` (the delegate logs one warning; an error when both are
+    set and differ).
     ``cache_programs`` (OpenCL): ``"auto"`` (delegate default) stores program binaries for GPUs, not for CPU devices
     such as PoCL (reading a CPU program's binary compiles every kernel in it); ``"1"`` always; ``"0"`` never.
     ``tuning_budget_ms`` (GPU backends): host time the GEMM tile tuner may spend per delegate (default 1000); shapes
@@ -167,10 +168,7 @@ class DelegateOptions:
                 raise NativeDelegateError(
                     f"cache_dir {self.cache_dir!r} and opencl_cache_dir {self.opencl_cache_dir!r} (its deprecated "
                     "spelling) differ; set cache_dir only")
-            import warnings
 
-            warnings.warn("delegate option opencl_cache_dir is deprecated: use cache_dir (the cache of every GPU "
-                          "backend)", DeprecationWarning, stacklevel=3)
         value = self.attention_key_splits
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 64):
             raise NativeDelegateError(f"attention_key_splits must be an int in 0..64, got {value!r}")
@@ -199,9 +197,10 @@ class DelegateOptions:
             value = getattr(self, name)
             if value is not None:
                 out[name] = str(value)
-        cache_dir = self.cache_dir if self.cache_dir is not None else self.opencl_cache_dir
-        if cache_dir:
-            out["cache_dir"] = cache_dir
+        if self.cache_dir:
+            out["cache_dir"] = self.cache_dir
+        elif self.opencl_cache_dir:  # the delegate warns once that it is deprecated
+            out["opencl_cache_dir"] = self.opencl_cache_dir
         for name in ("profile_path", "gemm_tiles", "attention_tiling", "layer_norm_fold", "tensor_cores",
                      "cache_programs", "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
             value = getattr(self, name)

@@ -88,10 +88,18 @@ class Timings:
     total_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields plus totals. ``unet_step_mean_s`` averages every step, the first included, which on a fresh
+        interpreter also carries our GPU delegate's one-time set-up; ``unet_first_step_s``,
+        ``unet_step_steady_mean_s`` (the steps after the first) and ``unet_setup_s`` (first minus steady, None
+        with a single step) keep them apart."""
         d = asdict(self)
         steps = self.unet_step_s
         d["unet_total_s"] = float(sum(steps))
         d["unet_step_mean_s"] = float(np.mean(steps)) if steps else 0.0
+        d["unet_first_step_s"] = float(steps[0]) if steps else 0.0
+        steady = float(np.mean(steps[1:])) if len(steps) > 1 else None
+        d["unet_step_steady_mean_s"] = steady
+        d["unet_setup_s"] = max(0.0, float(steps[0]) - steady) if steady is not None else None
         d["vae_decode_total_s"] = float(sum(self.vae_decode_s))
         return d
 
@@ -238,6 +246,13 @@ class StableDiffusionPipeline:
             times.append(time.perf_counter() - t0)
             images.append(to_uint8(img))
         return images, times
+
+    def calls_per_image_fill_batches(self, params: GenerationParams) -> bool:
+        """Whether one image's UNet work items per step (2 with CFG, else 1) fill whole batches of the exported
+        UNet: then generating images one at a time makes the same calls as generating them together."""
+        unet, s_name, *_ = self._unet_io()
+        batch = unet.inputs[s_name].shape[0]
+        return (2 if params.do_cfg else 1) % batch == 0
 
     # -- the loop -----------------------------------------------------------------------------------------
     def __call__(

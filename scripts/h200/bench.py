@@ -11,6 +11,11 @@ Runs on the device (``scripts/h200/run.sh``) and, for testing, here on the tiny 
 ``cpu``        LiteRT CPU (XNNPACK, all cores) - also the parity reference
 ``litert-gpu`` the stock LiteRT GPU accelerator through ``sdlite bench --backend litert-gpu`` (subprocess,
                timeout: it may fall back to CPU, fail or crash; what happened is recorded)
+``e2e``        end to end: ``sdlite generate`` (20 steps, CFG, 512x512, cfg-batch-2 UNet) as a fresh process from
+               start to PNG, per variant with an empty delegate cache (cold), with the cache that run filled (warm),
+               and two images in one process (``--num-images 2``: the second image's own time); next to diffusers'
+               StableDiffusionPipeline fp32 (TF32 off) and fp16 on the same GPU. Needs the prepare stage's
+               unet_b2 and vae_decoder variants and the kit's text encoder (pack.py)
 ``report``     (alone) only rewrite h200.json / h200.md from the rows already in the work dir
 
 Every row runs in its own process under a timeout derived from ``--deadline-s``, results are merged into
@@ -43,7 +48,9 @@ from kit import (MODELS, SOURCE_MODEL, Kit, Variant, Work, elapsed, here, log, p
                  start_time, write_json)
 from h200_report import derive, markdown
 
-STAGES = ("prepare", "ours", "torch", "cpu", "litert-gpu")
+STAGES = ("prepare", "ours", "torch", "cpu", "litert-gpu", "e2e")
+E2E_RUNS = ("cold", "warm", "2images")
+E2E_PROMPT = "a photo of an astronaut riding a horse on mars"
 DETAILS = "h200-details.tar.gz"  # with h200.json, h200.md and run.sh's run.log: 4 of the 8 files $OUT may return
 PACKAGES = ("ai-edge-litert", "torch", "diffusers", "transformers", "numpy")
 
@@ -81,12 +88,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--row-timeout", type=float, default=float(env("H200_ROW_TIMEOUT", "300")))
     ap.add_argument("--deadline-s", type=float, default=float(env("H200_DEADLINE_S", "510")),
                     help="stop starting rows after this many seconds (the device allows ~9 min per call)")
+    ap.add_argument("--e2e-variants", default=env("H200_E2E_VARIANTS", "plain,fused+winoauto"),
+                    help="model variants of the end-to-end rows (their unet_b2 / vae_decoder files)")
+    ap.add_argument("--e2e-runs", default=env("H200_E2E_RUNS", ",".join(E2E_RUNS)),
+                    help="cold (empty delegate cache), warm (the cache cold filled), 2images (warm, --num-images 2)")
+    ap.add_argument("--e2e-backend", default="opencl")
+    ap.add_argument("--e2e-steps", type=int, default=20)
+    ap.add_argument("--e2e-prompt", default=E2E_PROMPT)
+    ap.add_argument("--pipeline-runs", type=int, default=3, help="diffusers images timed after the warm-up one")
     ap.add_argument("--quick", action="store_true", help="few runs everywhere (tests)")
     ap.add_argument("--fresh", action="store_true", help="forget rows of earlier calls in this work dir")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the plan and every command a row would run; run nothing, write nothing")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.warmup, args.cpu_runs, args.cpu_warmup = 2, 1, 2, 1
-        args.torch_runs, args.torch_warmup, args.litert_gpu_runs = 3, 1, 2
+        args.torch_runs, args.torch_warmup, args.litert_gpu_runs, args.pipeline_runs = 3, 1, 2, 1
     return args
 
 
@@ -117,12 +134,19 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
-def _run(cmd: list[str], timeout: float, log_file: Path) -> tuple[str, str]:
-    """Run ``cmd`` (stdout shared with ours, stderr to ``log_file``): ``(status, error)``."""
+DRY_RUN = False  # --dry-run: commands are printed, not run (set by main)
+
+
+def _run(cmd: list[str], timeout: float, log_file: Path, stdout_file: Path | None = None) -> tuple[str, str]:
+    """Run ``cmd`` (stdout shared with ours, or to ``stdout_file``; stderr to ``log_file``): ``(status, error)``."""
+    if DRY_RUN:
+        log(f"dry run: would run (timeout {timeout:.0f} s): {shlex.join(cmd)}")
+        return "skipped", "dry run"
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "wb") as err:
+    with open(log_file, "wb") as err, open(stdout_file or os.devnull, "wb") as out:
         try:
-            rc = subprocess.run(cmd, stdout=None, stderr=err, timeout=timeout, check=False).returncode
+            rc = subprocess.run(cmd, stdout=out if stdout_file else None, stderr=err, timeout=timeout,
+                                check=False).returncode
         except subprocess.TimeoutExpired:
             return "timeout", f"killed after {timeout:.0f} s; stderr tail: {_tail(log_file)}"
     if rc == 0:
@@ -155,6 +179,8 @@ class Bench:
         self.cpu_variants = [Variant(v).name for v in parse_list(args.cpu_variants)]
         self.litert_gpu_variants = [Variant(v).name for v in parse_list(args.litert_gpu_variants)]
         self.backends = parse_list(args.backends, ("opencl", "gl"), "backend")
+        self.e2e_variants = [Variant(v).name for v in parse_list(args.e2e_variants)]
+        self.e2e_runs = parse_list(args.e2e_runs, E2E_RUNS, "e2e run")
         self.stages = [s for s in parse_list(args.stages, (*STAGES, "report"), "stage") if s != "report"]
         self.call_rows: dict[str, str] = {}  # status of the rows of this call
         prev = {} if args.fresh else read_json(self.work.results, {})
@@ -163,6 +189,8 @@ class Bench:
         self.plan = {"models": self.models, "variants": self.variants, "backends": self.backends,
                      "cpu_variants": self.cpu_variants, "litert_gpu_variants": self.litert_gpu_variants,
                      "torch_device": args.torch_device, "profile": args.profile,
+                     "e2e_variants": self.e2e_variants, "e2e_runs": self.e2e_runs, "e2e_steps": args.e2e_steps,
+                     "e2e_backend": args.e2e_backend, "e2e_prompt": args.e2e_prompt,
                      "seed": args.seed, "winograd_profile": args.winograd_profile,
                      "cpu_threads": BackendOptions(name="cpu").threads,
                      "kit_models": {m: {"precision": self.kit.doc["models"][m].get("precision")} for m in self.models}}
@@ -189,9 +217,14 @@ class Bench:
     def display_plan(self) -> dict[str, Any]:
         """This call's plan widened by the rows earlier calls left in the work dir (so none is hidden)."""
         plan = {**self.plan, **{k: list(self.plan[k]) for k in ("models", "variants", "backends", "cpu_variants",
-                                                                "litert_gpu_variants")}}
+                                                                "litert_gpu_variants", "e2e_variants")}}
         for key in self.results["rows"]:
             model, row = key.split("|", 1)
+            if model == "e2e":
+                variant = row.removeprefix("ours-").rsplit("-", 1)[0] if row.startswith("ours-") else ""
+                if variant and variant not in plan["e2e_variants"]:
+                    plan["e2e_variants"].append(variant)
+                continue
             kind, _, rest = row.partition("-")
             if model not in plan["models"] and model in MODELS:
                 plan["models"].append(model)
@@ -210,6 +243,8 @@ class Bench:
         return plan
 
     def save(self) -> None:
+        if DRY_RUN:
+            return
         self.results["env"] = self.env
         self.results["plan"] = plan = self.display_plan()
         write_json(self.work.results, self.results)
@@ -285,7 +320,8 @@ class Bench:
             return
         out = self.work.root / "rows" / f"{model}-prepare.json"
         out.unlink(missing_ok=True)
-        wanted = sorted(set(self.variants) | set(self.cpu_variants) | set(self.litert_gpu_variants),
+        e2e = self.e2e_variants if "e2e" in self.stages and model in ("unet_b2", "vae_decoder") else []
+        wanted = sorted(set(self.variants) | set(self.cpu_variants) | set(self.litert_gpu_variants) | set(e2e),
                         key=self.variants_order)
         status, error = _run(self.worker(
             "prepare", "--name", model, "--skeleton", str(self.kit.skeleton(model)), "--variants", ",".join(wanted),
@@ -306,7 +342,7 @@ class Bench:
     def tflite_row(self, model: str, row: str, variant: str, backend: str, runs: int, warmup: int,
                    profile: str) -> None:
         path = self.work.model(model, Variant(variant))
-        if not path.is_file():
+        if not path.is_file() and not DRY_RUN:
             self.record(model, row, {"status": "error", "error": f"{path} missing (prepare stage failed or not run)"})
             return
         timeout = self.budget(self.args.row_timeout)
@@ -349,13 +385,16 @@ class Bench:
             self.record(model, row, {"status": "skipped", "error": f"the attempt on {timed_out[0]} timed out"})
             return
         timeout = self.budget(self.args.litert_gpu_timeout)
-        if not path.is_file() or timeout is None:
+        if (not path.is_file() and not DRY_RUN) or timeout is None:
             self.record(model, row, {"status": "skipped" if timeout is None else "error",
                                      "error": "deadline" if timeout is None else f"{path} missing"})
             return
         log(f"{model} {row}: sdlite bench --backend litert-gpu (timeout {timeout:.0f} s)")
         cmd = [python(), "-m", "sdlite", "bench", str(path), "--backend", "litert-gpu", "--num_runs",
                str(self.args.litert_gpu_runs), "--warmup_runs", "1", "--json"]
+        if DRY_RUN:
+            _run(cmd, timeout, Path(os.devnull))
+            return
         t0 = time.monotonic()
         err_file = self.work.root / "logs" / f"{model}-{row}.err"
         err_file.parent.mkdir(parents=True, exist_ok=True)
@@ -411,15 +450,102 @@ class Bench:
                     self.record(m, f"torch-{dt}", {**row, "seconds": round(time.monotonic() - t0, 1),
                                                    "peak_memory_mb": data.get("rows", {}).get("_peak_memory_mb")})
 
+    def stage_e2e(self) -> None:
+        """The end-to-end rows (module docstring): per variant, fresh `sdlite generate` processes timed from spawn to
+        exit, each reporting its own start-up timeline (process start to PNG) and its delegates' set-up stats."""
+        if not self.kit.doc.get("e2e"):
+            self.record("e2e", "prepare", {"status": "error", "error": "the kit has no end-to-end folder (prepare.sh "
+                                           "with a --b2 conversion made with --models text_encoder,unet,vae_decoder)"})
+            return
+        timeout = self.budget(self.args.row_timeout, floor=30)
+        if timeout is None:
+            self.record("e2e", "prepare", {"status": "skipped", "error": "deadline"})
+            return
+        out = self.work.root / "rows" / "e2e-prepare.json"
+        out.unlink(missing_ok=True)
+        status, error = _run(self.worker(
+            "prepare-e2e", "--kit", str(self.kit.root), "--work", str(self.work.root), "--variants",
+            ",".join(self.e2e_variants), "--winograd-profile", self.args.winograd_profile, "--seed",
+            str(self.args.seed), "--out", str(out)), timeout, self.work.root / "logs" / "e2e-prepare.err")
+        folders = (read_json(out, {}) or {}).get("variants", {}) if status == "ok" else {}
+        self.record("e2e", "prepare", {"status": status, "error": error, "variants": folders})
+        for v in self.e2e_variants:
+            for run in self.e2e_runs:
+                self.e2e_row(v, run, folders.get(v, {}) if not DRY_RUN else {"status": "ok"})
+        self.pipeline_rows()
+
+    def e2e_row(self, variant: str, run: str, folder: dict[str, Any]) -> None:
+        row = f"ours-{self.args.e2e_backend}-{variant}-{run}"
+        if folder.get("status") != "ok":
+            self.record("e2e", row, {"status": "error", "error": folder.get("error", "no end-to-end folder")})
+            return
+        timeout = self.budget(self.args.row_timeout)
+        if timeout is None:
+            self.record("e2e", row, {"status": "skipped", "error": "deadline"})
+            return
+        root = self.work.root / "e2e"
+        cache = root / "cache" / Variant(variant).model_name
+        if run == "cold" and not DRY_RUN:  # an empty delegate cache; warm and 2images reuse what cold stored
+            shutil.rmtree(cache, ignore_errors=True)
+        png = root / "out" / f"{Variant(variant).model_name}-{run}.png"
+        options = ";".join(o for o in (f"cache_dir:{cache}", Variant(variant).delegate_options) if o)
+        cmd = [python(), "-m", "sdlite", "generate", str(root / Variant(variant).model_name), "-p",
+               self.args.e2e_prompt, "--steps", str(self.args.e2e_steps), "--seed", str(self.args.seed), "--backend",
+               self.args.e2e_backend, "--json", "--no-progress", "-o", str(png), "--delegate_options", options]
+        if run == "2images":
+            cmd += ["--num-images", "2"]
+        out = self.work.root / "rows" / f"e2e-{row}.json"
+        out.unlink(missing_ok=True)
+        png.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        status, error = _run(cmd, timeout, self.work.root / "logs" / f"e2e-{row}.err", stdout_file=out)
+        wall = time.monotonic() - t0
+        data: dict[str, Any] = {"status": status, "error": error, "variant": variant, "run": run,
+                                "command": shlex.join(cmd), "wall_s": round(wall, 3)}
+        if status == "ok":
+            try:
+                data.update(e2e_summary(json.loads(out.read_text())))
+            except (ValueError, KeyError, TypeError) as exc:
+                data.update(status="error", error=f"unreadable sdlite generate --json output: {exc}")
+        if data["status"] == "ok":
+            log(f"e2e {row}: PNG at {data.get('png_s')} s after process start (process wall {wall:.2f} s)"
+                + (f"; second image {data['second_image_s']:.3f} s" if data.get("second_image_s") else ""))
+        else:
+            log(f"e2e {row}: {data['status']}: {data['error']}")
+        self.record("e2e", row, data)
+
+    def pipeline_rows(self) -> None:
+        """diffusers' StableDiffusionPipeline, whole images, fp32 and fp16 (rows e2e|diffusers-DTYPE)."""
+        timeout = self.budget(self.args.row_timeout)
+        dtypes = self.args.torch_dtypes.split(",")
+        if timeout is None:
+            for dt in dtypes:
+                self.record("e2e", f"diffusers-{dt}", {"status": "skipped", "error": "deadline"})
+            return
+        out = self.work.root / "rows" / "e2e-diffusers.json"
+        out.unlink(missing_ok=True)
+        t0 = time.monotonic()
+        status, error = _run(self.worker(
+            "pipeline", "--config", self.kit.config, "--assets", str(self.work.root / "e2e" / "assets"), "--device",
+            self.args.torch_device, "--dtypes", self.args.torch_dtypes, "--prompt", self.args.e2e_prompt, "--steps",
+            str(self.args.e2e_steps), "--runs", str(self.args.pipeline_runs), "--seed", str(self.args.seed), "--out",
+            str(out)), timeout, self.work.root / "logs" / "e2e-diffusers.err")
+        data = read_json(out, {}) if status == "ok" else {}
+        for dt in dtypes:
+            row = data.get("rows", {}).get(f"diffusers-{dt}") or {"status": status, "error": error}
+            self.record("e2e", f"diffusers-{dt}", {**row, "env": data.get("env"),
+                                                   "seconds": round(time.monotonic() - t0, 1)})
+
     # ---- driver ------------------------------------------------------------------------------------
     def run(self) -> str:
         self.collect_env()
         self.save()
         log(f"plan: models {self.models}, variants {self.variants}, backends {self.backends}, stages {self.stages}, "
-            f"deadline {self.args.deadline_s:.0f} s")
+            f"deadline {self.args.deadline_s:.0f} s"
+            + (f"; e2e variants {self.e2e_variants}, runs {self.e2e_runs}" if "e2e" in self.stages else ""))
         for stage in self.stages:
             log(f"== stage {stage}")
-            steps = [(stage, self.stage_torch)] if stage == "torch" else [
+            steps = [(stage, self.stage_torch)] if stage == "torch" else [(stage, self.stage_e2e)] if stage == "e2e" else [
                 (f"{stage} {model}", partial(getattr(self, f"stage_{stage.replace('-', '_')}"), model))
                 for model in self.models]
             for what, step in steps:
@@ -429,16 +555,44 @@ class Bench:
                     log(f"{what}: FAILED in bench.py itself:\n{traceback.format_exc()}")
                     self.results.setdefault("bench_errors", []).append(f"{what}: {traceback.format_exc(limit=3)}")
         self.save()
+        if DRY_RUN:
+            log("dry run: nothing was run or written")
+            return ""
         log(f"done in {elapsed():.0f} s; wrote {self.args.out / 'h200.json'} and {self.args.out / 'h200.md'}")
         return self.markdown
 
 
+def e2e_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """What an end-to-end row keeps of `sdlite generate --json`: when each PNG was written (seconds since the process
+    started), the first image's stage timings, the second image's own time, and per model its load, first and second
+    call and its delegate's set-up stats."""
+    startup = doc["startup"]
+    marks = startup["timeline"]
+    t = doc["timings"]
+    images = doc.get("image_s") or []
+    return {
+        "png_s": marks.get("png_0"), "png2_s": marks.get("png_1"), "process_start_known": marks.get("process_start_known"),
+        "main_s": marks.get("main"), "imports_done_s": marks.get("imports_done"),
+        "models_loaded_s": marks.get("models_loaded"),
+        "first_image_s": images[0] if images else t.get("total_s"),
+        "second_image_s": images[1] if len(images) > 1 else None,
+        "text_encoder_s": t.get("text_encoder_s"), "unet_first_step_s": t.get("unet_first_step_s"),
+        "unet_step_steady_mean_s": t.get("unet_step_steady_mean_s"), "unet_setup_s": t.get("unet_setup_s"),
+        "vae_decode_s": (t.get("vae_decode_s") or [None])[0],
+        "second_image": (doc.get("image_timings") or [None, None])[1],
+        "models": startup.get("models", {}), "placement": doc.get("placement"),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
+    global DRY_RUN
     start_time()  # fixes H200_T0 (unless run.sh did) before any worker starts
     args = parse_args(argv)
+    DRY_RUN = args.dry_run
     md = Bench(args).run()
-    print()
-    print(md)
+    if md:
+        print()
+        print(md)
     return 0
 
 

@@ -5,13 +5,20 @@
 unet_b1 and vae_decoder come from the batch-1 conversion, unet_b2 from the cfg-batch-2 one. Each .tflite is
 cut into a weight-less skeleton (weights.py); an up-to-date skeleton (same source size and mtime) is kept.
 A missing source model is skipped with a warning (the lead may ship a subset); none at all is an error.
+
+The end-to-end rows (bench.py stage e2e: `sdlite generate` from process start to PNG) need a whole folder: when the
+cfg-batch-2 conversion has a text encoder, its skeleton (text_encoder.tflite.gz) and the folder's manifest, tokenizer
+and scheduler (e2e_assets.tar.gz) are packed too; the UNet (unet_b2) and the VAE decoder come from the rows' own
+models.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -68,8 +75,42 @@ def pack(b1: Path, b2: Path | None, dest: Path, names: list[str], min_bytes: int
         }
     if not kit["models"]:
         raise SystemExit("pack: no model found to pack")
+    if b2 is not None:
+        kit["e2e"] = pack_e2e(b2, dest, min_bytes)
     write_json(dest / "kit.json", kit)
     return kit
+
+
+def pack_e2e(folder: Path, dest: Path, min_bytes: int) -> dict | None:
+    """The text encoder skeleton and the folder's small files, for the end-to-end rows; None (and a warning) when
+    the conversion has no text encoder."""
+    manifest = read_json(folder / "manifest.json") or {}
+    entry = manifest.get("models", {}).get("text_encoder")
+    src = folder / entry["file"] if entry else None
+    missing = [m for m in ("text_encoder", "unet", "vae_decoder") if m not in manifest.get("models", {})]
+    if src is None or not src.is_file() or missing:
+        print(f"pack: no end-to-end folder: {folder} lacks {missing or ['text_encoder']} (convert it with "
+              "--models text_encoder,unet,vae_decoder)", file=sys.stderr)
+        return None
+    gz = dest / "text_encoder.tflite.gz"
+    stat = src.stat()
+    holes = read_json(Path(str(gz) + ".json"), {})
+    if not (gz.is_file() and (holes.get("source_bytes"), holes.get("source_mtime")) == (stat.st_size, stat.st_mtime)):
+        holes = zero(src, gz, min_bytes)
+        holes.update(source_bytes=stat.st_size, source_mtime=stat.st_mtime)
+        write_json(Path(str(gz) + ".json"), holes)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(folder / "manifest.json", arcname="manifest.json")
+        for sub in ("tokenizer", "scheduler"):
+            if (folder / sub).is_dir():
+                tar.add(folder / sub, arcname=sub)
+    (dest / "e2e_assets.tar.gz").write_bytes(buf.getvalue())
+    print(f"pack: e2e: text_encoder.tflite.gz ({gz.stat().st_size / 2**20:.2f} MiB), e2e_assets.tar.gz "
+          f"({len(buf.getvalue()) / 2**20:.2f} MiB) from {folder}")
+    return {"text_encoder": gz.name, "assets": "e2e_assets.tar.gz", "source": str(folder), "unet": "unet_b2",
+            "vae_decoder": "vae_decoder", "height": manifest.get("height"), "width": manifest.get("width"),
+            "cfg_batch": manifest.get("cfg_batch")}
 
 
 def main(argv: list[str] | None = None) -> int:

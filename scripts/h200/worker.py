@@ -7,6 +7,13 @@
     refills the weights (seeded) and derives the fused / fused+Winograd variants with sdconvert's optimize.
 ``worker.py torch --config sd15 --source unet --shapes JSON --device cuda --out ROWS.json``
     diffusers PyTorch baseline: fp32 with TF32 off, then fp16; CUDA-event timing after warm-up, median.
+``worker.py prepare-e2e --kit .h200/models --work WORK --variants plain,fused+winoauto --out P.json``
+    the end-to-end folders WORK/e2e/VARIANT (sdlite generate inputs): the kit's text encoder refilled (and fused for
+    the fused variants), the UNet (unet_b2) and VAE decoder of that variant from the prepare stage, the conversion's
+    manifest, tokenizer and scheduler.
+``worker.py pipeline --config sd15 --assets WORK/e2e/assets --device cuda --out ROWS.json``
+    diffusers' StableDiffusionPipeline of the same config (random weights): a whole 20-step CFG image, fp32 with TF32
+    off, then fp16; wall time per image (CUDA synchronised), median after a warm-up image.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -264,6 +272,132 @@ def run_torch(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows, "env": _torch_env(device)}
 
 
+def _e2e_manifest(assets: Path, dst: Path) -> None:
+    """The conversion's manifest for a folder whose model files are named as sdconvert names them: file checksums
+    dropped (the weights are refilled), each model's file name the standard one."""
+    doc = json.loads((assets / "manifest.json").read_text())
+    for name, spec in doc.get("models", {}).items():
+        spec.pop("sha256", None)
+        spec["file"] = f"{name}.tflite"
+    dst.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def run_prepare_e2e(args: argparse.Namespace) -> dict[str, Any]:
+    """WORK/e2e/VARIANT folders (see the module docstring); each step skipped when up to date."""
+    import tarfile
+
+    from kit import Kit, Variant, read_json
+    from weights import REFILL_METHOD, refill
+
+    from sdconvert.export.optimize import GraphOptions
+
+    kit = Kit.load(args.kit)
+    e2e = kit.doc.get("e2e")
+    if not e2e:
+        raise SystemExit("the kit has no end-to-end folder (prepare.sh with a --b2 conversion that has a text encoder)")
+    work = Work(args.work)
+    root = work.root / "e2e"
+    assets = root / "assets"
+    tar = kit.root / e2e["assets"]
+    stamp = {"assets": tar.stat().st_size, "mtime": tar.stat().st_mtime}
+    if read_json(assets / ".stamp.json") != stamp:
+        shutil.rmtree(assets, ignore_errors=True)
+        assets.mkdir(parents=True)
+        with tarfile.open(tar) as t:
+            t.extractall(assets, filter="data")
+        write_json(assets / ".stamp.json", stamp)
+    te_plain = root / "text_encoder-plain.tflite"
+    gz = kit.root / e2e["text_encoder"]
+    te_stamp = {"skeleton": gz.name, "bytes": gz.stat().st_size, "mtime": gz.stat().st_mtime, "seed": args.seed,
+                "refill": REFILL_METHOD}
+    if read_json(Path(str(te_plain) + ".json")) != te_stamp or not te_plain.is_file():
+        refill(gz, te_plain, seed=args.seed)
+        write_json(Path(str(te_plain) + ".json"), te_stamp)
+    done: dict[str, Any] = {}
+    for name in [v for v in args.variants.split(",") if v]:
+        v = Variant(name)
+        te = te_plain
+        if v.fused:  # the text encoder's fusions (attention, GELU, LayerNorm); Winograd has nothing to do there
+            te = root / "text_encoder-fused.tflite"
+            if read_json(Path(str(te) + ".json")) != te_stamp or not te.is_file():
+                _optimize(te_plain, te, GraphOptions(fuse=True, device_profile=args.winograd_profile))
+                write_json(Path(str(te) + ".json"), te_stamp)
+        folder = root / v.model_name
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {"text_encoder": te, "unet": work.model(e2e["unet"], v), "vae_decoder": work.model(e2e["vae_decoder"], v)}
+        missing = [str(f) for f in files.values() if not f.is_file()]
+        if missing:
+            done[name] = {"status": "error", "error": f"missing {missing} (run the prepare stage for "
+                                                      f"{e2e['unet']},{e2e['vae_decoder']} with variant {v.model_name})"}
+            continue
+        for model, src in files.items():
+            link = folder / f"{model}.tflite"
+            link.unlink(missing_ok=True)
+            link.symlink_to(src)
+        for sub in ("tokenizer", "scheduler"):
+            link = folder / sub
+            if link.is_symlink() or link.exists():
+                link.unlink() if link.is_symlink() else shutil.rmtree(link)
+            link.symlink_to(assets / sub)
+        _e2e_manifest(assets, folder / "manifest.json")
+        done[name] = {"status": "ok", "folder": str(folder)}
+        log(f"prepare-e2e: {folder}")
+    return {"variants": done}
+
+
+def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
+    """Rows ``diffusers-fp32`` / ``diffusers-fp16``: StableDiffusionPipeline, 20 steps, CFG, PNDM, whole images."""
+    import torch
+    from diffusers import PNDMScheduler, StableDiffusionPipeline
+    from transformers import CLIPTokenizer
+
+    from sdconvert.export.configs import build_random_modules, get_config
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    cfg = get_config(args.config)
+    t0 = time.monotonic()
+    with torch.device(args.device):
+        modules = build_random_modules(cfg, seed=args.seed)
+    assets = Path(args.assets)
+    manifest = json.loads((assets / "manifest.json").read_text())
+    tok = CLIPTokenizer(str(assets / manifest["tokenizer"]["vocab"]), str(assets / manifest["tokenizer"]["merges"]))
+    pipe = StableDiffusionPipeline(vae=modules["vae"], text_encoder=modules["text_encoder"], tokenizer=tok,
+                                   unet=modules["unet"], scheduler=PNDMScheduler.from_config(cfg.scheduler),
+                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    log(f"pipeline: built {args.config} on {args.device} in {time.monotonic() - t0:.1f} s")
+    height, width = manifest.get("height", 512), manifest.get("width", 512)
+
+    def image() -> float:
+        gen = torch.Generator(device=args.device).manual_seed(args.seed)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            pipe(args.prompt, num_inference_steps=args.steps, guidance_scale=7.5, height=height, width=width,
+                 generator=gen, output_type="np")
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    rows: dict[str, Any] = {}
+    for dtype_name in args.dtypes.split(","):
+        try:
+            pipe.to(dtype={"fp32": torch.float32, "fp16": torch.float16}[dtype_name])
+            first = image()
+            times = [image() for _ in range(args.runs)]
+        except Exception as exc:  # noqa: BLE001 - record and go on (fp16 on CPU, out of memory)
+            rows[f"diffusers-{dtype_name}"] = {"status": "error", "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            continue
+        rows[f"diffusers-{dtype_name}"] = {
+            "status": "ok", "dtype": dtype_name, "first_image_s": first, "image_s": float(np.median(times)),
+            "images_s": times, "steps": args.steps, "height": height, "width": width,
+            "settings": {"tf32": False, "attention": "diffusers default (SDPA)", "scheduler": "PNDM",
+                         "guidance_scale": 7.5, "timing": "wall, torch.cuda.synchronize per image"}}
+        log(f"pipeline {dtype_name}: first image {first:.2f} s, then median {np.median(times):.3f} s")
+    return {"rows": rows, "env": _torch_env(args.device)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="kind", required=True)
@@ -298,8 +432,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cudnn-benchmark", action="store_true")
     p.add_argument("--out", type=Path, required=True)
+    e = sub.add_parser("prepare-e2e")
+    e.add_argument("--kit", type=Path, required=True, help="the kit's models folder (.h200/models)")
+    e.add_argument("--work", type=Path, required=True)
+    e.add_argument("--variants", default="plain,fused+winoauto")
+    e.add_argument("--winograd-profile", default="h200")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--out", type=Path, required=True)
+    q = sub.add_parser("pipeline")
+    q.add_argument("--config", required=True)
+    q.add_argument("--assets", type=Path, required=True, help="WORK/e2e/assets (manifest, tokenizer)")
+    q.add_argument("--device", default="cuda")
+    q.add_argument("--dtypes", default="fp32,fp16")
+    q.add_argument("--prompt", default="a photo of an astronaut riding a horse on mars")
+    q.add_argument("--steps", type=int, default=20)
+    q.add_argument("--runs", type=int, default=3)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    result = {"tflite": run_tflite, "torch": run_torch, "prepare": run_prepare}[args.kind](args)
+    result = {"tflite": run_tflite, "torch": run_torch, "prepare": run_prepare, "prepare-e2e": run_prepare_e2e,
+              "pipeline": run_pipeline}[args.kind](args)
     write_json(args.out, result)
     return 0
 

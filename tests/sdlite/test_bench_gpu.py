@@ -58,8 +58,12 @@ def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> No
     # host set-up of the lazy first-run preparation (weights packed and uploaded, GEMM tiles tuned): it happened
     # while the model loaded (the partitions' constant uploads) or during the first inference, so it fits in them
     setup = dev["setup_weights_host_us"] + dev["setup_weights_upload_us"] + dev["setup_tuning_us"]
-    assert dev["setup_weights_host_us"] > 0 and dev["setup_weights_upload_us"] > 0 and dev["setup_tuning_us"] >= 0
+    assert dev["setup_weights_upload_us"] > 0 and dev["setup_tuning_us"] >= 0 and dev["setup_programs_us"] > 0
+    # every weight of the plain tiny UNet (FC / conv packing transposes) is made on the device from the model's bytes
+    assert dev["weights_on_device"] > 0 and dev["weights_on_host"] == 0 and dev["setup_weights_host_us"] == 0
     assert setup <= r["load_s"] * 1e6 + r["first_run_us"]
+    # the persistent cache's counters per kind of entry
+    assert set(dev["cache_hits"]) == set(dev["cache_misses"]) == {"program", "tiles"}
 
 
 def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:

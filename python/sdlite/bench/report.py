@@ -105,14 +105,35 @@ def device_memory_line(r: "BenchResult") -> str:
 
 
 def device_setup_line(r: "BenchResult") -> str | None:
-    """``Delegate set-up (host ms, ...): weights packed / transformed 1.2, uploaded 3.4, GEMM tile tuning 5.6 (...)``,
-    or None when the delegate does not report its set-up time (CPU backend)."""
+    """``Delegate set-up (host ms, ...): programs 0.4, weights packed / transformed 1.2, uploaded 3.4, GEMM tile
+    tuning 5.6 (...)``, or None when the delegate does not report its set-up time (CPU backend)."""
     d = r.device
     if d is None or d.setup_weights_host_us < 0:
         return None
-    return (f"Delegate set-up (host ms, mostly during the first inference): weights packed / transformed "
+    programs = f"programs built {d.setup_programs_us / 1e3:.1f}, " if d.setup_programs_us >= 0 else ""
+    where = (f"; {d.weights_on_device} weights made on the device, {d.weights_on_host} on the host"
+             if d.weights_on_device >= 0 else "")
+    return (f"Delegate set-up (host ms, mostly during the first inference): {programs}weights packed / transformed "
             f"{d.setup_weights_host_us / 1e3:.1f}, uploaded {d.setup_weights_upload_us / 1e3:.1f}, GEMM tile tuning "
-            f"{d.setup_tuning_us / 1e3:.1f} (delegate stats setup_*_us)")
+            f"{d.setup_tuning_us / 1e3:.1f} (delegate stats setup_*_us){where}")
+
+
+def device_cache_line(r: "BenchResult") -> str | None:
+    """``Delegate cache (/home/u/.cache/sdgpu): programs 15 hits / 0 misses, tile choices 40 hits / 0 misses; ...``
+    -- whether this start was served by the persistent cache -- or None without one."""
+    d = r.device
+    if d is None or not d.cache_hits:
+        return None
+    if not d.cache_dir:
+        return "Delegate cache: off (cache_dir none)"
+    kinds = {"program": "programs", "tiles": "tile choices"}
+    parts = [f"{kinds.get(k, k)} {d.cache_hits.get(k, 0)} hits / {d.cache_misses.get(k, 0)} misses"
+             + (f" ({d.cache_rejected[k]} rejected)" if d.cache_rejected.get(k) else "") for k in d.cache_hits]
+    tiles = (f"; GEMM shapes: {d.tiles_tuned} tuned now, {d.tiles_from_cache} from the cache, {d.tiles_untuned} on "
+             "the cost model" if d.tiles_tuned >= 0 else "")
+    hit = sum(d.cache_hits.values()) > 0 and sum(d.cache_misses.values()) == 0
+    verdict = "hit" if hit else "partly hit" if sum(d.cache_hits.values()) > 0 else "miss"
+    return f"Delegate cache ({d.cache_dir}): {verdict}: " + ", ".join(parts) + tiles
 
 
 def model_report(r: "BenchResult", top: int = 10) -> str:
@@ -132,6 +153,8 @@ def model_report(r: "BenchResult", top: int = 10) -> str:
     ]
     if (setup := device_setup_line(r)) is not None:
         lines.append(setup)
+    if (cache := device_cache_line(r)) is not None:
+        lines.append(cache)
     if r.profile is not None:
         lines += ["", *profile_sections(r.profile, r.stats.avg, top)]
     lines.append(r.stats.line())

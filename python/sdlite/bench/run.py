@@ -55,9 +55,14 @@ class DeviceFigures:
     before waiting; stats ``dispatch_us_last``; -1 when the delegate does not report it): close to the invoke's
     wall time, the GPU waits on the host rather than the other way round.
     ``setup_*_us`` is host time of the delegate's lazy set-up, summed so far (stats ``setup_weights_host_us``,
-    ``setup_weights_upload_us``, ``setup_tuning_us``; -1 when not reported): packing / transforming constant weights
-    on the host (Winograd's U, the LayerNorm folds), uploading them, and timing GEMM tile candidates. Most of it
-    falls in the first inference, so it says where "First inference" went.
+    ``setup_weights_upload_us``, ``setup_tuning_us``, ``setup_programs_us``; -1 when not reported): making constant
+    weights on the host (the LayerNorm folds), uploading them (and launching the device-side transforms: Winograd's
+    U, the packing transposes), timing GEMM tile candidates, and building programs. Most of it falls in the first
+    inference, so it says where "First inference" went. ``weights_on_device`` / ``weights_on_host``: how many
+    constant weights were made on each side.
+    ``cache_*`` and ``tiles_*``: what the delegate's persistent cache served (stats ``cache_hits`` /
+    ``cache_misses`` / ``cache_rejected`` per kind of entry, ``program`` and ``tiles``) and what became of each GEMM
+    shape the tuner was asked about (timed now, read from the cache, or left to the cost model).
     """
 
     partitions: int  # delegate kernels (-1: unknown)
@@ -70,6 +75,17 @@ class DeviceFigures:
     setup_weights_host_us: float = -1.0
     setup_weights_upload_us: float = -1.0
     setup_tuning_us: float = -1.0
+    setup_programs_us: float = -1.0
+    weights_on_device: int = -1
+    weights_on_host: int = -1
+    # the persistent cache (stats cache_*; empty when the delegate has none): per kind ("program", "tiles")
+    cache_dir: str = ""
+    cache_hits: dict[str, int] = dataclasses.field(default_factory=dict)
+    cache_misses: dict[str, int] = dataclasses.field(default_factory=dict)
+    cache_rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    tiles_tuned: int = -1
+    tiles_from_cache: int = -1
+    tiles_untuned: int = -1
 
 
 def delegated_constant_bytes(info: ModelInfo, placement: Placement) -> int:
@@ -106,6 +122,16 @@ def device_figures(runner: ModelRunner) -> DeviceFigures | None:
         setup_weights_host_us=float(stats.get("setup_weights_host_us", -1)),
         setup_weights_upload_us=float(stats.get("setup_weights_upload_us", -1)),
         setup_tuning_us=float(stats.get("setup_tuning_us", -1)),
+        setup_programs_us=float(stats.get("setup_programs_us", -1)),
+        weights_on_device=int(stats.get("weights_on_device", -1)),
+        weights_on_host=int(stats.get("weights_on_host", -1)),
+        cache_dir=str(stats.get("cache_dir", "")),
+        cache_hits={k: int(v) for k, v in stats.get("cache_hits", {}).items()},
+        cache_misses={k: int(v) for k, v in stats.get("cache_misses", {}).items()},
+        cache_rejected={k: int(v) for k, v in stats.get("cache_rejected", {}).items()},
+        tiles_tuned=int(stats.get("tiles_tuned", -1)),
+        tiles_from_cache=int(stats.get("tiles_from_cache", -1)),
+        tiles_untuned=int(stats.get("tiles_untuned", -1)),
     )
 
 
