@@ -122,6 +122,10 @@ class Device {
   // Human-readable device name (profile JSON, logs).
   virtual const std::string& name() const = 0;
   virtual size_t max_work_group_size() const = 0;
+  // Bytes of local (GL: shared) memory one work-group may use: OpenCL CL_DEVICE_LOCAL_MEM_SIZE, GL
+  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE (ES 3.1 guarantees only 16 KiB; phones have 32 KiB). Planners skip kernels
+  // whose local arrays do not fit.
+  virtual size_t local_memory_bytes() const { return 16384; }
   // Compute units (OpenCL CL_DEVICE_MAX_COMPUTE_UNITS, SMs on NVIDIA); 0 when the backend does not know.
   virtual int compute_units() const { return 0; }
   // True when launches record Timers (delegate option profile_path set).

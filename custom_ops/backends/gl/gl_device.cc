@@ -118,8 +118,7 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   a.glGetIntegerv(GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS, &max_invocations_);
   a.glGetIntegerv(GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS, &max_ssbo_blocks_);
   a.glGetInteger64v(GL_MAX_SHADER_STORAGE_BLOCK_SIZE, &max_ssbo_size_);
-  GLint shared_bytes = 0;
-  a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes);
+  a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes_);
   SDGPU_RETURN_IF_ERROR(GlCheck(a, "reading the compute limits"));
   // Mesa's software rasterizers expose the timer query but run dispatches lazily at flush time, so every
   // query reads ~1 ns; they get the glFinish + host clock method instead.
@@ -152,7 +151,7 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
                vendor + "'; work-group invocations " + std::to_string(max_invocations_) + ", group count " +
                std::to_string(max_group_count_[0]) + "x" + std::to_string(max_group_count_[1]) + "x" +
                std::to_string(max_group_count_[2]) + ", SSBO blocks " + std::to_string(max_ssbo_blocks_) +
-               ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes) +
+               ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes_) +
                " bytes; " + std::to_string(library_.num_kernels()) + " kernels; profiling timer: " + timing_method() +
                (finish_each_ ? "; gl_finish_each" : "") + (plain_buffers_ ? "; gl_plain_buffers" : "") +
                (barrier_bits_ != GL_ALL_BARRIER_BITS ? "; gl_barrier=minimal" : "") +

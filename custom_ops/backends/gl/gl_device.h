@@ -88,6 +88,7 @@ class GlDevice final : public gpu::Device {
   const char* backend_name() const override { return "gl"; }
   const std::string& name() const override { return device_name_; }
   size_t max_work_group_size() const override { return static_cast<size_t>(max_invocations_); }
+  size_t local_memory_bytes() const override { return static_cast<size_t>(shared_bytes_); }
   bool profiling() const override { return options_.profiling; }
   const char* timing_method() const override { return timer_query_ ? "gl_timer_query" : "gl_finish_host_clock"; }
 
@@ -133,6 +134,7 @@ class GlDevice final : public gpu::Device {
   ShaderLibrary library_;
   std::string device_name_;
   GLint max_invocations_ = 0;
+  GLint shared_bytes_ = 0;  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE
   std::array<GLint, 3> max_group_count_ = {0, 0, 0};
   std::array<GLint, 3> max_group_size_ = {0, 0, 0};
   GLint max_ssbo_blocks_ = 0;

@@ -144,6 +144,11 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                                                      nullptr),
                                 "clGetDeviceInfo(MAX_COMPUTE_UNITS)"));
   rt->compute_units_ = static_cast<int>(units);
+  cl_ulong local_bytes = 0;
+  SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(cl_ulong),
+                                                     &local_bytes, nullptr),
+                                "clGetDeviceInfo(LOCAL_MEM_SIZE)"));
+  rt->local_memory_bytes_ = static_cast<size_t>(local_bytes);
 
   cl_context ctx = api.clCreateContext(nullptr, 1, &rt->device_, nullptr, nullptr, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));

@@ -80,6 +80,7 @@ class OpenClDevice final : public gpu::Device {
   const std::string& name() const override { return device_name_; }
   size_t max_work_group_size() const override { return max_wg_; }
   int compute_units() const override { return compute_units_; }
+  size_t local_memory_bytes() const override { return local_memory_bytes_; }
   bool profiling() const override { return options_.profiling; }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
@@ -109,6 +110,7 @@ class OpenClDevice final : public gpu::Device {
   std::string build_options_;  // kBuildOptions, plus -DSDGPU_NV_PTX=1 on NVIDIA's platform (and -DSDGPU_NV_SM90=1 on sm_90+)
   size_t max_wg_ = 0;
   int compute_units_ = 0;
+  size_t local_memory_bytes_ = 0;  // CL_DEVICE_LOCAL_MEM_SIZE
   ClContextHandle context_;
   ClQueueHandle queue_;
   ClProgramHandle program_;
