@@ -1,15 +1,16 @@
-"""The kernel dialect's GLSL generator (custom_ops/gpu/dialect/gen_glsl.py) on small sources: translations the
-kernel files rely on, checked without a build or a GL driver."""
+"""The kernel dialect's GLSL generator (custom_ops/gpu/dialect/gen_glsl.py): translations the kernel files rely on,
+on small sources, and properties of the generated shaders, checked without a build or a GL driver."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from functools import lru_cache
 from types import ModuleType
 
 import pytest
 
-from kernel_dialect import DIALECT, cpp_command
+from kernel_dialect import DIALECT, cpp_command, glsl_kernels
 
 
 @lru_cache(maxsize=1)
@@ -58,3 +59,42 @@ def test_local_pointer_is_still_refused(tmp_path):
     gen = _gen_glsl()
     with pytest.raises(gen.DialectError, match=r"LOCAL declaration 'float\* p'"):
         _translate(tmp_path, "KERNEL void k(GLOBAL float* y, int yo) { LOCAL float* p; y[yo] = 0.0f; }\n")
+
+
+def _shared_bytes(shader: str) -> int:
+    sizes = {"float": 4, "int": 4, "uint": 4, "vec2": 8, "vec4": 16, "ivec4": 16, "uvec4": 16}
+    total = 0
+    for typ, dims in re.findall(r"^shared (\w+) \w+((?:\[[^\]]+\])+);", shader, re.M):
+        n = sizes[typ]
+        for d in re.findall(r"\[([^\]]+)\]", dims):
+            n *= int(eval(d, {"__builtins__": {}}))  # literal sizes after the preprocessor (4 * 256)
+        total += n
+    return total
+
+
+@pytest.mark.parametrize("source", ["ops/group_norm/gpu.kern", "ops/conv2d_winograd/gpu.kern"])
+def test_norm_and_winograd_shaders_fit_every_gl_es_device(source):
+    """GL ES 3.1 guarantees 16 KiB of shared memory per work-group (gpu/dialect/prelude.h SD_WG_MAX_SHARED_BYTES)
+    and the GL device asks for 5 storage blocks (gl_device.cc): these kernels fit both everywhere, so their planners
+    need no device check beyond the work-group sizes (gpu/sd_ops.cc)."""
+    kernels = {name: body for name, (path, body) in glsl_kernels().items() if path == source}
+    assert len(kernels) == (10 if "group_norm" in source else 21)
+    for name, body in kernels.items():
+        assert _shared_bytes(body) <= 16384, name
+        assert len(set(re.findall(r"layout\(std430, binding = (\d+)\)", body))) <= 5, name
+    if "group_norm" in source:  # the largest: four arrays of the two-stage partials by rows
+        assert _shared_bytes(kernels["group_norm_partial_rows"]) == 256 * 16 + 1024 * 4 + 2 * 256 * 4
+
+
+def test_winograd_shaders_get_constant_matrices_and_trip_counts():
+    """The transforms are unrolled with constant coefficients: on OpenCL the matrices are __constant tables indexed
+    with literal trip counts; the GLSL keeps that form (const arrays, literal loop bounds, `#pragma optionNV(unroll
+    all)` in the runtime), so the driver folds the coefficients as the hand-written port allowed."""
+    kernels = glsl_kernels()
+    for m, a in ((2, 4), (4, 6), (6, 8)):
+        body = kernels[f"winograd_input_f{m}_gnsilu"][1]
+        assert re.search(rf"^const float wino_f{m}_bt\[{a * a}\] = float\[{a * a}\]\(", body, re.M)
+        assert f"for (int k = 0; k < {a}; ++k)" in body and f"wino_f{m}_bt[i * {a} + k]" in body
+        body = kernels[f"winograd_output_f{m}_sum_st"][1]
+        assert re.search(rf"^const float wino_f{m}_at\[{m * a}\] = float\[{m * a}\]\(", body, re.M)
+        assert f"for (int i = 0; i < {m}; ++i)" in body and f"wino_f{m}_at[j * {a} + l]" in body
