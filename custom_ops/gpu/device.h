@@ -133,15 +133,11 @@ class Device {
   // How the Timers measure; the profile JSON records it as "method". OpenCL: "events" (event
   // start/end timestamps); GL: "gl_timer_query" or "gl_finish_host_clock".
   virtual const char* timing_method() const { return "events"; }
-  // True when the tiled GEMM / conv kernels, gemm_splitk_reduce and winograd_output_f* take the residual
-  // epilogue's trailing parameters (R, ro, int rrows, int rsm: backends/opencl/kernels/gemm_tiled.cl).
-  // OpenCL: yes. GL: not ported (its shaders keep the shorter lists and ops never fuse an ADD there).
+  // True when the tiled GEMM / conv kernels and gemm_splitk_reduce take the residual epilogue's trailing parameters
+  // (R, ro, int rrows, int rsm: backends/opencl/kernels/gemm_tiled.cl). OpenCL: yes. GL: not ported (its shaders
+  // keep the shorter lists and ops never fuse an ADD there). (winograd_output_f*, ops/conv2d_winograd/gpu.kern,
+  // take them on every device.)
   virtual bool residual_epilogue() const { return false; }
-  // True when winograd_input_f* take the input-norm prologue's trailing parameters (NT, nto) and have _gn /
-  // _gnsilu twins, winograd_output_f* take a trailing int splits and have _sum twins (they sum the GEMM's split-K
-  // partials themselves), all in ops/conv2d_winograd/opencl.cl, and group_norm_nhwc_affine /
-  // group_norm_finalize_affine exist (GpuOp::FuseInputNorm). OpenCL: yes. GL: not ported.
-  virtual bool winograd_io_fusion() const { return false; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until

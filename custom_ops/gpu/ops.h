@@ -98,8 +98,8 @@ class GpuOp {
   // Input-norm prologue (GpuPartition folds an SdGroupNorm(+SiLU) that only this op reads into it), consumer side:
   // from now on the op's first input is the GroupNorm's norm table (EmitNormTable) and set_norm_input (before each
   // Enqueue) gives the un-normalised tensor x; the op reads x * scale + shift per (image, channel), then SiLU when
-  // `silu`, wherever it read its input. SdConv2DWinograd's input transform on devices with the prologue
-  // (Device::winograd_io_fusion) returns true; false (the default) leaves the op unchanged.
+  // `silu`, wherever it read its input. SdConv2DWinograd's input transform returns true; false (the default) leaves
+  // the op unchanged.
   virtual bool FuseInputNorm(const Device& dev, bool silu) {
     (void)dev;
     (void)silu;
@@ -144,7 +144,7 @@ class GpuOp {
   }
   // Producer side: from now on also write those partials over this op's output (which must be that x) to the
   // buffer of set_stats_buffer, in group_norm_partial's layout; returns the chunks per (image, group), 0 = it cannot
-  // (the op is unchanged). SdConv2DWinograd's output transform on devices with Device::winograd_io_fusion.
+  // (the op is unchanged). SdConv2DWinograd's output transform.
   virtual int EmitGroupStats(const Device& dev, int64_t n, int64_t positions, int64_t channels, int groups) {
     (void)dev;
     (void)n;

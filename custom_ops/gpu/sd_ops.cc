@@ -28,7 +28,7 @@ constexpr size_t kGroupNormWg2 = 256;
 constexpr int64_t kGroupNormChunk = 4096;
 // Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
 constexpr int64_t kGroupNormRowsChunk = 8192;
-// group_norm_nhwc (ops/group_norm/opencl.cl): work-group size GN1_WG (a correctness constant, also the widest
+// group_norm_nhwc (ops/group_norm/gpu.kern): work-group size GN1_WG (a correctness constant, also the widest
 // group cpg = C/G it takes) and the largest group it handles in one launch. One work-group per (batch, group)
 // sweeps its group three times, so its time grows with the group while the three launches of the two-stage
 // path cost ~18-20 us whatever the size. Measured on the H200 (SD1.5 UNet b1, BENCHMARKS session 8): one launch
@@ -189,7 +189,7 @@ class SdGeluGatedOp final : public GpuOp {
 // One kernel (groups of <= kGroupNormChunk elements, or a backend without the two-stage kernels):
 //   group_norm_f32(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int B, int G, float eps, int silu);
 //   one kGroupNormWg-wide work-group per (batch, group).
-// Two-stage (large groups; ops/group_norm/opencl.cl documents the kernels): group_norm_partial over
+// Two-stage (large groups; ops/group_norm/gpu.kern documents the kernels): group_norm_partial over
 // (batch, group, chunk) -- or, channels-last with C % 4 == 0 and a 16-byte aligned input,
 // group_norm_partial_rows over (batch, chunk of whole rows) -- -> group_norm_finalize per (batch, group)
 // -> group_norm_apply[4] per element; chunk partials and the per-group (mean, rstd) live in the op's
@@ -271,8 +271,7 @@ class SdGroupNormOp final : public GpuOp {
   }
 
   // The input-norm prologue's producer side (gpu/ops.h): channels-last groups (B == 1) on the one-launch or two-stage
-  // path, whose affine kernel MakeSdGroupNorm fetched (only on devices with the prologue); the table is [N][C] x
-  // (scale, shift).
+  // path, whose affine kernel MakeSdGroupNorm fetched; the table is [N][C] x (scale, shift).
   size_t NormTableBytes(const Device&) const override {
     // (finalize_affine_ is fetched for the statistics epilogue too: the table needs the two-stage path's partials)
     const Kernel* affine = nhwc_ != nullptr ? nhwc_affine_ : partial_ != nullptr ? finalize_affine_ : nullptr;
@@ -311,9 +310,9 @@ class SdGroupNormOp final : public GpuOp {
   bool table_ = false;  // EmitNormTable: write the norm table, not the normalised tensor
   const Kernel* nhwc_affine_ = nullptr;      // group_norm_nhwc_affine (null: the backend lacks it)
   const Kernel* finalize_affine_ = nullptr;  // group_norm_finalize_affine (null: the backend lacks it)
-  // The statistics epilogue (TakeGroupStats; channels-last, devices with Device::winograd_io_fusion): the partials
-  // come from the producer, so only finalize_affine_ (table mode) or finalize_ + apply[4]_ run, whatever path the
-  // shape picked otherwise; MakeSdGroupNorm fetched those for every channels-last op on such devices.
+  // The statistics epilogue (TakeGroupStats; channels-last): the partials come from the producer, so only
+  // finalize_affine_ (table mode) or finalize_ + apply[4]_ run, whatever path the shape picked otherwise;
+  // MakeSdGroupNorm fetched those for every channels-last op.
   bool stats_kernels_ = false;
   int stats_chunks_ = 0;  // > 0: partials per (image, group) in stats_buffer_ (TakeGroupStats)
 
@@ -484,8 +483,8 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   u->device_inputs_ = {0, 1, 2};
   u->count_ = g.a * (g.c / g.groups) * g.b;
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
-  // the statistics epilogue's kernels (GroupStatsGeometry): channels-last groups, devices with the Winograd folds
-  u->stats_kernels_ = g.b == 1 && dev.winograd_io_fusion() && g.n * g.a * g.c <= INT_MAX &&
+  // the statistics epilogue's kernels (GroupStatsGeometry): channels-last groups
+  u->stats_kernels_ = g.b == 1 && g.n * g.a * g.c <= INT_MAX &&
                       dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&
                       dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok() &&
                       dev.GetKernel("group_norm_apply", &u->apply_).ok();
@@ -501,7 +500,7 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   if (u->rows_kernel_ == nullptr && g.b == 1 && g.c / g.groups <= static_cast<int64_t>(kGroupNormNhwcWg) &&
       u->count_ <= kGroupNormNhwcMax && dev.max_work_group_size() >= kGroupNormNhwcWg &&
       dev.GetKernel("group_norm_nhwc", &u->nhwc_).ok()) {
-    if (!dev.winograd_io_fusion() || !dev.GetKernel("group_norm_nhwc_affine", &u->nhwc_affine_).ok()) {
+    if (!dev.GetKernel("group_norm_nhwc_affine", &u->nhwc_affine_).ok()) {
       u->nhwc_affine_ = nullptr;
     }
     *out = std::move(u);
@@ -523,7 +522,7 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
     }
     const size_t ngroups = static_cast<size_t>(g.n * g.groups);
     u->scratch_bytes_ = (3 * ngroups * std::max(u->nchunks_, u->row_chunks_) + 2 * ngroups) * sizeof(float);
-    if (!dev.winograd_io_fusion() || !dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok()) {
+    if (!dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok()) {
       u->finalize_affine_ = nullptr;
     }
     const bool vec4 = g.b % 4 == 0 || (g.b == 1 && g.c % 4 == 0);

@@ -361,7 +361,10 @@ def hoist_locals(body: list[Tok], kernel: str) -> tuple[list[Tok], list[str]]:
             while body[j].text != ";":
                 j += 1
             decl = [t for t in body[i + 1:j]]
-            if "=" in [t.text for t in decl] or "*" in [t.text for t in decl]:
+            texts = [t.text for t in decl]
+            # a '*' inside the brackets belongs to the size (LOCAL float chan[4 * N]); before them it makes a pointer
+            declarator = texts[:texts.index("[")] if "[" in texts else texts
+            if "=" in texts or "*" in declarator:
                 raise DialectError(f"kernel {kernel}: LOCAL declaration '{render(decl).strip()}' (dialect rule: "
                                    "LOCAL arrays only, no initialiser, no pointers)")
             shared.append("shared " + " ".join(render(decl).split()) + ";")
@@ -381,6 +384,8 @@ def translate_table(item: Item) -> str:
         return "const " + " ".join(decl) + " = " + " ".join(texts[eq + 1:])
     typ, name = decl[0], decl[1]
     inner = texts[texts.index("{") + 1:len(texts) - 1 - texts[::-1].index("}")]
+    if typ == "float":  # GLSL converts nothing implicitly, not even in constructors: float[2](1, 0) is an error
+        inner = [f"{t}.0" if re.fullmatch(r"\d+", t) else t for t in inner]
     values = [v for v in " ".join(inner).split(",") if v.strip()]
     return f"const {typ} {name}[{len(values)}] = {typ}[{len(values)}]({', '.join(v.strip() for v in values)});"
 
