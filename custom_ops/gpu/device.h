@@ -133,9 +133,9 @@ class Device {
   // How the Timers measure; the profile JSON records it as "method". OpenCL: "events" (event
   // start/end timestamps); GL: "gl_timer_query" or "gl_finish_host_clock".
   virtual const char* timing_method() const { return "events"; }
-  // True when the tiled GEMM / conv kernels, gemm_splitk_reduce and winograd_output_f* take the residual
-  // epilogue's trailing parameters (R, ro, int rrows, int rsm: backends/opencl/kernels/gemm_tiled.cl).
-  // OpenCL: yes. GL: not ported (its shaders keep the shorter lists and ops never fuse an ADD there).
+  // True when winograd_output_f* take the residual epilogue's trailing parameters (R, ro, int rrows, int rsm, as
+  // the tiled GEMM / conv kernels and gemm_splitk_reduce of gpu/kernels/gemm_tiled.kern do on every backend).
+  // OpenCL: yes. GL: not yet (its Winograd output shaders keep the shorter list and never take an ADD).
   virtual bool residual_epilogue() const { return false; }
   // True when winograd_input_f* take the input-norm prologue's trailing parameters (NT, nto) and have _gn /
   // _gnsilu twins, winograd_output_f* take a trailing int splits and have _sum twins (they sum the GEMM's split-K

@@ -141,7 +141,7 @@ class WinogradOp final : public GpuOp {
     Args o;
     o.Buf(out.buffer, out.elem_offset()).Buf(m.buffer, m.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
-    AddResidualArgs(dev, residual_, residual_input_, x, &o);
+    if (dev.residual_epilogue()) AddResidualArgs(residual_, residual_input_, x, &o);
     if (dev.winograd_io_fusion()) o.Int(sum_partials ? plan_.splits : 1);
     if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset()).Int(stats_groups_);
     const Kernel* output = stats_groups_ > 0 ? output_st_[sum_partials ? 1 : 0] : sum_partials ? output_sum_ : output_;
@@ -165,7 +165,7 @@ class WinogradOp final : public GpuOp {
   bool FuseResidual(const Device& dev, const Residual& r) override {
     const int64_t hw = int64_t{g_.ho} * g_.wo;
     if (r.rows != 1 && (hw <= 0 || r.rows % hw != 0)) return false;
-    return AcceptResidual(dev, r);
+    return dev.residual_epilogue() && AcceptResidual(r);
   }
   bool FuseInputNorm(const Device&, bool silu) override {
     if (input_[silu ? 2 : 1] == nullptr) return false;  // fetched only on devices with the prologue
