@@ -56,6 +56,27 @@ bool ParseGemmTiles(const std::string& text, GemmTiles* out) {
   return true;
 }
 
+bool ParseGlLimits(const std::string& text, GlLimits* out) {
+  GlLimits l;
+  for (std::string_view rest = text; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (comma != std::string_view::npos && rest.empty()) return false;  // trailing comma
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return false;
+    const std::string_view key = item.substr(0, eq);
+    int* field = key == "shared_bytes"     ? &l.shared_bytes
+                 : key == "invocations"    ? &l.invocations
+                 : key == "storage_blocks" ? &l.storage_blocks
+                 : key == "compute_units"  ? &l.compute_units
+                                           : nullptr;
+    if (field == nullptr || !ParseIntIn(item.substr(eq + 1), 1, 1L << 30, field)) return false;
+  }
+  *out = l;
+  return true;
+}
+
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,
                             DelegateOptions* out) {
   *out = DelegateOptions();
@@ -123,6 +144,12 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       out->gl_kernel_alias = std::string(value);
     } else if (key == "gl_dump_dir") {
       out->gl_dump_dir = std::string(value);
+    } else if (key == "gl_limits") {
+      if (!ParseGlLimits(std::string(value), &out->gl_limits)) {
+        return Status::Error("option gl_limits='" + std::string(value) +
+                             "' is malformed; expected key=N pairs of shared_bytes, invocations, storage_blocks, "
+                             "compute_units, e.g. shared_bytes=16384,invocations=128");
+      }
     } else if (key == "layer_norm_fold") {
       if (value == "auto") {
         out->layer_norm_fold = LnFold::kAuto;
@@ -150,7 +177,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
                            "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_finish_each, gl_barrier, "
-                           "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir)");
+                           "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir, gl_limits)");
     }
   }
   return Status::Ok();

@@ -133,11 +133,6 @@ class Device {
   // How the Timers measure; the profile JSON records it as "method". OpenCL: "events" (event
   // start/end timestamps); GL: "gl_timer_query" or "gl_finish_host_clock".
   virtual const char* timing_method() const { return "events"; }
-  // True when the tiled GEMM / conv kernels and gemm_splitk_reduce take the residual epilogue's trailing parameters
-  // (R, ro, int rrows, int rsm: backends/opencl/kernels/gemm_tiled.cl). OpenCL: yes. GL: not ported (its shaders
-  // keep the shorter lists and ops never fuse an ADD there). (winograd_output_f*, ops/conv2d_winograd/gpu.kern,
-  // take them on every device.)
-  virtual bool residual_epilogue() const { return false; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until

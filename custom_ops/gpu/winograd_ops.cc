@@ -140,8 +140,7 @@ class WinogradOp final : public GpuOp {
     Args o;
     o.Buf(out.buffer, out.elem_offset()).Buf(m.buffer, m.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
-    const TensorRef& r = residual_.rows > 0 ? residual_input_ : x;  // (any buffer when there is no residual)
-    o.Buf(r.buffer, r.elem_offset()).Int(residual_.rows).Int(residual_.row_stride);
+    AddResidualArgs(residual_, residual_input_, x, &o);
     o.Int(sum_partials ? plan_.splits : 1);
     if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset()).Int(stats_groups_);
     const Kernel* output = stats_groups_ > 0 ? output_st_[sum_partials ? 1 : 0] : sum_partials ? output_sum_ : output_;
@@ -161,13 +160,11 @@ class WinogradOp final : public GpuOp {
   }
 
   // The output transforms index R without a division per pixel, which needs rows = 1 or a multiple of an image's
-  // pixels (every layout GpuPartition folds; any other leaves the ADD to run). They take the epilogue's parameters
-  // on every device (one kernel source), whatever Device::residual_epilogue says of the tiled GEMMs.
+  // pixels (every layout GpuPartition folds; any other leaves the ADD to run).
   bool FuseResidual(const Device&, const Residual& r) override {
     const int64_t hw = int64_t{g_.ho} * g_.wo;
-    if (r.rows <= 0 || (r.rows != 1 && (hw <= 0 || r.rows % hw != 0))) return false;
-    residual_ = r;
-    return true;
+    if (r.rows != 1 && (hw <= 0 || r.rows % hw != 0)) return false;
+    return AcceptResidual(r);
   }
   bool FuseInputNorm(const Device&, bool silu) override {
     norm_ = silu ? 2 : 1;

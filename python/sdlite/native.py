@@ -70,8 +70,8 @@ class DelegateOptions:
     ``fuse_epilogues`` (GPU backends; unset = the delegate's default, on): fold a residual ADD into the epilogue
     of the FULLY_CONNECTED / CONV_2D / SdConv2DWinograd that produces one operand, and a gated SdGelu into the
     FULLY_CONNECTED that feeds it, and an SdGroupNorm(+SiLU) into the input transform of the SdConv2DWinograd it
-    feeds (OpenCL; one launch and one pass over the activation less per folded node; see ``GpuPartition`` in
-    ``custom_ops/gpu/partition.h``).
+    feeds (one launch and one pass over the activation less per folded node; the SdConv2DWinograd folds on OpenCL
+    only for now; see ``GpuPartition`` in ``custom_ops/gpu/partition.h``).
     ``attention_key_splits`` (GPU backends; unset = the delegate's default, 0 = auto): split each SdAttention
     query block's keys into this many ranges run as separate work-groups and merged by one more launch (flash
     attention on the row-wise tilings). Auto splits in 2 only the head-dim-80 tiling's grids of at most one
@@ -85,7 +85,7 @@ class DelegateOptions:
     ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
     ``"short16"`` / ``"short32"`` / ``"short64"`` with that query block) used for every attention whose head dim
     (and, for ``"short*"``, key count) it fits.
-    ``layer_norm_fold`` (OpenCL; unset = the delegate's default, ``"twin"``): how a LayerNorm folded into the
+    ``layer_norm_fold`` (GPU backends; unset = the delegate's default, ``"twin"``): how a LayerNorm folded into the
     FULLY_CONNECTED that reads it runs: ``"twin"`` inside the GEMM (its LayerNorm twin kernels), ``"rows"`` as one
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
     faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
@@ -109,6 +109,10 @@ class DelegateOptions:
     readonly / writeonly qualifiers), ``gl_nv_pragmas`` (``False``: the sources' ``#pragma optionNV`` lines dropped),
     ``gl_kernel_alias`` (``"a=b,c=d"``: kernel b compiled where an op asks for a) and ``gl_dump_dir`` (a folder for
     each compiled program's source and driver binary).
+    ``gl_limits`` (GL; tests and tuning): ``"shared_bytes=N,invocations=N,storage_blocks=N,compute_units=N"`` (any
+    subset): the device reports a smaller device's limits (capped at N, never raised; e.g. GL ES 3.1's minimums
+    ``shared_bytes=16384,invocations=128``), so the planners choose what such a device can run, and N compute units
+    (GL has no query for them; planners that size grids by them then act as on OpenCL).
     """
 
     backend: str = "cpu"
@@ -132,6 +136,7 @@ class DelegateOptions:
     gl_nv_pragmas: bool | None = None
     gl_kernel_alias: str | None = None
     gl_dump_dir: str | None = None
+    gl_limits: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -153,7 +158,7 @@ class DelegateOptions:
                 raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
         if self.gl_barrier not in (None, "all", "minimal"):
             raise NativeDelegateError(f"gl_barrier must be 'all', 'minimal' or None, got {self.gl_barrier!r}")
-        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir"):
+        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
@@ -170,7 +175,7 @@ class DelegateOptions:
             if value is not None:
                 out[name] = str(value)
         for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling", "layer_norm_fold",
-                     "tensor_cores", "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
+                     "tensor_cores", "gl_barrier", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)

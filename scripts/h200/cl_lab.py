@@ -57,7 +57,7 @@ def attention_source() -> str:
     return lib_source(through=NV_PTX_FILE) + "\n" + (ROOT / "custom_ops" / ATTENTION_FILE).read_text()
 
 
-GEMM_SOURCES_END = "backends/opencl/kernels/gemm_tiled.cl"  # lib_source(through=...) for GEMM-only labs
+GEMM_SOURCES_END = "gpu/kernels/gemm_tiled.kern"  # lib_source(through=...) for GEMM-only labs
 ATTENTION_FILE = "ops/attention/opencl.cl"
 NV_PTX_FILE = "backends/opencl/kernels/nv_ptx.cl"  # the NVIDIA-only primitives the attention's PTX paths call
 

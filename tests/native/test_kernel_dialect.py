@@ -98,3 +98,13 @@ def test_winograd_shaders_get_constant_matrices_and_trip_counts():
         body = kernels[f"winograd_output_f{m}_sum_st"][1]
         assert re.search(rf"^const float wino_f{m}_at\[{m * a}\] = float\[{m * a}\]\(", body, re.M)
         assert f"for (int i = 0; i < {m}; ++i)" in body and f"wino_f{m}_at[j * {a} + l]" in body
+
+
+def test_unaligned_half4_loads_read_the_packed_view(tmp_path):
+    """LDH4 (any half offset, OpenCL's vload_half4) reads four halves through the buffer's 32-bit view."""
+    text = _translate(tmp_path, "KERNEL void k(GLOBAL float* y, int yo, GLOBAL const float* h, int ho) {\n"
+                                "  const float4 v = LDH4(h, ho + 1);\n"
+                                "  y[yo] = v.x + v.w;\n"
+                                "}\n")["k"]
+    assert "readonly buffer SdBuf1_u32 { uint h_u32[]; };" in text
+    assert "unpackHalf2x16(h_u32[((ho + 1) + 3) >> 1])[((ho + 1) + 3) & 1]" in text

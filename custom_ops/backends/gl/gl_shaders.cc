@@ -113,6 +113,13 @@ const KernelSource* ShaderLibrary::Find(const std::string& name) const {
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
+int ShaderLibrary::StorageBlocks(const KernelSource& kernel) const {
+  std::istringstream in(files_.at(kernel.file).common + Expand(kernel));
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += StartsWith(Trim(line), "layout(std430") ? 1 : 0;
+  return n;
+}
+
 std::string ShaderLibrary::Compose(const KernelSource& kernel, const std::array<size_t, 3>& local) const {
   std::string s = "#version 310 es\n";
   s += "layout(local_size_x = " + std::to_string(local[0]) + ", local_size_y = " + std::to_string(local[1]) +

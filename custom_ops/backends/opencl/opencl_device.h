@@ -75,7 +75,6 @@ class OpenClDevice final : public gpu::Device {
   static Status Create(const OpenClDeviceOptions& options, const Logger& logger, std::unique_ptr<OpenClDevice>* out);
 
   const char* backend_name() const override { return "opencl"; }
-  bool residual_epilogue() const override { return true; }
   const std::string& name() const override { return device_name_; }
   size_t max_work_group_size() const override { return max_wg_; }
   int compute_units() const override { return compute_units_; }

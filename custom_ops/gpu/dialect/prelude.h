@@ -79,9 +79,14 @@
 #define LDH(buf, i) unpackHalf2x16(buf##_u32[(i) >> 1])[(i) & 1]
 #define LDH4A(buf, i) \
   vec4(unpackHalf2x16(buf##_u32[(i) >> 1]), unpackHalf2x16(buf##_u32[((i) >> 1) + 1]))
+#define LDH4(buf, i) vec4(LDH(buf, (i)), LDH(buf, (i) + 1), LDH(buf, (i) + 2), LDH(buf, (i) + 3))
 // One float of a float4 local array, by float index (the array viewed as floats).
 #define LGETC(arr, idx) arr[(idx) >> 2][(idx) & 3]
 #define LSETC(arr, idx, v) arr[(idx) >> 2][(idx) & 3] = (v)
+// One float of a private float4 by index c (a constant once loops unroll; VSETC is a statement). A vector subscript:
+// Mesa (llvmpipe) miscompiled OpenCL's if-chain form (every component took the last write; gemm_tiled.kern's loaders).
+#define VGETC(v, c) (v)[(c)]
+#define VSETC(v, c, val) { (v)[(c)] = (val); }
 
 #elif defined(SD_API_OPENCL)
 // ---- OpenCL C 1.2 (this text is the first part of the program source) ----
@@ -99,8 +104,21 @@
 #define ST4A(buf, i, v) (*(__global float4*)((buf) + (i)) = (v))
 #define LDH(buf, i) vload_half((i), (__global const half*)(buf))
 #define LDH4A(buf, i) vloada_half4((i) >> 2, (__global const half*)(buf))
+#define LDH4(buf, i) vload_half4(0, (__global const half*)(buf) + (i))
 #define LGETC(arr, idx) (((__local float*)(arr))[(idx)])
 #define LSETC(arr, idx, v) (((__local float*)(arr))[(idx)] = (v))
+// One float of a private float4 by index c (a constant once loops unroll); no type punning through pointers.
+#define VGETC(v, c) ((c) == 0 ? (v).x : (c) == 1 ? (v).y : (c) == 2 ? (v).z : (v).w)
+#define VSETC(v, c, val) \
+  if ((c) == 0) {        \
+    (v).x = (val);       \
+  } else if ((c) == 1) { \
+    (v).y = (val);       \
+  } else if ((c) == 2) { \
+    (v).z = (val);       \
+  } else {               \
+    (v).w = (val);       \
+  }
 
 #else
 #error "define SD_API_OPENCL or SD_API_GLSL before the kernel dialect prelude"
