@@ -37,6 +37,7 @@
 
 #include "common/status.h"
 #include "delegate/options.h"
+#include "gpu/attention_tiling.h"
 
 namespace sdgpu::gpu {
 
@@ -142,6 +143,10 @@ class Device {
   // partials themselves), all in ops/conv2d_winograd/opencl.cl, and group_norm_nhwc_affine /
   // group_norm_finalize_affine exist (GpuOp::FuseInputNorm). OpenCL: yes. GL: not ported.
   virtual bool winograd_io_fusion() const { return false; }
+  // SdAttention tilings whose kernels exist only on this backend / vendor (NVIDIA's OpenCL: the tensor-core and
+  // warp-shuffle kernels of backends/opencl/nvidia/), each tried right before the backend-neutral tiling its
+  // AttnTiling::before names (gpu/sd_ops.cc kAttnTilings). Empty by default.
+  virtual std::vector<AttnTiling> vendor_attention_tilings() const { return {}; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until

@@ -1,6 +1,6 @@
 """Attention kernel build variants on one queue (pyopencl, cl_lab.py): the library's row-wise flash kernels at
 SD1.5's long self-attention shapes, as the delegate builds them, with exp2 -> native_exp2, and with extra
-row-wise instantiations appended (ATR_INSTANTIATE: suffix, D, RM, RW, NS, KS, DB, LZ, QL; ops/attention/opencl.cl
+row-wise instantiations appended (ATR_INSTANTIATE: suffix, D, RM, RW, NS, KS, DB, LZ, QL; ops/attention/gpu.kern
 documents them). Device ms per launch (median of --runs) and TFLOP/s (4 * Sq * Sk * D * heads); every variant
 is checked against a float64 numpy reference on the first 256 query rows before it is timed.
 
@@ -40,9 +40,10 @@ EXTRA = {  # session 14: the head-dim split (DS = 2) at d40 with 4 and 3 rows pe
 
 
 def extra_source(lines: Iterable[str]) -> str:
-    """The library source with ATR_INSTANTIATE(line) appended for each of `lines` (EXTRA / XS_EXTRA entries)."""
+    """The library source with ATR_INSTANTIATE(line) appended for each of `lines` (EXTRA / XS_EXTRA entries; the
+    macro stays defined to the end of the program)."""
     extra = "\n".join(f"ATR_INSTANTIATE({line})" for line in lines)
-    return lib_source().replace("#undef ATR_INSTANTIATE", extra + "\n#undef ATR_INSTANTIATE")
+    return lib_source() + "\n" + extra + "\n"
 
 
 def extra_geometry(line: str) -> tuple[str, int, int]:
@@ -297,8 +298,8 @@ def reqd_source(src: str) -> str:
     macro, use, rest = body.partition("ATR_INSTANTIATE(r40")  # the macro's definition ends before its first use
     if not sep or not use:
         raise ValueError("no ATR_INSTANTIATE definition and r40 instantiation in the attention source")
-    attr = "__kernel __attribute__((reqd_work_group_size((RW) * (NS) * (DS), 1, 1))) void attn_"
-    macro = macro.replace("__kernel void attn_", attr)
+    attr = "KERNEL WG_SIZE((RW) * (NS) * (DS), 1, 1) void attn_"
+    macro = macro.replace("KERNEL void attn_", attr)
     if macro.count(attr) != 4:
         raise ValueError(f"expected 4 row-wise kernels in ATR_INSTANTIATE, found {macro.count(attr)}")
     return head + sep + macro + use + rest

@@ -361,7 +361,9 @@ def hoist_locals(body: list[Tok], kernel: str) -> tuple[list[Tok], list[str]]:
             while body[j].text != ";":
                 j += 1
             decl = [t for t in body[i + 1:j]]
-            if "=" in [t.text for t in decl] or "*" in [t.text for t in decl]:
+            texts = [t.text for t in decl]
+            name_part = texts[:texts.index("[")] if "[" in texts else texts  # sizes may multiply: `x[(BQ) * 9]`
+            if "=" in texts or "*" in name_part:
                 raise DialectError(f"kernel {kernel}: LOCAL declaration '{render(decl).strip()}' (dialect rule: "
                                    "LOCAL arrays only, no initialiser, no pointers)")
             shared.append("shared " + " ".join(render(decl).split()) + ";")
