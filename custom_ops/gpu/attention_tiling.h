@@ -1,10 +1,11 @@
-// The tiled SdAttention kernel families as the planner sees them (gpu/sd_ops.cc): one AttnTiling per instantiation
+// The tiled SdAttention kernel families as the planner (gpu/sd_ops.cc) sees them: one AttnTiling per instantiation
 // suffix of ops/attention/gpu.kern (backend-neutral, table kAttnTilings) or of a vendor file (a backend's
 // Device::vendor_attention_tilings(), e.g. backends/opencl/nvidia/attention_tilings.cc), with the local memory each
 // of its kernels declares, so that a device whose limit is smaller skips it (GL ES 3.1 guarantees 16 KiB).
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace sdgpu::gpu {
 
@@ -42,6 +43,13 @@ struct AttnTiling {
   AttnLocalBytes local;
   const char* before;
 };
+
+constexpr int kForcedOnly = 1 << 30;  // min_keys of tilings reached only through the attention_tiling option
+
+// The backend-neutral tilings (attention_tiling.cc kAttnTilings) with `vendor` (a device's
+// vendor_attention_tilings(), which must outlive the result) each in front of the tiling it names, those naming none
+// last: the planner's candidates in order.
+std::vector<const AttnTiling*> AttnTilingTable(const std::vector<AttnTiling>& vendor);
 
 constexpr size_t AttnMax(size_t a, size_t b) { return a > b ? a : b; }
 

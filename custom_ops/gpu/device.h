@@ -145,7 +145,7 @@ class Device {
   virtual bool winograd_io_fusion() const { return false; }
   // SdAttention tilings whose kernels exist only on this backend / vendor (NVIDIA's OpenCL: the tensor-core and
   // warp-shuffle kernels of backends/opencl/nvidia/), each tried right before the backend-neutral tiling its
-  // AttnTiling::before names (gpu/sd_ops.cc kAttnTilings). Empty by default.
+  // AttnTiling::before names (gpu/attention_tiling.cc kAttnTilings). Empty by default.
   virtual std::vector<AttnTiling> vendor_attention_tilings() const { return {}; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
