@@ -23,7 +23,8 @@
 //                      lacks is an error when the first GEMM is built.
 //   attention_tiling   gpu backends, benchmarks and tests: an SdAttention tiling suffix (e.g. "r40", "h80",
 //                      "dyn"; "legacy" = the fallback kernels) tried first for every attention whose head dim it
-//                      fits; "" (default) = the per-shape rule (gpu/sd_ops.cc kAttnTilings).
+//                      fits (ignored where the device lacks its local memory, work-group size or kernel); "" (default)
+//                      = the per-shape rule (gpu/attention_tiling.cc kAttnTilings).
 //   layer_norm_fold    gpu backends: how a LayerNorm folded into the FULLY_CONNECTED that reads it runs: "twin" (default)
 //                      = inside the GEMM (its _ln kernels), "rows" = one layer_norm_rows launch into the FC's scratch,
 //                      then the plain GEMM; "auto" = the tuner times both (gemm_autotune; untuned: "twin"). On the

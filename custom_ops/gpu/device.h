@@ -37,6 +37,7 @@
 
 #include "common/status.h"
 #include "delegate/options.h"
+#include "gpu/attention_tiling.h"
 
 namespace sdgpu::gpu {
 
@@ -133,6 +134,10 @@ class Device {
   // How the Timers measure; the profile JSON records it as "method". OpenCL: "events" (event
   // start/end timestamps); GL: "gl_timer_query" or "gl_finish_host_clock".
   virtual const char* timing_method() const { return "events"; }
+  // SdAttention tilings whose kernels exist only on this backend / vendor (NVIDIA's OpenCL: the tensor-core and
+  // warp-shuffle kernels of backends/opencl/nvidia/), each tried right before the backend-neutral tiling its
+  // AttnTiling::before names (gpu/attention_tiling.cc kAttnTilings). Empty by default.
+  virtual std::vector<AttnTiling> vendor_attention_tilings() const { return {}; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until

@@ -712,7 +712,8 @@ Status GpuPartition::WriteProfile() const {
   if (path.empty()) return Status::Ok();
   // Device time of each node (all of its launches) and of each kernel it launched, averaged over invocations.
   std::string j = "{\"device\":\"" + device().name() + "\",\"compute_units\":" +
-                  std::to_string(device().compute_units()) + ",\"method\":\"" + device().timing_method() +
+                  std::to_string(device().compute_units()) + ",\"local_memory_bytes\":" +
+                  std::to_string(device().local_memory_bytes()) + ",\"method\":\"" + device().timing_method() +
                   "\",\"invocations\":" + std::to_string(invocations_) + ",\"nodes\":[";
   const double runs = static_cast<double>(std::max(1LL, invocations_));
   auto ms_text = [runs](double total) {

@@ -84,7 +84,8 @@ class DelegateOptions:
     ``attention_tiling`` (GPU backends; benchmarks and tests): an SdAttention tiling suffix (``"r40"``, ``"h80"``,
     ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
     ``"short16"`` / ``"short32"`` / ``"short64"`` with that query block) used for every attention whose head dim
-    (and, for ``"short*"``, key count) it fits.
+    (and, for ``"short*"``, key count) it fits; a tiling whose local memory, work-group size or kernel the device lacks
+    is ignored (a ``"short*"`` block: the largest block that fits runs).
     ``layer_norm_fold`` (GPU backends; unset = the delegate's default, ``"twin"``): how a LayerNorm folded into the
     FULLY_CONNECTED that reads it runs: ``"twin"`` inside the GEMM (its LayerNorm twin kernels), ``"rows"`` as one
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times

@@ -52,13 +52,15 @@ def lib_source(through: str = "") -> str:
 
 
 def attention_source() -> str:
-    """The attention op's kernels, after what they call (the dialect's prelude, the elementwise helpers and the
-    NVIDIA-only primitives), without the GEMM / Winograd files, which NVIDIA's compiler takes long to build."""
-    return lib_source(through=NV_PTX_FILE) + "\n" + (ROOT / "custom_ops" / ATTENTION_FILE).read_text()
+    """The attention op's kernels, after what they call: the delegate's program up to the NVIDIA-only attention file
+    (the dialect's prelude, the portable kernels with ops/attention/gpu.kern, the NVIDIA-only primitives and
+    attention kernels), without the GEMM / Winograd files, which NVIDIA's compiler takes long to build."""
+    return lib_source(through=ATTENTION_NV_FILE)
 
 
 GEMM_SOURCES_END = "gpu/kernels/gemm_tiled.kern"  # lib_source(through=...) for GEMM-only labs
-ATTENTION_FILE = "ops/attention/opencl.cl"
+ATTENTION_FILE = "ops/attention/gpu.kern"  # the portable attention kernels (gpu/kernel_sources.txt)
+ATTENTION_NV_FILE = "backends/opencl/nvidia/attention_nv.cl"  # the NVIDIA-only ones (OpenCL-only list)
 NV_PTX_FILE = "backends/opencl/kernels/nv_ptx.cl"  # the NVIDIA-only primitives the attention's PTX paths call
 
 

@@ -249,21 +249,6 @@ def test_prepare_and_invoke_on_different_threads(rng):
     assert_close(runners[0](x=x)["y"], want, rtol=1e-5)
 
 
-def test_attention_head_dim_above_the_gl_kernel_limit_is_declined_with_reason(rng):
-    from sdconvert.ops import attention as A
-    from tflite_models import attention_model
-
-    attrs = A.AttentionAttrs(heads=1, head_dim=300, scale=0.1, causal=False, variant="flash")
-    q = rng.standard_normal((1, 4, 300)).astype(np.float32)
-    delegate = native.load(backend=BACKEND)
-    interpreter = make_interpreter(attention_model(1, 4, 4, 1, 300, A.SPEC.encode(attrs)), delegate)
-    with pytest.raises(RuntimeError, match="unresolved custom op: SdAttention"):  # nothing else can run it
-        interpreter.get_signature_runner("serving_default")(q=q, k=q, v=q)
-    stats = native.stats(delegate)
-    assert stats["claimed_nodes"] == 0 and stats["declined_nodes"] == 1
-    assert stats["declined"][0]["reason"].startswith("head_dim 300 above the kernel limit")
-
-
 def test_no_egl_driver_is_a_one_line_error(delegate_lib):
     """With no EGL vendor library (glvnd finds no driver) asking for gl fails at delegate creation."""
     code = ("from sdlite import native\n"

@@ -108,3 +108,16 @@ def test_unaligned_half4_loads_read_the_packed_view(tmp_path):
                                 "}\n")["k"]
     assert "readonly buffer SdBuf1_u32 { uint h_u32[]; };" in text
     assert "unpackHalf2x16(h_u32[((ho + 1) + 3) >> 1])[((ho + 1) + 3) & 1]" in text
+
+
+def test_capability_switches_are_off_on_glsl(tmp_path):
+    # the portable twin of a vendor-only body is what GL compiles
+    text = _translate(tmp_path, """
+#if SD_HAS_NV_SHFL
+#define SUM2(v) ((v) + nv_shfl_xor((v), 1))
+#else
+#define SUM2(v) ((v) * 2.0f)
+#endif
+KERNEL void k(GLOBAL float* y, int yo) { y[yo] = SUM2(y[yo]); }
+""")["k"]
+    assert "nv_shfl_xor" not in text and "* 2.0f" in text

@@ -5,6 +5,8 @@
 #include <iterator>
 #include <sys/stat.h>
 
+#include "backends/opencl/nvidia/attention_tilings.h"
+
 namespace sdgpu::ocl {
 namespace {
 
@@ -129,6 +131,7 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                     PlatformString(api, rt->platform_, CL_PLATFORM_VERSION) + "|" + rt->device_name_ + "|" +
                     DeviceString(api, rt->device_, CL_DRIVER_VERSION);
   const bool nvidia = PlatformString(api, rt->platform_, CL_PLATFORM_NAME).find("NVIDIA") != std::string::npos;
+  rt->nvidia_ = nvidia;
   rt->build_options_ = nvidia ? kNvidiaBuildOptions : kBuildOptions;
   cl_uint cc_major = 0;
   if (nvidia && api.clGetDeviceInfo(rt->device_, kDeviceComputeCapabilityMajorNv, sizeof(cc_major), &cc_major,
@@ -269,6 +272,10 @@ Status OpenClDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t b
 }
 
 Status OpenClDevice::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
+
+std::vector<gpu::AttnTiling> OpenClDevice::vendor_attention_tilings() const {
+  return nvidia_ ? nvidia::AttentionTilings() : std::vector<gpu::AttnTiling>{};
+}
 
 Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global,
                             const gpu::Dim3& local, gpu::Timings* timings) const {

@@ -87,6 +87,11 @@
 // Mesa (llvmpipe) miscompiled OpenCL's if-chain form (every component took the last write; gemm_tiled.kern's loaders).
 #define VGETC(v, c) (v)[(c)]
 #define VSETC(v, c, val) { (v)[(c)] = (val); }
+// The float4 at float index idx (a multiple of 4) of a float4 local array (LLD4A: OpenCL may assume the alignment).
+#define LLD4(arr, idx) arr[(idx) >> 2]
+#define LLD4A(arr, idx) arr[(idx) >> 2]
+// Capability switches (see the OpenCL section): none on GL.
+#define SD_HAS_NV_SHFL 0
 
 #elif defined(SD_API_OPENCL)
 // ---- OpenCL C 1.2 (this text is the first part of the program source) ----
@@ -119,6 +124,19 @@
   } else {               \
     (v).w = (val);       \
   }
+#define LLD4(arr, idx) vload4(0, (__local const float*)(arr) + (idx))
+#define LLD4A(arr, idx) (*(__local const float4*)((__local const float*)(arr) + (idx)))
+// Capability switches: the one place where a portable kernel learns that it may take an API- or vendor-only body;
+// the kernel keeps its portable twin under the switch's #else, which GL and every other device compile.
+// SD_HAS_NV_SHFL: NVIDIA's OpenCL (the host builds with -DSDGPU_NV_PTX=1 there): 32-lane warps and their shuffles,
+// nv_shfl_xor(v, mask) (inline PTX in backends/opencl/kernels/nv_ptx.cl, which follows the portable kernels in the
+// program: declared here).
+#if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
+#define SD_HAS_NV_SHFL 1
+inline __attribute__((always_inline)) float nv_shfl_xor(float v, int mask);
+#else
+#define SD_HAS_NV_SHFL 0
+#endif
 
 #else
 #error "define SD_API_OPENCL or SD_API_GLSL before the kernel dialect prelude"
