@@ -1,9 +1,11 @@
 """Process memory as benchmark_model reports it.
 
-* :func:`footprint_kb` is benchmark_model's "memory footprint" on Linux: ``getrusage(RUSAGE_SELF).ru_maxrss``, the
-  peak resident set size so far (KiB). Its "delta from the start of the tool" at init and overall is the growth
-  of that peak, so it is 0 when an earlier peak in the same process (a previous model of a folder or
-  ``--compare``) was higher.
+* :func:`footprint_kb` is benchmark_model's "memory footprint": the peak resident set size so far (KiB).
+  benchmark_model reads ``getrusage(RUSAGE_SELF).ru_maxrss``; on Linux this reads ``VmHWM`` of
+  ``/proc/self/status``, the same peak for this process image, because ``ru_maxrss`` also carries the peak of
+  the parent a process was forked from (run from a large Python process, every delta would read 0). The
+  "delta from the start of the tool" at init and overall is the growth of that peak, so it is 0 when an
+  earlier peak in the same process (a previous model of a folder or ``--compare``) was higher.
 * :class:`PeakMonitor` (``--report_peak_memory_footprint``) samples the *current* resident set size
   (``/proc/self/statm``) in a background thread, so its peak covers the benchmark only.
 * :func:`rss_status` splits the current resident set into anonymous and file/shared pages, as benchmark_model's
@@ -20,7 +22,14 @@ MB = float(1 << 20)
 
 
 def footprint_kb() -> int:
-    """Peak resident set size of this process so far in KiB (0 where ``resource`` is unavailable)."""
+    """Peak resident set size of this process so far in KiB (0 where neither source is available)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:  # not POSIX
