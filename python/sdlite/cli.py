@@ -147,11 +147,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         interp.load_all(require)  # fail on an unavailable backend before any work
         pipe = StableDiffusionPipeline(interp)
-        result = pipe(params, init_image=init, progress=not args.no_progress and not args.json)
+        result = pipe.generate(params, init_image=init, progress=not args.no_progress and not args.json)
     finally:
         interp.close()
     record: dict[str, Any] = {
-        **{k: v for k, v in vars(params).items()}, "height": m.height, "width": m.width,
+        **{k: v for k, v in vars(params).items() if k != "strength" or args.init_image},  # strength: img2img only
+        "height": m.height, "width": m.width,
         "model": m.config, "backend": interp.backend, "init_image": str(args.init_image) if args.init_image else None,
     }
     for k, (img, path) in enumerate(zip(result.images, outputs)):
@@ -164,8 +165,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         }
         print(json.dumps(summary, indent=2))
     else:
-        for name, where in result.placement.items():
-            print(f"{name}: {where}")
+        if args.verbose:  # which executor ran which ops: diagnostics, not a result
+            for name, where in result.placement.items():
+                print(f"{name}: {where}")
         for k, path in enumerate(outputs):
             print(f"wrote {path} (seed {result.seeds[k]})")
         steps = len(t.unet_step_s)
@@ -359,11 +361,14 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None and not getattr(args, "verbose", False):
             _silence_native_teardown()
         if args.command == "bench":
-            return cmd_bench(args)
-        from sdlite import native
+            rc = cmd_bench(args)
+        else:
+            from sdlite import native
 
-        with native.extra_options(**native.parse_options_text(args.delegate_options)):
-            return cmd_generate(args)
+            with native.extra_options(**native.parse_options_text(args.delegate_options)):
+                rc = cmd_generate(args)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at interpreter exit
+        return rc
     except SdliteError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
