@@ -197,11 +197,19 @@ class WinogradPlan:
         return "\n".join(rows)
 
 
+def _scope(part: str) -> str:
+    """``torch.nn.modules.conv.Conv2d_conv1;2`` -> ``Conv2d_conv1``; a diffusers module path such as
+    ``down_blocks.0.resnets.0.conv1`` (no class name at the end) is kept whole."""
+    part = part.split(";")[0]
+    last = part.rsplit(".", 1)[-1]
+    return last if last[:1].isupper() else part
+
+
 def short_conv_name(name: str, width: int = 56) -> str:
     """A TFLite tensor name (``sdconvert.export.wrappers.UNet/diffusers.models...ResnetBlock2D_0/torch.nn.modules.conv.
     Conv2d_conv1;2``, ~300 characters) as its module scopes without package paths and ``;N`` suffixes, keeping the
     innermost ones that fit in ``width``: ``.../CrossAttnDownBlock2D_0/ResnetBlock2D_0/Conv2d_conv1``."""
-    scopes = [part.split(";")[0].rsplit(".", 1)[-1] for part in name.split("/")]
+    scopes = [_scope(part) for part in name.split("/")]
     scopes = [s for s in scopes if s] or [name]
     if len("/".join(scopes)) <= width:
         return "/".join(scopes)
