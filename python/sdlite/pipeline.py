@@ -205,6 +205,9 @@ class StableDiffusionPipeline:
         """
         from sdlite import native
 
+        if not Path(folder).exists():
+            raise SdliteError(f"model folder not found: {folder} (from_pretrained opens a folder written by "
+                              "sdconvert; it downloads nothing)")
         options = backend if isinstance(backend, BackendOptions) else BackendOptions(name=backend,
                                                                                    num_threads=num_threads)
         checked = native.typed_options(delegate_options or {})

@@ -205,9 +205,11 @@ def test_run_loop_follows_benchmark_model() -> None:
     assert len(RunLoop(3).run(work(0))) == 3  # runs only
     t0 = time.perf_counter()
     runs = RunLoop(1, min_secs=0.2).run(work(0.02))  # runs until min_secs
-    assert len(runs) >= 5 and time.perf_counter() - t0 >= 0.2
+    assert len(runs) >= 2 and time.perf_counter() - t0 >= 0.2
+    calls.clear()
+    t0 = time.perf_counter()
     runs = RunLoop(1000, max_secs=0.1).run(work(0.03))  # no run starts after max_secs
-    assert 3 <= len(runs) <= 5
+    assert 1 <= len(runs) < 1000 and all(c - t0 <= 0.11 for c in calls)
     calls.clear()
     RunLoop(3, run_delay=0.05).run(work(0))  # a delay after every run
     assert calls[-1] - calls[0] >= 0.1

@@ -125,6 +125,9 @@ def test_checks_and_the_older_call(pipe, tiny_export: Path) -> None:
         pipe(["a cat", "a dog"])
     with pytest.raises(TypeError, match="unexpected keyword argument"):
         pipe("a cat", eta=0.0)
+    with pytest.raises(SdliteError, match="model folder not found: runwayml/stable-diffusion-v1-5 "
+                                          r"\(from_pretrained opens a folder written by sdconvert"):
+        StableDiffusionPipeline.from_pretrained("runwayml/stable-diffusion-v1-5")
     with pytest.raises(SdliteError, match="unknown delegate option 'tensor_core'"):
         StableDiffusionPipeline.from_pretrained(tiny_export, delegate_options={"tensor_core": "off"})
     with pytest.raises(SdliteError, match="weights_fp16 takes 1/0/true/false, got 'yes'"):
