@@ -1,7 +1,8 @@
 """``sdconvert``: convert a Stable Diffusion 1.4/1.5 pipeline to TFLite; ``sdconvert inspect FILE`` to look inside;
 ``sdconvert optimize IN -o OUT`` to fuse / Winograd-plan an existing .tflite or converted folder.
 
-Exit codes: 0 ok, 1 parity over tolerance, 2 user error (one line on stderr, never a traceback).
+Exit codes: 0 ok, 1 parity over tolerance, 2 user error (one line on stderr, never a traceback), 141 when the
+reader of stdout went away (``sdconvert inspect ... | head``).
 """
 from __future__ import annotations
 
@@ -25,8 +26,15 @@ EPILOG = """examples:
 """
 
 
+DESCRIPTION = """\
+Convert a Stable Diffusion 1.4/1.5 pipeline (diffusers folder, single-file checkpoint or an embedded random-weight
+config) to TFLite/LiteRT models for sdlite and the sdgpu delegate.
+Subcommands: `sdconvert inspect FILE|FOLDER` shows what is inside a .tflite; `sdconvert optimize IN -o OUT` fuses /
+Winograd-plans an existing .tflite or converted folder (see `sdconvert inspect --help`, `sdconvert optimize --help`)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="sdconvert", description=__doc__.splitlines()[0], epilog=EPILOG,
+    ap = argparse.ArgumentParser(prog="sdconvert", description=DESCRIPTION, epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_argument_group("source (exactly one)")
     src.add_argument("model_dir", nargs="?", type=Path, help="diffusers pipeline folder (with model_index.json)")
@@ -94,18 +102,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv[:1] == ["inspect"]:
             from sdconvert.inspect import main as inspect_main
 
-            return inspect_main(argv[1:])
-        if argv[:1] == ["optimize"]:
+            rc = inspect_main(argv[1:])
+        elif argv[:1] == ["optimize"]:
             from sdconvert.optimize_cli import main as optimize_main
 
-            return optimize_main(argv[1:])
-        return convert_main(argv)
+            rc = optimize_main(argv[1:])
+        else:
+            rc = convert_main(argv)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at interpreter exit
+        return rc
     except UserError as e:
         print(f"sdconvert: error: {e}", file=sys.stderr)
         return 1 if isinstance(e, ParityError) else 2
     except KeyboardInterrupt:
         print("sdconvert: interrupted; no output written", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `sdconvert inspect ... | head`: the reader has what it wanted
+        _quiet_stdout()
+        return 141
+
+
+def _quiet_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush of the closed pipe prints nothing."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``sdconvert inspect FILE``: op histogram, signatures and the fused ``Sd*`` ops (with decoded attrs) of a .tflite.
+"""``sdconvert inspect FILE|FOLDER``: op histogram, signatures and the fused ``Sd*`` ops (with decoded attrs) of a
+.tflite, or of every .tflite in a folder (a conversion's output).
 
 Exit status: 0 = fine; 1 = the model parsed but a fused op has options that do not decode or validate (each such op
 is listed with the reason); 2 = the file cannot be read as a .tflite, or bad usage. Malformed input never produces a
@@ -129,9 +130,24 @@ def render(info: dict[str, Any], out: TextIO) -> None:
         w(f"  [{f['subgraph']}:{f['index']}] {f['op']} {detail}  ({shapes} -> {outs})\n")
 
 
+def model_files(target: Path) -> list[Path]:
+    """``target`` itself, or the .tflite files of the folder ``target`` (sorted); ``ModelFormatError`` otherwise."""
+    from .graph.io import ModelFormatError
+
+    if target.is_dir():
+        files = sorted(p for p in target.glob("*.tflite") if p.is_file())
+        if not files:
+            raise ModelFormatError(f"{target}: folder has no .tflite files")
+        return files
+    if not target.is_file():
+        raise ModelFormatError(f"{target}: no such file or folder")
+    return [target]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Show the op histogram and fused Sd* ops of a .tflite.")
-    parser.add_argument("file", type=Path, help=".tflite model")
+    parser = argparse.ArgumentParser(prog=PROG, description="Show the op histogram and fused Sd* ops of a .tflite, or "
+                                                            "of every .tflite in a folder.")
+    parser.add_argument("file", type=Path, help=".tflite model, or a folder of them (e.g. a conversion's output)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
@@ -139,25 +155,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2 if e.code else 0
     from .graph.io import ModelFormatError
 
+    infos = []
+    current = args.file
     try:
-        if not args.file.is_file():
-            raise ModelFormatError(f"{args.file}: no such file")
-        info = describe(args.file)
+        files = model_files(args.file)
+        for path in files:
+            current = path
+            infos.append(describe(path))
     except ModelFormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - malformed input must end in one line and exit 2, never a traceback
-        print(f"{PROG}: error: {args.file}: unreadable model ({type(e).__name__})", file=sys.stderr)
+        print(f"{PROG}: error: {current}: unreadable model ({type(e).__name__})", file=sys.stderr)
         return 2
+    invalid = sum(info["invalid_fused"] for info in infos)
     if args.json:
-        json.dump(info, sys.stdout, indent=1)
+        data = infos[0] if not args.file.is_dir() else {"folder": str(args.file), "models": infos,
+                                                         "invalid_fused": invalid}
+        json.dump(data, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        render(info, sys.stdout)
-    if info["invalid_fused"]:
-        print(f"{PROG}: {info['invalid_fused']} fused op(s) with invalid options", file=sys.stderr)
+        for i, info in enumerate(infos):
+            if i:
+                sys.stdout.write("\n")
+            render(info, sys.stdout)
+    if invalid:
+        print(f"{PROG}: {invalid} fused op(s) with invalid options", file=sys.stderr)
         return 1
     return 0
 
 
-__all__ = ["describe", "main", "render"]
+__all__ = ["describe", "main", "model_files", "render"]

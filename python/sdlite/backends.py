@@ -29,6 +29,8 @@ class BackendOptions:
     ``num_threads=None`` means every core this process may use (TFLite's own default is 1 thread).
     ``allow_fp16`` lets the stock LiteRT GPU accelerator compute in fp16 (faster, ~1e-3 relative error);
     off by default so every backend is comparable with fp32 references.
+    ``use_xnnpack=False`` runs the ops no delegate claims on TFLite's builtin CPU kernels instead of XNNPACK
+    (benchmark_model's ``--use_xnnpack=false``; interpreter backends only).
     """
 
     name: str = "cpu"
@@ -36,12 +38,15 @@ class BackendOptions:
     log_level: str = "warning"
     allow_fp16: bool = False
     verbose: bool = False  # replay native runtime logs (LiteRT INFO lines) instead of swallowing them
+    use_xnnpack: bool = True
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
             raise SdliteError(f"unknown backend {self.name!r}; choose one of {', '.join(BACKENDS)}")
         if self.num_threads is not None and self.num_threads < 1:
             raise SdliteError(f"num_threads must be >= 1, got {self.num_threads}")
+        if not self.use_xnnpack and self.name.startswith("litert-"):
+            raise SdliteError(f"use_xnnpack=false needs an interpreter backend (cpu, opencl, gl), not {self.name}")
 
     @property
     def threads(self) -> int:

@@ -109,6 +109,9 @@ def _get(raw: dict[str, Any], key: str, kind: type, where: Path) -> Any:
 def load_manifest(folder: Path, require: tuple[str, ...] = REQUIRED_MODELS) -> Manifest:
     """Parse ``folder/manifest.json``; every model in ``require`` must be listed and its file present."""
     folder = Path(folder)
+    if folder.is_file():
+        hint = f": {folder.parent}" if (folder.parent / MANIFEST_NAME).is_file() else " (with manifest.json)"
+        raise SdliteError(f"{folder} is a file; give the converted model folder{hint}")
     if not folder.is_dir():
         raise SdliteError(f"model folder not found: {folder}")
     where = folder / MANIFEST_NAME

@@ -5,7 +5,8 @@ SdGroupNorm) that ``sdconvert`` writes into .tflite files; builtin ops stay
 with the runtime (XNNPACK). It is built from ``custom_ops/`` by
 scikit-build-core and installed next to this module.
 
-Lookup order of :func:`delegate_path`: the ``SDLITE_DELEGATE_PATH``
+Lookup order of :func:`delegate_path`: a library set by :func:`use_library`
+(``sdlite bench --external_delegate_path``), the ``SDLITE_DELEGATE_PATH``
 environment variable (for custom builds, e.g. ``build/dev`` while iterating),
 then every directory of the ``sdlite`` package. The override is read at call
 time; importing this module has no side effects.
@@ -27,7 +28,7 @@ import ctypes
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -209,35 +210,86 @@ def extra_options(**opts: Any) -> Iterator[None]:
         _EXTRA_OPTIONS.reset(token)
 
 
+def _typed(key: str, value: Any) -> Any:
+    """``value`` of delegate option ``key`` with its :class:`DelegateOptions` type; strings are converted (flags take
+    1/0/true/false, counts an int), typed values pass through to the dataclass checks."""
+    fields = DelegateOptions.__dataclass_fields__
+    if key == "backend" or key not in fields:
+        known = ", ".join(k for k in fields if k != "backend")
+        raise NativeDelegateError(f"unknown delegate option {key!r} (known: {known}; the backend has its own flag)")
+    if not isinstance(value, str):
+        return value
+    kind = str(fields[key].type)
+    if "bool" in kind:
+        if value.lower() not in ("1", "0", "true", "false"):
+            raise NativeDelegateError(f"delegate option {key} takes 1/0/true/false, got {value!r}")
+        return value.lower() in ("1", "true")
+    if "int" in kind:
+        try:
+            return int(value)
+        except ValueError:
+            raise NativeDelegateError(f"delegate option {key} takes an integer, got {value!r}") from None
+    return value
+
+
+def typed_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``{key: value}`` mapping (values as strings, the form ``load_delegate`` takes, or typed) -> checked
+    :class:`DelegateOptions` fields for :func:`extra_options`; one-line :class:`NativeDelegateError` otherwise."""
+    out = {str(k): _typed(str(k), v) for k, v in options.items()}
+    DelegateOptions(**out)  # the same checks as load(): a bad value fails before any model is read
+    return out
+
+
 def parse_options_text(text: str) -> dict[str, Any]:
     """``"key:value;key:value"`` (benchmark_model's ``--external_delegate_options`` form) -> :class:`DelegateOptions`
     fields with their Python types (flags take 1/0/true/false, counts an int), for :func:`extra_options`. A malformed
     entry, an unknown key or a bad value is a one-line :class:`NativeDelegateError`."""
-    out: dict[str, Any] = {}
-    fields = DelegateOptions.__dataclass_fields__
+    return typed_options(dict(parse_items(text)))
+
+
+def parse_items(text: str) -> list[tuple[str, str]]:
+    """``"key:value;key:value"`` -> ``[(key, value), ...]`` as strings (no check of the keys)."""
+    out = []
     for item in (i.strip() for i in text.split(";")):
         if not item:
             continue
         key, sep, value = (x.strip() for x in item.partition(":"))
         if not sep or not key:
             raise NativeDelegateError(f"delegate option {item!r} is not key:value")
-        if key == "backend" or key not in fields:
-            known = ", ".join(k for k in fields if k != "backend")
-            raise NativeDelegateError(f"unknown delegate option {key!r} (known: {known}; the backend has its own flag)")
-        kind = str(fields[key].type)
-        if "bool" in kind:
-            if value.lower() not in ("1", "0", "true", "false"):
-                raise NativeDelegateError(f"delegate option {key} takes 1/0/true/false, got {value!r}")
-            out[key] = value.lower() in ("1", "true")
-        elif "int" in kind:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                raise NativeDelegateError(f"delegate option {key} takes an integer, got {value!r}") from None
-        else:
-            out[key] = value
-    DelegateOptions(**out)  # the same checks as load(): a bad value fails before any model is read
+        out.append((key, value))
     return out
+
+
+_LIBRARY: ContextVar[Path | None] = ContextVar("sdgpu_library", default=None)
+
+
+def check_library(path: Path | str) -> Path:
+    """``path`` resolved, after checking it is a build of this delegate (it exports ``sdgpu_version``)."""
+    lib = Path(path).expanduser()
+    if lib.is_dir():
+        lib = lib / LIBRARY_NAME
+    if not lib.is_file():
+        raise NativeDelegateError(f"delegate library not found: {path}")
+    try:
+        handle = ctypes.CDLL(str(lib.resolve()))
+    except OSError as exc:
+        raise NativeDelegateError(f"cannot load {path}: {exc}") from None
+    if not hasattr(handle, "sdgpu_version"):
+        raise NativeDelegateError(f"{path} is not a build of {LIBRARY_NAME} (it has no sdgpu_version symbol); "
+                                  "sdlite loads only its own delegate")
+    return lib.resolve()
+
+
+@contextmanager
+def use_library(path: Path | str) -> Iterator[Path]:
+    """Inside the block, :func:`load`, :func:`stats` and friends use the delegate library at ``path`` (checked by
+    :func:`check_library`) instead of the packaged one: ``sdlite bench --external_delegate_path``. Scoped like
+    :func:`extra_options`."""
+    token = _LIBRARY.set(check_library(path))
+    try:
+        yield _LIBRARY.get()  # type: ignore[misc]
+    finally:
+        _LIBRARY.reset(token)
 
 
 def _package_dirs() -> list[Path]:
@@ -252,6 +304,9 @@ def _package_dirs() -> list[Path]:
 
 def delegate_path() -> Path:
     """Absolute path of ``libsdgpu_delegate.so``; raises :class:`NativeDelegateError` if it is missing."""
+    chosen = _LIBRARY.get()
+    if chosen is not None:
+        return chosen
     override = os.environ.get(ENV_DELEGATE_PATH)
     if override:
         path = Path(override).expanduser()

@@ -96,7 +96,7 @@ class InterpreterRunner(ModelRunner):
     def __init__(self, path: Path, options: BackendOptions, info: ModelInfo, signature: str,
                  content: bytes | None = None) -> None:
         super().__init__(path, options, info)
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         delegates = []
         if options.name == "cpu" and info.fused_ops:
@@ -108,8 +108,11 @@ class InterpreterRunner(ModelRunner):
         with capture_native_stderr(options.verbose) as log:
             try:
                 source = {"model_content": content} if content is not None else {"model_path": str(path)}
+                resolver = (OpResolverType.AUTO if options.use_xnnpack
+                            else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
                 self._interp = Interpreter(
-                    **source, experimental_delegates=delegates or None, num_threads=options.threads
+                    **source, experimental_delegates=delegates or None, num_threads=options.threads,
+                    experimental_op_resolver_type=resolver,
                 )
                 wrapper = self._interp._interpreter  # node-level API (no public equivalent)
                 after_ours = wrapper.NumNodes()
@@ -127,7 +130,8 @@ class InterpreterRunner(ModelRunner):
         boundaries = []
         if delegates:
             boundaries.append((DELEGATE_NAME, after_ours))
-        boundaries.append((XNNPACK_EXECUTOR, after_xnnpack))
+        if options.use_xnnpack:
+            boundaries.append((XNNPACK_EXECUTOR, after_xnnpack))
         self.placement = interpreter_placement(options.name, info, wrapper, boundaries)
 
         sigs = self._interp.get_signature_list()

@@ -136,14 +136,13 @@ def run(opts: ConvertOptions) -> ConvertResult:
 def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     """The job itself; fds 1/2 go to conversion.log, ``term`` is the user's stderr."""
     import torch
-    from tqdm import tqdm
+
+    from .progress import Reporter
 
     log_path = tmp / "conversion.log"
     stages: list[StageTime] = []
-
-    def say(msg: str) -> None:
-        if not opts.quiet:
-            print(f"sdconvert: {msg}", file=term)
+    reporter = Reporter(term, opts.quiet)
+    say = reporter.say
 
     def timed(stage: str, t0: float) -> None:
         stages.append(StageTime(stage, time.perf_counter() - t0, _peak_rss_mb()))
@@ -163,7 +162,7 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     parity: list[verify.Parity] = []
     entries: dict[str, dict[str, Any]] = {}
     graph_info: dict[str, dict[str, Any]] = {}
-    bar = tqdm(total=len(opts.models), desc="export", unit="model", file=term, disable=opts.quiet)
+    bar = reporter.bar(len(opts.models), "export", "model")
     for position, name in enumerate(opts.models):
         bar.set_description(f"export {name}")
         t0 = time.perf_counter()
