@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("model_dir", nargs="?", type=Path, help="diffusers pipeline folder (with model_index.json)")
     src.add_argument("--checkpoint", type=Path, help="single-file SD 1.x checkpoint (.safetensors; .ckpt needs --allow-pickle)")
     src.add_argument("--allow-pickle", action="store_true", help="allow loading a pickle .ckpt (runs code from the file!)")
+    src.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
+                     help="--checkpoint with LDM's EMA copy (model_ema.*): --ema converts the EMA UNet weights, "
+                          "--no-ema the non-EMA ones (default, as diffusers' conversion does)")
     src.add_argument("--random-weights", metavar="CONFIG", help="random weights for an embedded config: sd15 or tiny")
     ap.add_argument("-o", "--out", type=Path, default=None, help="output folder (default: out/<config or name>)")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "int8"), help="weight storage; compute stays fp32")
@@ -64,7 +67,7 @@ def convert_main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     opts = ConvertOptions(
         out=args.out or _default_out(args), random_weights=args.random_weights, model_dir=args.model_dir,
-        checkpoint=args.checkpoint, allow_pickle=args.allow_pickle, precision=args.precision, height=args.height,
+        checkpoint=args.checkpoint, allow_pickle=args.allow_pickle, ema=args.ema, precision=args.precision, height=args.height,
         width=args.width, cfg_batch=args.cfg_batch, models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
         verify=args.verify, seed=args.seed, overwrite=args.overwrite, quiet=args.quiet or args.json, clip_bpe=args.clip_bpe,
         graph=GraphOptions.from_args(args),
@@ -72,7 +75,8 @@ def convert_main(argv: Sequence[str]) -> int:
     result = run(opts)
     m = result.manifest
     if args.json:
-        print(json.dumps({"out": str(result.out), "ok": result.ok, "parity": m["parity"], "stages": m["stages"],
+        print(json.dumps({"out": str(result.out), "ok": result.ok, "source": m["source"], "parity": m["parity"],
+                          "stages": m["stages"],
                           "fusion": {k: v["counts"] for k, v in m["fusion"].items()},
                           "models": {k: {"file": v["file"], "bytes": v["bytes"], "num_ops": v["num_ops"]} for k, v in m["models"].items()}},
                          indent=2))
@@ -82,6 +86,8 @@ def convert_main(argv: Sequence[str]) -> int:
             print(f"  {e['file']:<22}{e['bytes'] / 2**20:>9.1f} MiB{e['num_ops']:>7} ops")
         if result.parity:
             print(format_table(result.parity))
+        if result.weights_note:
+            print(result.weights_note)
         total = sum(s.seconds for s in result.stages)
         peak = max((s.peak_rss_mb for s in result.stages), default=0)
         print(f"done in {total:.1f} s (peak RSS {peak / 1024:.1f} GiB); files are in {result.out}")

@@ -37,6 +37,7 @@ class ConvertOptions:
     model_dir: Path | None = None
     checkpoint: Path | None = None
     allow_pickle: bool = False
+    ema: bool | None = None  # single file: None = diffusers' default (non-EMA), True = model_ema.*, False = non-EMA
     precision: str = "fp32"
     height: int | None = None
     width: int | None = None
@@ -63,6 +64,7 @@ class ConvertResult:
     manifest: dict[str, Any]
     parity: list[verify.Parity] = field(default_factory=list)
     stages: list[StageTime] = field(default_factory=list)
+    weights_note: str = ""  # which weights of the source were converted (single file: EMA or not), for the summary
 
     @property
     def ok(self) -> bool:
@@ -77,13 +79,15 @@ def _load(opts: ConvertOptions) -> sources.LoadedPipeline:
     given = [x for x in (opts.random_weights, opts.model_dir, opts.checkpoint) if x is not None]
     if len(given) != 1:
         raise UserError("give exactly one source: MODEL_DIR, --checkpoint FILE or --random-weights {sd15,tiny}")
+    if opts.ema is not None and opts.checkpoint is None:
+        raise UserError(f"--{'' if opts.ema else 'no-'}ema applies to --checkpoint files only")
     if opts.random_weights is not None:
         return sources.from_random(opts.random_weights, opts.seed)
     if opts.model_dir is not None:
         return sources.from_diffusers_folder(opts.model_dir)
     from . import single_file
 
-    return single_file.load(opts.checkpoint, allow_pickle=opts.allow_pickle)
+    return single_file.load(opts.checkpoint, allow_pickle=opts.allow_pickle, ema=opts.ema)
 
 
 def _prepare_tmp(out: Path, overwrite: bool) -> Path:
@@ -152,6 +156,9 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     say("loading model")
     loaded = _load(opts)
     timed("load", t0)
+    weights_note = _weights_note(loaded)
+    if weights_note:
+        say(weights_note)
     height = opts.height or loaded.default_size[0]
     width = opts.width or loaded.default_size[1]
     checks.check_size(height, width)
@@ -253,7 +260,17 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     bad = [p for p in parity if not p.ok]
     if bad:
         raise ParityError("parity check failed:\n" + verify.format_table(parity))
-    return ConvertResult(out=tmp, manifest=manifest, parity=parity, stages=stages)
+    return ConvertResult(out=tmp, manifest=manifest, parity=parity, stages=stages, weights_note=weights_note)
+
+
+def _weights_note(loaded: sources.LoadedPipeline) -> str:
+    """The single-file EMA choice as one summary line ("" for other sources)."""
+    ema = loaded.source.get("ema")
+    if loaded.source.get("kind") != "single_file" or not isinstance(ema, dict):
+        return ""
+    from .single_file import EmaChoice
+
+    return EmaChoice(**ema).describe()
 
 
 #: The torch module (key of ``LoadedPipeline.modules``) each exported model's wrapper runs; see ``build_wrapper``.
