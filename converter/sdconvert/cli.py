@@ -13,6 +13,7 @@ from typing import Sequence
 
 from sdconvert.errors import ParityError, UserError
 from sdconvert.export.optimize import add_graph_arguments
+from sdconvert.opcheck.args import add_verify_backend_argument, parse_backends
 
 EPILOG = """examples:
   sdconvert --random-weights tiny --verify -o out/tiny
@@ -42,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--width", type=int, help="image width, multiple of 64")
     ap.add_argument("--cfg-batch", type=int, default=1, choices=(1, 2), help="UNet batch: 2 runs both CFG branches in one call")
     ap.add_argument("--models", default="text_encoder,unet,vae_decoder,vae_encoder", help="comma list of models to export")
-    ap.add_argument("--verify", action="store_true", help="compare each .tflite with torch on random inputs; exit 1 if over tolerance")
+    ap.add_argument("--verify", action="store_true",
+                    help="compare each .tflite with torch on random inputs; exit 1 if over tolerance. With --fuse / "
+                         "--winograd also a per-op table: every fused op against the unfused graph it replaced")
+    add_verify_backend_argument(ap)
     add_graph_arguments(ap)
     ap.add_argument("--seed", type=int, default=0, help="seed for random weights and verify inputs")
     ap.add_argument("--clip-bpe", type=Path, help="CLIP bpe_simple_vocab_16e6.txt.gz (default: ~/.cache/sdconvert)")
@@ -67,9 +71,10 @@ def convert_main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     opts = ConvertOptions(
         out=args.out or _default_out(args), random_weights=args.random_weights, model_dir=args.model_dir,
-        checkpoint=args.checkpoint, allow_pickle=args.allow_pickle, ema=args.ema, precision=args.precision, height=args.height,
-        width=args.width, cfg_batch=args.cfg_batch, models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
-        verify=args.verify, seed=args.seed, overwrite=args.overwrite, quiet=args.quiet or args.json, clip_bpe=args.clip_bpe,
+        checkpoint=args.checkpoint, allow_pickle=args.allow_pickle, ema=args.ema, precision=args.precision,
+        height=args.height, width=args.width, cfg_batch=args.cfg_batch, models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
+        verify=args.verify, verify_backends=parse_backends(args.verify_backend), seed=args.seed,
+        overwrite=args.overwrite, quiet=args.quiet or args.json, clip_bpe=args.clip_bpe,
         graph=GraphOptions.from_args(args),
     )
     result = run(opts)
@@ -77,13 +82,15 @@ def convert_main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps({"out": str(result.out), "ok": result.ok, "source": m["source"], "parity": m["parity"],
                           "stages": m["stages"],
-                          "fusion": {k: v["counts"] for k, v in m["fusion"].items()},
+                          "fusion": {k: v["counts"] for k, v in m["fusion"].items()}, "op_errors": m["op_errors"],
                           "models": {k: {"file": v["file"], "bytes": v["bytes"], "num_ops": v["num_ops"]} for k, v in m["models"].items()}},
                          indent=2))
         return 0
     if not args.quiet:
         for name, e in m["models"].items():
             print(f"  {e['file']:<22}{e['bytes'] / 2**20:>9.1f} MiB{e['num_ops']:>7} ops")
+        for report in result.op_reports.values():
+            print(report.format_table())
         if result.parity:
             print(format_table(result.parity))
         if result.weights_note:
