@@ -143,3 +143,28 @@ def test_short_location():
     assert short_location(name) == "CrossAttnDownBlock2D_0/ResnetBlock2D_0/conv_shortcut"
     assert short_location("serving_default_sample:0") == "serving_default_sample:0"
     assert short_location("a/b/Linear_to_out/Dropout_1") == "to_out/Dropout_1"
+
+
+def test_folder_verify_puts_the_tables_in_the_manifest(tiny_export, tmp_path):
+    out = tmp_path / "fused"
+    assert main([str(tiny_export), "--fuse", "--verify", "-q", "-o", str(out)]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert sorted(m["op_errors"]) == sorted(m["models"])
+    for name, table in m["op_errors"].items():
+        hist = read_model_info(out / m["models"][name]["file"]).op_histogram
+        assert Counter(r["op"] for r in table["rows"]) == {op: n for op, n in hist.items() if op.startswith("Sd")}
+        assert all(r["errors"]["cpu"]["rel"] <= 2e-6 for r in table["rows"]), name
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporary model left behind
+
+
+def test_optimized_model_over_tolerance_exits_1_and_writes_nothing(tiny_export, tmp_path, capsys, monkeypatch):
+    from sdconvert.export import verify
+
+    monkeypatch.setitem(verify.TOLERANCE, "fp32", 1e-12)  # the fused text encoder differs by ~4e-7
+    out = tmp_path / "te.tflite"
+    assert main([str(tiny_export / "text_encoder.tflite"), "--fuse", "--verify", "-q", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sdconvert optimize: error: text_encoder: the optimized model differs from "
+                          "text_encoder.tflite beyond 1e-12 relative (last_hidden_state on cpu: ")
+    assert "text_encoder on cpu: whole model last_hidden_state rel " in err and "; worst op #" in err
+    assert list(tmp_path.iterdir()) == []
