@@ -4,7 +4,7 @@
 # and on OpenCL and GL (NVIDIA), plus each backend's whole-UNet error. Run ON THE DEVICE from the repo root, with
 # the H200 kit carried (.h200 .whl .gl, see scripts/h200/README.md):
 #
-#   OUT=$OUT scripts/h200/op_errors.sh                      # cpu,opencl,gl in one call (~6-9 min on an H100/H200)
+#   OUT=$OUT scripts/h200/op_errors.sh                      # cpu,opencl,gl in one call (not yet timed there)
 #   OP_BACKENDS=cpu OUT=$OUT scripts/h200/op_errors.sh      # split over two calls if the 10-minute limit bites
 #   OP_BACKENDS=opencl,gl OUT=$OUT scripts/h200/op_errors.sh
 #

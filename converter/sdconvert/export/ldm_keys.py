@@ -108,7 +108,8 @@ def to_ldm_state_dict(modules: dict[str, Any], *, ema_unet: Any = None, clip_lay
             v = v[:, :, None, None]  # LDM stores the VAE attention projections as 1x1 convs
         out[VAE_PREFIX + key] = v.contiguous()
     clip = {k.removeprefix(CLIP_TEXT_MODEL): v for k, v in text.state_dict().items()}  # transformers 4 nests, 5 not
-    clip.setdefault("embeddings.position_ids", torch.arange(text.config.max_position_embeddings, dtype=torch.int64)[None])
+    positions = torch.arange(text.config.max_position_embeddings, dtype=torch.int64)[None]
+    clip.setdefault("embeddings.position_ids", positions)
     for k, v in clip.items():
         out[CLIP_PREFIX + (CLIP_TEXT_MODEL if clip_layout == "sd15" else "") + k] = v.contiguous()
     return out
