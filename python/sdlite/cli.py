@@ -88,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--steps", type=int, default=25)
     g.add_argument("--guidance-scale", "--cfg", dest="guidance_scale", type=float, default=7.5,
                    help="classifier-free guidance scale; <= 1 disables guidance (default 7.5)")
-    g.add_argument("--seed", type=int, default=0, help="image k uses seed+k (default 0)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="image k draws from its own random stream seeded seed+k (default 0); see --noise")
+    g.add_argument("--noise", default="numpy", choices=("numpy", "torch"),
+                   help="the random stream: numpy (default: PCG64, no torch needed) or torch (CPU torch.Generator, "
+                        "the numbers diffusers draws: --seed S reproduces diffusers with "
+                        "generator=torch.Generator().manual_seed(S)); see sdlite.noise")
     g.add_argument("--height", type=int, default=None, help="must equal the exported height (default: it)")
     g.add_argument("--width", type=int, default=None, help="must equal the exported width (default: it)")
     g.add_argument("--num-images", type=int, default=1)
@@ -129,6 +134,7 @@ def _output_paths(output: Path, n: int) -> list[Path]:
 def cmd_generate(args: argparse.Namespace) -> int:
     from sdlite.images import load_init_image, save_png
     from sdlite.interpreter import Interpreter
+    from sdlite.noise import per_image_noise
     from sdlite.pipeline import GenerationParams, StableDiffusionPipeline
 
     if not args.prompt.strip():
@@ -143,17 +149,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     interp = Interpreter(args.model, _backend_options(args), require=require)
     m = interp.manifest
     params.validate(m.height, m.width)
+    noise = per_image_noise(params.seed, params.num_images, args.noise)
     init = load_init_image(args.init_image, m.width, m.height) if args.init_image else None
     try:
         interp.load_all(require)  # fail on an unavailable backend before any work
         pipe = StableDiffusionPipeline(interp)
-        result = pipe.generate(params, init_image=init, progress=not args.no_progress and not args.json)
+        result = pipe.generate(params, init_image=init, noise=noise, progress=not args.no_progress and not args.json)
     finally:
         interp.close()
     record: dict[str, Any] = {
         **{k: v for k, v in vars(params).items() if k != "strength" or args.init_image},  # strength: img2img only
-        "height": m.height, "width": m.width,
-        "model": m.config, "backend": interp.backend, "init_image": str(args.init_image) if args.init_image else None,
+        "height": m.height, "width": m.width, "model": m.config, "backend": interp.backend, "noise": args.noise,
+        "init_image": str(args.init_image) if args.init_image else None,
     }
     for k, (img, path) in enumerate(zip(result.images, outputs)):
         save_png(img, path, {**record, "seed": result.seeds[k], "image_index": k})

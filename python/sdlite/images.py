@@ -24,7 +24,7 @@ def parameters_text(p: dict[str, Any]) -> str:
         ("Steps", p.get("steps")), ("Sampler", p.get("scheduler")), ("CFG scale", p.get("guidance_scale")),
         ("Seed", p.get("seed")), ("Size", f"{p.get('width')}x{p.get('height')}"),
         ("Denoising strength", p.get("strength") if p.get("init_image") else None),
-        ("Model", p.get("model")), ("Backend", p.get("backend")),
+        ("Model", p.get("model")), ("Backend", p.get("backend")), ("RNG", p.get("noise")),
     ]
     lines.append(", ".join(f"{k}: {v}" for k, v in fields if v is not None))
     return "\n".join(lines)

@@ -3,8 +3,18 @@
 Image ``k`` of a run with seed ``s`` draws from its own stream seeded ``s + k``, so any image can be
 re-generated alone (``--seed s+k --num-images 1``). Within a stream, draws happen in the order diffusers
 uses with a per-image generator list: img2img posterior sample, initial/added noise, then per-step noise
-of stochastic samplers. Any object with ``randn(shape)`` can stand in (tests plug torch generators in to
-reproduce diffusers exactly); the default is numpy's PCG64, which does not reproduce torch's numbers.
+of stochastic samplers. Any object with ``randn(shape)`` can stand in.
+
+Two streams by name (``sdlite generate --noise``):
+
+- ``numpy`` (default): numpy's PCG64 (``np.random.Generator(np.random.PCG64(seed)).standard_normal``,
+  float32). Needs nothing beyond numpy; its numbers are not torch's, so a seed gives a different image than
+  diffusers with the same seed.
+- ``torch``: ``torch.randn(shape, generator=torch.Generator().manual_seed(seed))`` on the CPU, what diffusers'
+  ``randn_tensor`` draws with a CPU generator. ``--seed s --noise torch`` reproduces
+  ``pipe(..., generator=torch.Generator().manual_seed(s))`` (for N images: ``generator=[torch.Generator()
+  .manual_seed(s + k) for k in range(N)]``) up to the converted models' float error. Needs torch installed;
+  a CUDA generator draws other numbers.
 """
 from __future__ import annotations
 
@@ -34,7 +44,34 @@ class NumpyNoise:
         return self._rng.standard_normal(shape, dtype=np.float32)
 
 
-def per_image_noise(seed: int, num_images: int) -> list[NoiseSource]:
+class TorchNoise:
+    """torch's CPU generator (module docstring): the stream diffusers draws from with ``torch.Generator()``."""
+
+    def __init__(self, seed: int) -> None:
+        import torch
+
+        self.seed = seed
+        self._torch = torch
+        self._gen = torch.Generator().manual_seed(seed)
+
+    def randn(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self._torch.randn(shape, generator=self._gen, dtype=self._torch.float32).numpy()
+
+
+NOISE_KINDS = ("numpy", "torch")
+
+
+def per_image_noise(seed: int, num_images: int, kind: str = "numpy") -> list[NoiseSource]:
+    """Stream ``seed + k`` of ``kind`` (``numpy`` or ``torch``) for each image ``k``."""
+    if kind == "torch":
+        try:
+            import torch  # noqa: F401 - only to say clearly that it is missing
+        except ImportError:
+            raise SdliteError("--noise torch needs torch installed (pip install torch); the default "
+                              "--noise numpy does not") from None
+        return [TorchNoise(seed + k) for k in range(num_images)]
+    if kind != "numpy":
+        raise SdliteError(f"--noise must be one of {', '.join(NOISE_KINDS)}, got {kind!r}")
     return [NumpyNoise(seed + k) for k in range(num_images)]
 
 
