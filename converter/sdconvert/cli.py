@@ -6,12 +6,12 @@ Exit codes: 0 ok, 1 parity over tolerance, 2 user error (one line on stderr, nev
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from sdconvert.errors import ParityError, UserError
+from sdlite import json_out
 from sdconvert.export.optimize import add_graph_arguments
 
 EPILOG = """examples:
@@ -72,10 +72,9 @@ def convert_main(argv: Sequence[str]) -> int:
     result = run(opts)
     m = result.manifest
     if args.json:
-        print(json.dumps({"out": str(result.out), "ok": result.ok, "parity": m["parity"], "stages": m["stages"],
+        print(json_out.dumps({"out": str(result.out), "ok": result.ok, "parity": m["parity"], "stages": m["stages"],
                           "fusion": {k: v["counts"] for k, v in m["fusion"].items()},
-                          "models": {k: {"file": v["file"], "bytes": v["bytes"], "num_ops": v["num_ops"]} for k, v in m["models"].items()}},
-                         indent=2))
+                          "models": {k: {"file": v["file"], "bytes": v["bytes"], "num_ops": v["num_ops"]} for k, v in m["models"].items()}}))
         return 0
     if not args.quiet:
         for name, e in m["models"].items():

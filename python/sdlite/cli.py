@@ -6,12 +6,12 @@ included); warnings (e.g. a truncated prompt) as ``sdlite: warning: <message>``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
+from sdlite import json_out
 from sdlite.errors import SdliteError
 
 PROG = "sdlite"
@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PNG path; with several images NAME-0.png, NAME-1.png, ... (default sdlite.png)")
     g.add_argument("--json", action="store_true", help="print a JSON summary (timings, files) on stdout")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-verify", action="store_true",
+                   help="skip checking the model files against the sha256 sums in manifest.json (checked once per "
+                        "file version, then remembered by size and mtime)")
     _add_backend_args(g)
 
     b = sub.add_parser("bench", help="benchmark a .tflite model or a converted folder (benchmark_model style)")
@@ -108,6 +111,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     interp = Interpreter(args.model, _backend_options(args), require=require)
     m = interp.manifest
     params.validate(m.height, m.width)
+    if not args.no_verify:
+        from sdlite.checksums import default_record
+
+        m.verify_checksums(require, record=default_record())
     init = load_init_image(args.init_image, m.width, m.height) if args.init_image else None
     try:
         interp.load_all(require)  # fail on an unavailable backend before any work
@@ -127,7 +134,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "images": [str(p) for p in outputs], "seeds": result.seeds, "model": str(args.model),
             "backend": interp.backend, "params": record, "timings": t.to_dict(), "placement": result.placement,
         }
-        print(json.dumps(summary, indent=2))
+        print(json_out.dumps(summary))
     else:
         for name, where in result.placement.items():
             print(f"{name}: {where}")
@@ -168,7 +175,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 g: [{"label": r.label, "backend": r.backend, "avg_us": r.stats.avg,
                      "ratio": r.stats.avg / rs[0].stats.avg} for r in rs] for g, rs in comparable.items()
             }
-        print(json.dumps(out, indent=2))
+        print(json_out.dumps(out))
         return 0
     for r in results:
         print(model_report(r, args.top))

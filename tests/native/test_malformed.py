@@ -12,20 +12,24 @@ import pytest
 from harness import make_interpreter
 from sdconvert.ops import REGISTRY, OpAttrError
 from sdlite import native
+from sdlite.model_check import check_model
 from tflite_models import GraphBuilder, attention_model, flex, gelu_model, group_norm_model
 
 ATT = {"heads": 2, "head_dim": 4, "scale": 0.5}
 
 
 def _declined_reason(model: bytes) -> str:
-    """Apply the delegate, expect exactly one declined node and the runtime's unresolved-op failure."""
+    """Apply the delegate, expect exactly one declined node and the runtime's unresolved-op failure; the model
+    validator (sdlite.model_check, what inspect / bench / generate run first) must give the very same reason."""
     delegate = native.load(num_threads=1, log_level="silent")
     interpreter = make_interpreter(model, delegate)
     with pytest.raises(RuntimeError, match="unresolved custom op"):
         interpreter.allocate_tensors()
     stats = native.stats(delegate)
     assert stats["claimed_nodes"] == 0 and stats["declined_nodes"] == 1, stats
-    return stats["declined"][0]["reason"]
+    reason = stats["declined"][0]["reason"]
+    assert [f.error for f in check_model(content=model).fused] == [reason]
+    return reason
 
 
 @pytest.mark.parametrize(
