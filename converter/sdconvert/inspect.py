@@ -179,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         render(info, sys.stdout)
     if info["invalid_fused"]:
-        print(f"{PROG}: {info['invalid_fused']} fused op(s) with invalid options", file=sys.stderr)
+        first = next(f for f in info["fused"] if "error" in f)
+        print(f"{PROG}: {info['invalid_fused']} fused op(s) with invalid options; the first, op {first['index']} "
+              f"({first['op']}): {first['error']}", file=sys.stderr)
         return 1
     return 0
 

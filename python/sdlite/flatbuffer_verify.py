@@ -27,6 +27,12 @@ IDENTIFIER = b"TFL3"
 class FlatbufferError(ValueError):
     """The bytes are not a well-formed TFLite flatbuffer (one-line reason with the byte position)."""
 
+    def about(self, name: object) -> str:
+        """The message about the file ``name``: ``"x.tflite is not a .tflite model ..."`` or
+        ``"x.tflite: corrupt flatbuffer: ..."``."""
+        text = str(self)
+        return f"{name} {text}" if text.startswith("is ") else f"{name}: {text}"
+
 
 @dataclass(frozen=True)
 class Vec:
@@ -259,9 +265,9 @@ def parse_model_buffer(buf: Any) -> Table:
     first 2 GiB at most, as in TFLite.
     """
     if len(buf) < 8:
-        raise FlatbufferError(f"too small to be a .tflite model ({len(buf)} bytes)")
+        raise FlatbufferError(f"is too small to be a .tflite model ({len(buf)} bytes)")
     if bytes(buf[4:8]) != IDENTIFIER:
-        raise FlatbufferError("not a .tflite model (no TFL3 identifier)")
+        raise FlatbufferError("is not a .tflite model (no TFL3 identifier)")
     v = _Verifier(buf)
     try:
         return v.table(v.offset(0, "root offset"), "Model", 1)

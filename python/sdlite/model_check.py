@@ -140,7 +140,7 @@ def check_model(path: Path | str | None = None, *, content: bytes | None = None,
         try:
             with open(path, "rb") as fh:
                 if path.stat().st_size == 0:
-                    raise InvalidModelError(f"{label}: empty file, not a .tflite model")
+                    raise InvalidModelError(f"{label} is empty, not a .tflite model")
                 buf: Any = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as exc:
             raise InvalidModelError(f"cannot read {label}: {exc.strerror or exc}") from None
@@ -152,7 +152,7 @@ def check_model(path: Path | str | None = None, *, content: bytes | None = None,
         try:
             model = parse_model_buffer(buf)
         except FlatbufferError as exc:
-            raise InvalidModelError(f"{label}: {exc}") from None
+            raise InvalidModelError(exc.about(label)) from None
         result = _Checker(buf, label, op_checker, checked_by or "").run(model, Path(path if path is not None else label))
         if build:
             _tflite_build(path, content, label)

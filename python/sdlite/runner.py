@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from sdlite._native_stderr import capture_native_stderr
+from sdlite._native_stderr import StderrTrap, capture_native_stderr
 from sdlite.backends import DELEGATE_NAME, BackendOptions, load_native_delegate
 from sdlite.errors import BackendUnavailableError, SdliteError
 from sdlite.placement import Placement, interpreter_placement
@@ -52,6 +52,7 @@ class ModelRunner(ABC):
         self.placement = Placement(options.name)
         self.last_invoke_s = 0.0
         self.load_s = 0.0
+        self._trap: StderrTrap | None = None  # fd 2 held back around native calls (_native_call)
 
     @property
     def backend(self) -> str:
@@ -87,7 +88,9 @@ class ModelRunner(ABC):
     def _native_call(self, what: str, call: Callable[[], _T]) -> _T:
         """``call()`` with what native code prints on fd 2 held back: replayed on success, one line of
         :class:`SdliteError` on failure (the runtime's exception text and our delegate's log, never a trace)."""
-        with capture_native_stderr(False) as log:
+        if self._trap is None:
+            self._trap = StderrTrap()
+        with self._trap() as log:
             try:
                 result: Any = call()
                 failure = None

@@ -144,7 +144,7 @@ def _describe_checked(path: Path, buf: mmap.mmap | bytes) -> ModelInfo:
     try:
         model = parse_model_buffer(buf)
     except FlatbufferError as exc:
-        raise SdliteError(f"{path}: {exc}") from None
+        raise SdliteError(exc.about(path)) from None
     try:
         return describe(model, path, len(buf))
     except (IndexError, KeyError) as exc:  # indices a well-formed flatbuffer may still get wrong

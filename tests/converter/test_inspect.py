@@ -69,7 +69,8 @@ def test_invalid_options_are_listed_and_exit_1(tmp_path, capsys):
     path = _fused_model(tmp_path / "m.tflite", gelu_options=bad)
     assert main([str(path)]) == 1
     cap = capsys.readouterr()
-    assert "SdGelu INVALID: SdGelu: approximate must be one of" in cap.out
+    # the delegate's own reason: what the runtime says when it refuses this op
+    assert "SdGelu INVALID: SdGelu: attribute 'approximate' = 'cubic' is not one of none|tanh|quick" in cap.out
     assert "1 fused op(s) with invalid options" in cap.err
 
 

@@ -4,8 +4,9 @@ Every mutant is one of:
 
 * ``flip`` / ``overwrite`` / ``truncate``: raw bytes (1-16 random bytes, one to four 4-byte words, a cut), in the
   flatbuffer's tables far more often than in the weights (a weight flip is not an error; see the manifest checksums);
-* ``options``: an ``Sd*`` op's custom options replaced: random bytes, a bit-flipped flexbuffer, wrong types, missing
-  keys, out-of-range values, and plausible-but-wrong sets (``heads=3``, groups that do not divide the channels, a
+* ``options``: an ``Sd*`` op's custom options replaced: another valid value of one attribute (which must run
+  everywhere), random bytes, a bit-flipped flexbuffer, wrong types, missing keys, out-of-range values, and
+  plausible-but-wrong sets (``heads=3``, groups that do not divide the channels, a
   Winograd tile of 3, a gated GELU on an odd width...);
 * ``shape``: a tensor's shape changed (a dim to 0 / +1 / x2 / 2^31-1 / -1, a dim dropped or added), mostly on graph
   inputs (batch 0, a rank-4 ``encoder_hidden_states``) and on the inputs and outputs of fused ops;
@@ -73,6 +74,15 @@ BAD_OPTIONS: dict[str, list[object]] = {
         {"tile": 4, "padding": "SAME"}, {"tile": 4, "padding": "SAME", "activation": "gelu"},
         {"tile": 4, "padding": "SAME", "activation": "none", "extra": 1},
     ],
+}
+# One attribute changed to another valid value (keeping what the shapes depend on: heads, head_dim, groups, the
+# channel axis, a gated GELU's gating, the conv padding).
+_VALID_CHANGES: dict[str, list[tuple[str, object]]] = {
+    "SdAttention": [("variant", "flash"), ("variant", "partial_softmax"), ("scale", 0.125), ("scale", 1.0),
+                    ("causal", True)],
+    "SdGelu": [("approximate", "none"), ("approximate", "tanh"), ("approximate", "quick")],
+    "SdGroupNorm": [("eps", 1e-3), ("eps", 0.0), ("activation", "silu"), ("activation", "none")],
+    "SdConv2DWinograd": [("tile", 2), ("tile", 6), ("activation", "relu"), ("activation", "relu6")],
 }
 SPECIAL_DIMS = (0, 1, 2, 3, 2**31 - 1, -1, 77, 4096)
 
@@ -212,9 +222,14 @@ class _Mutator:
         start, n = op.get(14, (0, 0))
         old = bytes(self.b.data[start : start + n])
         r = self.rng.random()
-        if r < 0.45:
+        if r < 0.35:
             value = self.pick(BAD_OPTIONS[name])
             blob, what = _flex(value), f"{value!r}"
+        elif r < 0.5 and old:  # another valid value of one attribute: the mutant must run everywhere
+            attrs = dict(flexbuffers.Loads(old))
+            key, value = self.pick(_VALID_CHANGES[name])
+            attrs[key] = value
+            blob, what = _flex(attrs), f"valid {key}={value!r}"
         elif r < 0.7 and old:
             raw = bytearray(old)
             for _ in range(int(self.rng.integers(1, 4))):

@@ -193,3 +193,21 @@ def test_native_parser_accepts_exactly_what_python_decode_accepts(op, options):
     assert (message == "") == native_ok
     if not native_ok:
         assert message.startswith(f"{op}: ") and "\n" not in message
+
+
+def test_fused_op_version_is_judged_from_the_file():
+    """The delegate never sees a custom op's opcode version (TFLite's placeholder registration says 1): it claims an
+    SdGelu of version 2 on its options and shapes alone. The model validator reads the version from the file and
+    refuses it with the delegate's own CheckOpHeader message (custom_ops/README.md, Known limits)."""
+    g = GraphBuilder()
+    x = g.input("x", [4])
+    y = g.tensor("y", [4])
+    g.custom("SdGelu", [x], [y], flex({"approximate": "none"}), version=2)
+    g.output(y)
+    model = g.build()
+    delegate = native.load(num_threads=1, log_level="silent")
+    make_interpreter(model, delegate).allocate_tensors()
+    assert native.stats(delegate)["claimed_nodes"] == 1
+    assert [f.error for f in check_model(content=model).fused] == ["SdGelu: version 2 is not supported (expected 1)"]
+    assert native.check_node("SdGelu", 1, flex({"approximate": "none"}), [native.NodeTensor(0, 0, (4,))],
+                             [native.NodeTensor(1, 0, (4,))]) == (True, "")
