@@ -96,3 +96,18 @@ def test_inspect_a_fused_tiny_model(tiny_export, tmp_path, capsys):
     assert info["histogram"]["SdAttention"] == 2 and info["histogram"]["SdGelu"] == 2
     assert all(f["attrs"]["causal"] for f in info["fused"] if f["op"] == "SdAttention")
     assert np.prod(info["fused"][0]["outputs"][0]) > 0
+
+
+def test_without_the_native_library_options_are_judged_by_opspec(tmp_path, capsys, monkeypatch):
+    """No delegate built: the fused ops' options are still checked (``OpSpec.decode``, which the C++ parsers mirror),
+    and inspect says that the shape rules were not applied."""
+    from flatbuffers import flexbuffers
+
+    import sdlite.model_check
+
+    monkeypatch.setattr(sdlite.model_check, "native_op_checker", lambda: (None, "not checked: no library"))
+    path = _fused_model(tmp_path / "m.tflite", gelu_options=bytes(flexbuffers.Dumps({"approximate": "cubic"})))
+    assert main([str(path)]) == 1
+    cap = capsys.readouterr()
+    assert "SdGelu INVALID: SdGelu: approximate must be one of" in cap.out
+    assert "(checked by: sdconvert.ops, without shape rules (not checked: no library))" in cap.out

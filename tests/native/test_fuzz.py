@@ -1,6 +1,8 @@
-"""Fuzzing the delegate: mutated options blobs and mutated single-op models must never crash the process.
+"""Fuzzing: mutated options blobs and single-op models straight into the delegate, and a corpus of mutated real
+models (model_corpus.py) through ``sdconvert inspect`` and ``sdlite bench`` on every backend. Nothing may crash, hang
+or print a traceback, and every backend must accept and refuse the same models.
 
-The loop runs in a subprocess (tests/native/fuzz_worker.py): a segfault or abort shows up as a negative
+The loops run in subprocesses (fuzz_worker.py, corpus_worker.py): a segfault or abort shows up as a negative
 return code here instead of killing pytest.
 """
 from __future__ import annotations
