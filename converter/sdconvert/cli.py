@@ -7,12 +7,12 @@ reader of stdout went away (``sdconvert inspect ... | head``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from sdconvert.errors import ParityError, UserError
+from sdlite import json_out
 from sdconvert.export.optimize import add_graph_arguments
 from sdconvert.opcheck.args import add_verify_backend_argument, parse_backends
 
@@ -88,7 +88,7 @@ def convert_main(argv: Sequence[str]) -> int:
     result = run(opts)
     m = result.manifest
     if args.json:
-        print(json.dumps({"out": str(result.out), "ok": result.ok, "source": m["source"], "parity": m["parity"],
+        print(json_out.dumps({"out": str(result.out), "ok": result.ok, "source": m["source"], "parity": m["parity"],
                           "stages": m["stages"],
                           "fusion": {k: v["counts"] for k, v in m["fusion"].items()}, "op_errors": m["op_errors"],
                           "models": {k: {"file": v["file"], "bytes": v["bytes"], "num_ops": v["num_ops"]} for k, v in m["models"].items()}},

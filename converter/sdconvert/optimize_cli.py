@@ -6,7 +6,8 @@ else (tokenizer, scheduler, log) copied, and the manifest updated (model entries
 ``sdlite generate --model OUT`` runs it as it is. This is how one shipped plain model becomes its fused and
 fused+Winograd variants on the target machine, without torch or the original weights.
 
-The output appears only on success (temporary sibling, then rename). The stages are the ones ``sdconvert --fuse
+The output appears only on success (temporary sibling, then rename); it may replace the input itself (in place,
+``--overwrite``) but never lie inside it or contain it, and a failed run leaves no folder behind. The stages are the ones ``sdconvert --fuse
 --winograd ...`` runs (:func:`sdconvert.export.optimize.optimize`, same flags, same tables), with one difference: a
 conversion runs them on the fp32 graph before the weight-precision pass, while here the input may already be fp16/int8.
 Fusion still works there, but the Winograd rewrite needs a constant filter, so convs whose weights are DEQUANTIZE
@@ -24,7 +25,6 @@ on stderr).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from sdconvert.atomic_dir import publish_dir
+from sdconvert.atomic_dir import make_parents, publish_dir, refuse_foreign_folder, refuse_overlap, remove_created
 from sdconvert.errors import ParityError, UserError
+from sdlite import json_out
 from sdconvert.export.optimize import GraphOptions, add_graph_arguments, format_fusion, optimize
 from sdconvert.opcheck.args import add_verify_backend_argument, parse_backends
 
@@ -106,16 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _model_facts(path: Path) -> ModelInfo:
-    """``sdlite``'s read-only model facts; any unreadable file becomes a one-line :class:`UserError`."""
+    """``sdlite``'s model validator on ``path`` (:func:`sdlite.model_check.validate_model`: what the runtime would
+    refuse is refused here, before any work); any problem becomes a one-line :class:`UserError`."""
     from sdlite.errors import SdliteError
-    from sdlite.tflite_info import read_model_info
+    from sdlite.model_check import validate_model
 
     try:
-        return read_model_info(path)
+        return validate_model(path)
     except SdliteError as e:
         raise UserError(str(e)) from None
-    except Exception as e:  # noqa: BLE001 - a corrupt flatbuffer may fail anywhere in the reader
-        raise UserError(f"{path} is not a readable .tflite model (truncated or corrupt: {type(e).__name__})") from None
 
 
 def _check_out(out: Path, overwrite: bool, is_dir: bool) -> None:
@@ -160,15 +160,21 @@ def optimize_file(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool =
     """Optimize one .tflite into ``out`` (atomic: a temporary sibling renamed into place on success)."""
     t0 = time.perf_counter()
     _check_out(out, overwrite, is_dir=False)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    refuse_overlap(out, [src], same_ok=True)
+    created: list[Path] = []
     tmp = _tmp_sibling(out)
+    ok = False
     try:
+        created = make_parents(out)
         model = _optimize_one(src.stem, src, tmp, opts, say, verify)
         os.replace(tmp, out)
+        ok = True
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         tmp.unlink(missing_ok=True)
+        if not ok:
+            remove_created(created)
     model.file = out
     return OptimizeResult(src, out, opts, [model], time.perf_counter() - t0)
 
@@ -189,14 +195,21 @@ def optimize_folder(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool
     if not files:
         raise UserError(f"{src}/manifest.json lists no models")
     for f in files.values():
+        if Path(f).name != f:  # written as tmp / f: a path must not lead out of the new folder
+            raise UserError(f"{src}/manifest.json lists the model file {f!r}, which is not a file name in the folder")
         if not (src / f).is_file():
             raise UserError(f"{src}/manifest.json lists {f}, which is missing")
     _check_out(out, overwrite, is_dir=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    refuse_overlap(out, [src], same_ok=True)
+    if out.resolve() != src.resolve():
+        refuse_foreign_folder(out)
     tmp = _tmp_sibling(out)
-    shutil.rmtree(tmp, ignore_errors=True)
     result = OptimizeResult(src, out, opts)
+    created: list[Path] = []
+    ok = False
     try:
+        created = make_parents(out)
+        shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(src, tmp, ignore=lambda d, names: [n for n in names if Path(d) == src and n in files.values()])
         for name, f in files.items():
             say(f"optimizing {name}")
@@ -214,10 +227,13 @@ def optimize_folder(src: Path, out: Path, opts: GraphOptions, *, overwrite: bool
         manifest["optimized"] = {"source": str(src.absolute()), "options": asdict(opts)}
         mf.write(tmp / "manifest.json", manifest)
         publish_dir(tmp, out)
+        ok = True
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not ok:
+            remove_created(created)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -279,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: interrupted; no output written", file=sys.stderr)
         return 130
     if args.json:
-        print(json.dumps(result.as_json(), indent=2))
+        print(json_out.dumps(result.as_json()))
     elif not args.quiet:
         print(render(result))
     return 0

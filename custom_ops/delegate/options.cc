@@ -4,8 +4,17 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <thread>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef SDGPU_HAVE_GPU
+#include "gpu/op_factories.h"
+#endif
 
 namespace sdgpu {
 namespace {
@@ -27,6 +36,25 @@ Status ParseFlag(std::string_view key, std::string_view value, bool* out) {
     return Status::Error("option " + std::string(key) + "='" + std::string(value) + "' must be 0 or 1");
   }
   *out = value == "1";
+  return Status::Ok();
+}
+
+// profile_path: a file the delegate can create or replace, so a bad path is reported when the delegate is made, not
+// as a warning after the first inference. Tried for real (access() says yes to root on a read-only file system); a
+// file that did not exist is removed again.
+Status CheckWritableFile(std::string_view key, const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  struct stat st {};
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  if (existed && S_ISDIR(st.st_mode)) {
+    return Status::Error("option " + std::string(key) + "='" + path + "' is a folder, not a file");
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::Error("option " + std::string(key) + "='" + path + "' cannot be written: " + std::strerror(errno));
+  }
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
   return Status::Ok();
 }
 
@@ -108,6 +136,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       }
     } else if (key == "profile_path") {
       out->profile_path = std::string(value);
+      SDGPU_RETURN_IF_ERROR(CheckWritableFile(key, out->profile_path));
     } else if (key == "opencl_cache_dir") {
       out->opencl_cache_dir = std::string(value);
     } else if (key == "weights_fp16") {
@@ -129,6 +158,12 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       out->gemm_tiles = std::string(value);
     } else if (key == "attention_tiling") {
       out->attention_tiling = std::string(value);
+#ifdef SDGPU_HAVE_GPU
+      if (!value.empty() && !gpu::IsAttentionTilingName(out->attention_tiling)) {
+        return Status::Error("option attention_tiling='" + out->attention_tiling +
+                             "' is not a tiling (e.g. r40, h80, r80, r160, dyn, legacy, short, short32)");
+      }
+#endif
     } else if (key == "gl_finish_each") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gl_finish_each));
     } else if (key == "gl_plain_buffers") {
@@ -181,6 +216,46 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     }
   }
   return Status::Ok();
+}
+
+std::string ResolvedOpenClCacheDir(const DelegateOptions& options) {
+  const std::string& option = options.opencl_cache_dir;
+  if (option == "none") return "";
+  if (!option.empty()) return option;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/sdgpu/opencl";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::string(home) + "/.cache/sdgpu/opencl";
+  }
+  return "";
+}
+
+namespace {
+
+// Whether a folder could be created at `dir` and written: it is a writable folder, or its nearest existing ancestor
+// is (nothing is created here).
+bool FolderWritable(std::string dir) {
+  while (!dir.empty()) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode) && ::access(dir.c_str(), W_OK | X_OK) == 0;
+    const size_t slash = dir.find_last_of('/');
+    dir = slash == std::string::npos ? "." : dir.substr(0, slash == 0 ? 1 : slash);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> OptionWarnings(const DelegateOptions& options) {
+  std::vector<std::string> out;
+  // explicit only: the default folder is tried quietly (a read-only home must not warn at every start)
+  if (!options.opencl_cache_dir.empty() && options.opencl_cache_dir != "none" &&
+      !FolderWritable(options.opencl_cache_dir)) {
+    out.push_back("opencl_cache_dir '" + options.opencl_cache_dir +
+                  "' cannot be written; the opencl backend compiles its programs at every start");
+  }
+  return out;
 }
 
 int ResolvedNumThreads(const DelegateOptions& options) {

@@ -61,6 +61,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -119,5 +120,12 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
 
 // num_threads with "auto" resolved.
 int ResolvedNumThreads(const DelegateOptions& options);
+
+// opencl_cache_dir resolved: "" -> $XDG_CACHE_HOME/sdgpu/opencl or ~/.cache/sdgpu/opencl; "none" -> "" (no cache).
+std::string ResolvedOpenClCacheDir(const DelegateOptions& options);
+
+// Options that parse but cannot do their job (an opencl_cache_dir that cannot be written: programs are then compiled
+// at every start). One line each; the delegate logs them when it is created, sdgpu_check_options returns them.
+std::vector<std::string> OptionWarnings(const DelegateOptions& options);
 
 }  // namespace sdgpu

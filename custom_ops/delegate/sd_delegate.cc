@@ -24,6 +24,7 @@ Status SdDelegate::Create(const DelegateOptions& options, std::unique_ptr<SdDele
   d->tflite_.FreeBufferHandle = nullptr;
   d->tflite_.flags = abi::kTfLiteDelegateFlagsAllowDynamicTensors;
   d->tflite_.opaque_delegate_builder = nullptr;
+  for (const std::string& w : OptionWarnings(options)) d->logger_.Warning(w);
   d->logger_.Info("created delegate: backend=" + options.backend +
                   " num_threads=" + std::to_string(ResolvedNumThreads(options)));
   *out = std::move(d);
@@ -83,6 +84,12 @@ abi::TfLiteStatus SdDelegate::Prepare(abi::TfLiteContext* context) {
   abi::OwnedIntArray nodes;
   if (!nodes.Assign(plan.claimed)) {
     logger_.Error("out of memory while partitioning");
+    return abi::kTfLiteDelegateError;
+  }
+  int partitions = 0;
+  if (Status p = PreviewPartitions(context, nodes.get(), &partitions); !p.ok()) {
+    logger_.Error("partitioning failed: " + p.message());
+    ReportToContext(context, "partitioning failed: " + p.message());
     return abi::kTfLiteDelegateError;
   }
   const abi::TfLiteStatus st = context->ReplaceNodeSubsetsWithDelegateKernels(

@@ -3,6 +3,7 @@
 #include "abi/int_array.h"
 #include "delegate/partitioner.h"
 #include "delegate/sd_delegate.h"
+#include "delegate/tflite_graph.h"
 #include "gpu/partition.h"
 
 namespace sdgpu::gpu {
@@ -45,11 +46,7 @@ Status GpuBackend::PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegat
   if (!plan.claimed.empty()) {
     abi::OwnedIntArray claimed;
     if (!claimed.Assign(plan.claimed)) return Status::Error("out of memory while partitioning");
-    abi::TfLiteDelegateParams* params = nullptr;
-    if (context->PreviewDelegatePartitioning != nullptr &&
-        context->PreviewDelegatePartitioning(context, claimed.get(), &params, &partitions) != abi::kTfLiteOk) {
-      partitions = -1;
-    }
+    SDGPU_RETURN_IF_ERROR(PreviewPartitions(context, claimed.get(), &partitions));
     if (context->ReplaceNodeSubsetsWithDelegateKernels(context, GpuPartition::Registration(registration_name_),
                                                        claimed.get(), delegate->tflite()) != abi::kTfLiteOk) {
       return Status::Error("ReplaceNodeSubsetsWithDelegateKernels failed");

@@ -1134,6 +1134,8 @@ Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_p
   s.act = prm->activation;
   std::vector<int> inputs = {0, 1};
   if (node.inputs.size() > 2 && node.inputs[2] != nullptr) {
+    // the kernels and the host-side repacking read N bias values
+    SDGPU_RETURN_IF_ERROR(Need(NumElements(DimsOf(node.inputs[2])) == s.N, "bias size does not match the outputs"));
     s.bias_input = 2;
     inputs.push_back(2);
   }
@@ -1183,6 +1185,12 @@ Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp
   const Dims x = DimsOf(node.inputs[0]), w = DimsOf(node.inputs[1]), o = DimsOf(node.outputs[0]);
   SDGPU_RETURN_IF_ERROR(Need(x.size() == 4 && w.size() == 4 && o.size() == 4, "expects NHWC x OHWI"));
   SDGPU_RETURN_IF_ERROR(Need(w[3] == x[3], "grouped convolution is not supported"));
+  // the kernels write N x OH x OW x Co values where the output holds o[0..3]: they must be the same
+  SDGPU_RETURN_IF_ERROR(Need(o[0] == x[0] && o[3] == w[0], "output batch / channels do not match input and filter"));
+  SDGPU_RETURN_IF_ERROR(Need(prm->stride_height >= 1 && prm->stride_width >= 1, "strides must be >= 1"));
+  if (node.inputs.size() > 2 && node.inputs[2] != nullptr) {
+    SDGPU_RETURN_IF_ERROR(Need(NumElements(DimsOf(node.inputs[2])) == w[0], "bias size does not match the filters"));
+  }
   ConvShape s;
   s.n = static_cast<int>(x[0]);
   s.h = static_cast<int>(x[1]);

@@ -657,6 +657,17 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
 
 }  // namespace
 
+bool IsAttentionTilingName(const std::string& name) {
+  if (name == "legacy" || name == "short") return true;
+  for (int bq : kAttnShortBq) {
+    if (name == "short" + std::to_string(bq)) return true;
+  }
+  for (const AttnTiling& t : kAttnTilings) {
+    if (name == t.suffix) return true;
+  }
+  return false;
+}
+
 Status DequantizeConstant(const abi::TfLiteTensor* in, int64_t n, float* v) {
   if (!IsConstant(in)) return Status::Error("not a constant tensor");
   if (in->type == abi::kTfLiteFloat16) {

@@ -6,13 +6,13 @@ included); warnings (e.g. a truncated prompt) as ``sdlite: warning: <message>``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sdlite import json_out
 from sdlite.errors import SdliteError
 
 if TYPE_CHECKING:
@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PNG path; with several images NAME-0.png, NAME-1.png, ... (default sdlite.png)")
     g.add_argument("--json", action="store_true", help="print a JSON summary (timings, files) on stdout")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-verify", action="store_true",
+                   help="skip checking the model files against the sha256 sums in manifest.json (checked once per "
+                        "file version, then remembered by size and mtime)")
     _add_backend_args(g)
 
     b = sub.add_parser("bench", help="benchmark a .tflite model or a converted folder (TFLite benchmark_model's flags)",
@@ -149,6 +152,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     interp = Interpreter(args.model, _backend_options(args), require=require)
     m = interp.manifest
     params.validate(m.height, m.width)
+    if not args.no_verify:
+        from sdlite.checksums import default_record
+
+        m.verify_checksums(require, record=default_record())
     noise = per_image_noise(params.seed, params.num_images, args.noise)
     init = load_init_image(args.init_image, m.width, m.height) if args.init_image else None
     try:
@@ -170,7 +177,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "images": [str(p) for p in outputs], "seeds": result.seeds, "model": str(args.model),
             "backend": interp.backend, "params": record, "timings": t.to_dict(), "placement": result.placement,
         }
-        print(json.dumps(summary, indent=2))
+        print(json_out.dumps(summary))
     else:
         if args.verbose:  # which executor ran which ops: diagnostics, not a result
             for name, where in result.placement.items():
@@ -299,7 +306,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 g: [{"label": r.label, "backend": r.backend, "avg_us": r.stats.avg,
                      "ratio": r.stats.avg / rs[0].stats.avg} for r in rs] for g, rs in comparable.items()
             }
-        print(json.dumps(out, indent=2))
+        print(json_out.dumps(out))
         return 0
     for rs in comparable.values():
         print(comparison_table(rs))

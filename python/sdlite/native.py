@@ -46,6 +46,8 @@ LAYER_NORM_FOLDS = ("auto", "twin", "rows")
 TENSOR_CORES = ("auto", "off", "3xtf32", "fp64")
 # Options that take one of a few strings (None = the delegate's default)
 CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES}
+# Integer options and their largest value (the delegate's ranges, delegate/options.cc)
+INT_RANGES = {"num_threads": 256, "attention_block_q": 1024, "attention_block_k": 4096}
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
 FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")
 
@@ -145,10 +147,10 @@ class DelegateOptions:
             raise NativeDelegateError(f"unknown backend {self.backend!r} (expected one of {', '.join(BACKENDS)})")
         if self.log_level not in LOG_LEVELS:
             raise NativeDelegateError(f"unknown log_level {self.log_level!r} (expected one of {', '.join(LOG_LEVELS)})")
-        for name in ("num_threads", "attention_block_q", "attention_block_k"):
+        for name, most in INT_RANGES.items():
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise NativeDelegateError(f"{name} must be a positive int, got {value!r}")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most):
+                raise NativeDelegateError(f"{name} must be an int in 1..{most}, got {value!r}")
         value = self.attention_key_splits
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 64):
             raise NativeDelegateError(f"attention_key_splits must be an int in 0..64, got {value!r}")
@@ -168,6 +170,11 @@ class DelegateOptions:
             value = getattr(self, name)
             if value not in (None, *choices):
                 raise NativeDelegateError(f"{name} must be one of {', '.join(choices)} or None, got {value!r}")
+        # the rest (gemm_tiles syntax, attention_tiling names, a usable profile_path) by the delegate's own parser,
+        # so an option is judged the same whether or not a model ends up loading the delegate
+        problem, _ = check_options_native(self.as_strings())
+        if problem:
+            raise NativeDelegateError(problem)
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -243,8 +250,14 @@ def typed_options(options: Mapping[str, Any]) -> dict[str, Any]:
 def parse_options_text(text: str) -> dict[str, Any]:
     """``"key:value;key:value"`` (benchmark_model's ``--external_delegate_options`` form) -> :class:`DelegateOptions`
     fields with their Python types (flags take 1/0/true/false, counts an int), for :func:`extra_options`. A malformed
-    entry, an unknown key or a bad value is a one-line :class:`NativeDelegateError`."""
-    return typed_options(dict(parse_items(text)))
+    entry, an unknown key or a bad value is a one-line :class:`NativeDelegateError`; an option that parses but cannot
+    do its job (an unwritable ``opencl_cache_dir``) is a warning."""
+    options = typed_options(dict(parse_items(text)))
+    import warnings
+
+    for line in check_options_native(DelegateOptions(**options).as_strings())[1]:
+        warnings.warn(line, stacklevel=2)
+    return options
 
 
 def parse_items(text: str) -> list[tuple[str, str]]:
@@ -344,6 +357,9 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
     from ai_edge_litert.interpreter import load_delegate
 
     path = delegate_path()
+    # A file that is not our library fails here, not inside ai_edge_litert's Delegate, whose half-built object
+    # would print an ignored AttributeError from its __del__.
+    _lib()
     try:
         return load_delegate(str(path), options.as_strings())
     except ValueError as exc:
@@ -354,22 +370,41 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
 @lru_cache(maxsize=4)
 def _library(path: str) -> ctypes.CDLL:
+    """The delegate library with its diagnostic entry points typed; OSError if it does not load."""
     lib = ctypes.CDLL(path)
-    lib.sdgpu_delegate_stats_json.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-    lib.sdgpu_delegate_stats_json.restype = ctypes.c_int
-    lib.sdgpu_check_op_options.argtypes = [
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
-    ]
-    lib.sdgpu_check_op_options.restype = ctypes.c_int
-    lib.sdgpu_version.argtypes = []
-    lib.sdgpu_version.restype = ctypes.c_char_p
+    ints, i64s, strings = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_char_p)
+    signatures = {
+        "sdgpu_delegate_stats_json": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_check_op_options": (
+            [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_check_node": ([ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+                              ctypes.c_int, ints, ints, ints, i64s, ctypes.c_int, ints, ints, ints, i64s,
+                              ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_check_options": ([strings, strings, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                 ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_version": ([], ctypes.c_char_p),
+    }
+    for name, (argtypes, restype) in signatures.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise OSError(f"{path} is not a matching sdgpu delegate build (no {name}; rebuild it)") from None
+        fn.argtypes, fn.restype = argtypes, restype
     return lib
+
+
+def _lib() -> ctypes.CDLL:
+    path = delegate_path()
+    try:
+        return _library(str(path))
+    except OSError as exc:
+        raise NativeDelegateError(f"cannot load {path}: {exc}") from None
 
 
 def stats(delegate: Any) -> dict[str, Any]:
     """Counters of a delegate returned by :func:`load` (claimed/declined nodes with reasons, scratch bytes...)."""
     pointer = delegate._get_native_delegate_pointer()  # noqa: SLF001 - ai_edge_litert has no public accessor
-    lib = _library(str(delegate_path()))
+    lib = _lib()
     size = lib.sdgpu_delegate_stats_json(pointer, None, 0)
     if size < 0:
         raise NativeDelegateError("not an sdgpu delegate")
@@ -380,7 +415,7 @@ def stats(delegate: Any) -> dict[str, Any]:
 
 def check_op_options(op_name: str, options: bytes) -> tuple[bool, str]:
     """Run the native options parser of ``op_name`` on raw bytes: ``(ok, error message)``."""
-    lib = _library(str(delegate_path()))
+    lib = _lib()
     err = ctypes.create_string_buffer(512)
     rc = lib.sdgpu_check_op_options(op_name.encode(), bytes(options), len(options), err, len(err))
     if rc < 0:
@@ -388,6 +423,62 @@ def check_op_options(op_name: str, options: bytes) -> tuple[bool, str]:
     return rc == 1, err.value.decode("utf-8", "replace")
 
 
+# TFLite schema TensorType -> the C API's TfLiteType (what the delegate sees); other types map to kTfLiteNoType.
+_TFLITE_TYPE = {0: 1, 1: 10, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 9: 9, 10: 11}
+
+
+@dataclass(frozen=True)
+class NodeTensor:
+    """One input or output of a node as the model file describes it: tensor id (-1 = omitted optional input),
+    schema ``TensorType`` value and shape."""
+
+    index: int
+    schema_type: int
+    shape: tuple[int, ...]
+
+
+def check_node(op_name: str, version: int, options: bytes | None, inputs: list[NodeTensor],
+               outputs: list[NodeTensor]) -> tuple[bool, str]:
+    """The delegate's own check of an ``Sd*`` node (version, counts, options, shape rule, output): ``(ok, reason)``.
+
+    The same C++ code decides whether the running delegate claims the node, so a model that passes here is one the
+    delegate takes on every backend. Raises :class:`NativeDelegateError` for an op it does not know.
+    """
+    lib = _lib()
+
+    def arrays(tensors: list[NodeTensor]) -> tuple[Any, Any, Any, Any]:
+        n = len(tensors)
+        dims = [int(d) for t in tensors for d in t.shape]
+        return ((ctypes.c_int * max(n, 1))(*[t.index for t in tensors]),
+                (ctypes.c_int * max(n, 1))(*[_TFLITE_TYPE.get(t.schema_type, 0) for t in tensors]),
+                (ctypes.c_int * max(n, 1))(*[len(t.shape) for t in tensors]),
+                (ctypes.c_int64 * max(len(dims), 1))(*dims))
+
+    blob = bytes(options or b"")
+    err = ctypes.create_string_buffer(512)
+    rc = lib.sdgpu_check_node(op_name.encode(), int(version), blob, len(blob), len(inputs), *arrays(inputs),
+                              len(outputs), *arrays(outputs), err, len(err))
+    if rc < 0:
+        raise NativeDelegateError(f"unknown op {op_name!r}")
+    return rc == 1, err.value.decode("utf-8", "replace")
+
+
+def check_options_native(options: dict[str, str]) -> tuple[str, list[str]]:
+    """The delegate's own options parser on ``{key: value}`` strings, without creating a delegate: ``(error,
+    warnings)``, ``error`` ``""`` when they parse; ``warnings`` name options that parse but cannot do their job (an
+    unwritable ``opencl_cache_dir``). ``("", [])`` when the library is not built (``load`` reports that)."""
+    try:
+        lib = _lib()
+    except NativeDelegateError:
+        return "", []
+    keys = (ctypes.c_char_p * max(len(options), 1))(*[k.encode() for k in options])
+    values = (ctypes.c_char_p * max(len(options), 1))(*[str(v).encode() for v in options.values()])
+    err, warn = ctypes.create_string_buffer(512), ctypes.create_string_buffer(2048)
+    ok = lib.sdgpu_check_options(keys, values, len(options), err, len(err), warn, len(warn))
+    warnings = [w for w in warn.value.decode("utf-8", "replace").splitlines() if w]
+    return ("" if ok == 1 else err.value.decode("utf-8", "replace")), warnings
+
+
 def version() -> str:
     """Version string of the native library."""
-    return _library(str(delegate_path())).sdgpu_version().decode()
+    return _lib().sdgpu_version().decode()

@@ -20,6 +20,7 @@ the same pixels as ``sdlite generate`` with the same seed; :meth:`StableDiffusio
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,24 @@ from sdlite.tokenizer import CLIPTokenizer
 OUTPUT_TYPES = ("pil", "np")
 
 
+MAX_STEPS = 1000  # the schedulers' num_train_timesteps: more steps than training timesteps repeat timesteps
+MAX_IMAGES = 1000
+MAX_GUIDANCE = 1000.0  # far beyond any useful scale (SD uses 1..20); larger ones overflow float32 latents
+MAX_SEED = 2**63 - 1
+
+
+class NonFiniteError(SdliteError):
+    """A model produced NaN or Inf during generation (broken weights, a numerically unstable backend...)."""
+
+
+def check_finite(array: np.ndarray, what: str) -> None:
+    """Raise :class:`NonFiniteError` naming ``what`` unless every value of ``array`` is finite: a NaN latent would
+    otherwise end as a silently black image."""
+    if not np.isfinite(array).all():
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise NonFiniteError(f"{what} has {bad} non-finite value(s) (NaN or Inf) of {array.size}; stopping")
+
+
 @dataclass(frozen=True)
 class GenerationParams:
     """What to generate. ``height``/``width`` default to the exported size (and must equal it)."""
@@ -58,16 +77,16 @@ class GenerationParams:
     def validate(self, exported_height: int, exported_width: int) -> None:
         if self.scheduler not in SCHEDULERS:
             raise SdliteError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
-        if self.steps < 1:
-            raise SdliteError(f"steps must be >= 1, got {self.steps}")
-        if self.num_images < 1:
-            raise SdliteError(f"num_images must be >= 1, got {self.num_images}")
-        if self.guidance_scale < 0:
-            raise SdliteError(f"guidance scale must be >= 0, got {self.guidance_scale}")
-        if not 0.0 < self.strength <= 1.0:
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise SdliteError(f"steps must be in 1..{MAX_STEPS}, got {self.steps}")
+        if not 1 <= self.num_images <= MAX_IMAGES:
+            raise SdliteError(f"num_images must be in 1..{MAX_IMAGES}, got {self.num_images}")
+        if not (math.isfinite(self.guidance_scale) and 0 <= self.guidance_scale <= MAX_GUIDANCE):
+            raise SdliteError(f"guidance scale must be a finite number in 0..{MAX_GUIDANCE:g}, got {self.guidance_scale}")
+        if not (math.isfinite(self.strength) and 0.0 < self.strength <= 1.0):
             raise SdliteError(f"strength must be in (0, 1], got {self.strength}")
-        if self.seed < 0:
-            raise SdliteError(f"seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise SdliteError(f"seed must be in 0..{MAX_SEED}, got {self.seed}")
         for label, value, exported in (("height", self.height, exported_height), ("width", self.width, exported_width)):
             if value is None:
                 continue
@@ -223,6 +242,10 @@ class StableDiffusionPipeline:
                  tb: TracebackType | None) -> None:
         self.close()
 
+    def _file(self, name: str) -> str:
+        spec = self.manifest.models.get(name)
+        return spec.path.name if spec is not None else f"{name}.tflite"
+
     # -- stages -------------------------------------------------------------------------------------------
     def encode_prompts(self, prompts: list[str]) -> np.ndarray:
         """``[len(prompts), 77, D]`` text embeddings (packed into the text encoder's fixed batch)."""
@@ -311,6 +334,7 @@ class StableDiffusionPipeline:
             t0 = time.perf_counter()
             img = dec.run(**{in_name: z})[out_name]
             times.append(time.perf_counter() - t0)
+            check_finite(img, f"image {i}: the output of {self._file('vae_decoder')}")
             images.append(to_uint8(img))
             units.append(to_unit(img))
         return images, times, units
@@ -363,6 +387,7 @@ class StableDiffusionPipeline:
         t0 = time.perf_counter()
         prompts = [params.negative_prompt, params.prompt] if params.do_cfg else [params.prompt]
         embeds = self.encode_prompts(prompts)
+        check_finite(embeds, f"the text embedding from {self._file('text_encoder')}")
         timings.text_encoder_s = time.perf_counter() - t0
         uncond, cond = (embeds[0:1], embeds[1:2]) if params.do_cfg else (None, embeds[0:1])
 
@@ -376,6 +401,7 @@ class StableDiffusionPipeline:
                     f"strength {params.strength} with {params.steps} steps leaves no denoising step; raise either"
                 )
             init_latents, timings.vae_encode_s = self.encode_image(init_image, sources)
+            check_finite(init_latents, f"the init image's latents from {self._file('vae_encoder')}")
             x = sched.add_noise(init_latents, draw(sources, latent_shape), first)
         else:
             if latents is None:
@@ -385,8 +411,10 @@ class StableDiffusionPipeline:
             x = (np.asarray(latents, dtype=np.float32) * sched.init_noise_sigma).astype(np.float32)
 
         steps = range(first, len(sched.timesteps))
+        unet_file = self._file("unet")
         for i in tqdm(steps, desc="denoising", unit="step", disable=not progress, leave=False):
             t = float(sched.timesteps[i])
+            step = f"step {i - first + 1}/{len(steps)}"
             ts = time.perf_counter()
             x_in = sched.scale_model_input(x, i)
             sched_s = time.perf_counter() - ts
@@ -394,10 +422,12 @@ class StableDiffusionPipeline:
             pred, calls = self.predict_noise(x_in, t, uncond, cond, params.guidance_scale)
             timings.unet_step_s.append(time.perf_counter() - tu)
             timings.unet_calls += calls
+            check_finite(pred, f"{step}: the noise prediction of {unet_file} (guidance {params.guidance_scale:g})")
             ts = time.perf_counter()
             step_noise = draw(sources, latent_shape) if sched.stochastic else None
             x = sched.step(pred.astype(np.float32), i, x, step_noise)
             timings.scheduler_s += sched_s + time.perf_counter() - ts
+            check_finite(x, f"{step}: the latents after the {params.scheduler} scheduler step")
 
         images, timings.vae_decode_s, units = self.decode(x)
         timings.total_s = time.perf_counter() - t_start

@@ -69,7 +69,8 @@ def test_invalid_options_are_listed_and_exit_1(tmp_path, capsys):
     path = _fused_model(tmp_path / "m.tflite", gelu_options=bad)
     assert main([str(path)]) == 1
     cap = capsys.readouterr()
-    assert "SdGelu INVALID: SdGelu: approximate must be one of" in cap.out
+    # the delegate's own reason: what the runtime says when it refuses this op
+    assert "SdGelu INVALID: SdGelu: attribute 'approximate' = 'cubic' is not one of none|tanh|quick" in cap.out
     assert "1 fused op(s) with invalid options" in cap.err
 
 
@@ -125,3 +126,18 @@ def test_a_closed_pipe_ends_quietly(tiny_export):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert err == ""
+
+
+def test_without_the_native_library_options_are_judged_by_opspec(tmp_path, capsys, monkeypatch):
+    """No delegate built: the fused ops' options are still checked (``OpSpec.decode``, which the C++ parsers mirror),
+    and inspect says that the shape rules were not applied."""
+    from flatbuffers import flexbuffers
+
+    import sdlite.model_check
+
+    monkeypatch.setattr(sdlite.model_check, "native_op_checker", lambda: (None, "not checked: no library"))
+    path = _fused_model(tmp_path / "m.tflite", gelu_options=bytes(flexbuffers.Dumps({"approximate": "cubic"})))
+    assert main([str(path)]) == 1
+    cap = capsys.readouterr()
+    assert "SdGelu INVALID: SdGelu: approximate must be one of" in cap.out
+    assert "(checked by: sdconvert.ops, without shape rules (not checked: no library))" in cap.out

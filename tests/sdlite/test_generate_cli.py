@@ -86,7 +86,12 @@ def test_long_prompt_warns_on_one_line(capsys, tiny_export: Path, tmp_path: Path
                                     "re-export with the size you want)"),
     (["-p", "x", "--scheduler", "heun"], "unknown scheduler 'heun'; choose one of pndm, ddim, euler_a, "
                                          "dpmpp_2m, dpmpp_2m_karras"),
-    (["-p", "x", "--steps", "0"], "steps must be >= 1, got 0"),
+    (["-p", "x", "--steps", "0"], "steps must be in 1..1000, got 0"),
+    (["-p", "x", "--guidance-scale", "inf"], "guidance scale must be a finite number in 0..1000, got inf"),
+    (["-p", "x", "--guidance-scale", "nan"], "guidance scale must be a finite number in 0..1000, got nan"),
+    (["-p", "x", "--strength", "nan", "--init-image", "x.png"], "strength must be in (0, 1], got nan"),
+    (["-p", "x", "--num-images", "0"], "num_images must be in 1..1000, got 0"),
+    (["-p", "x", "--num-threads", "99999"], "num_threads must be in 1..256, got 99999"),
     (["-p", "x", "--strength", "1.5", "--init-image", "x.png"], "strength must be in (0, 1], got 1.5"),
     (["-p", "x", "--backend", "tpu"], "unknown backend 'tpu'; choose one of cpu, opencl, gl, litert-gpu, litert-cpu"),
     (["-p", "x", "-o", "out.jpg"], "--output must end in .png, got out.jpg"),

@@ -19,7 +19,7 @@ from typing import Any, Sequence, TextIO
 
 import numpy as np
 
-from sdconvert.atomic_dir import publish_dir
+from sdconvert.atomic_dir import make_parents, publish_dir, refuse_foreign_folder, refuse_overlap, remove_created
 from sdconvert.errors import ParityError, UserError
 
 from . import checks, litert, sources, verify
@@ -92,13 +92,17 @@ def _load(opts: ConvertOptions) -> sources.LoadedPipeline:
     return single_file.load(opts.checkpoint, allow_pickle=opts.allow_pickle, ema=opts.ema)
 
 
-def _prepare_tmp(out: Path, overwrite: bool) -> Path:
+def _prepare_tmp(out: Path, overwrite: bool, created: list[Path]) -> Path:
+    """The temporary sibling folder the job writes into; parent folders it had to create are added to ``created``."""
     out = out.absolute()
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"output {out} already exists; pass --overwrite to replace it")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output {out} is a file, not a folder")
+    refuse_foreign_folder(out)
     parent = out.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        created += make_parents(out)
         tmp = parent / f".{out.name}.tmp-{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -107,12 +111,14 @@ def _prepare_tmp(out: Path, overwrite: bool) -> Path:
         probe.write_bytes(b"x")
         probe.unlink()
     except OSError as e:
+        remove_created(created)
         raise UserError(f"cannot write output folder {out}: {e.strerror or e}") from None
     return tmp
 
 
 def run(opts: ConvertOptions) -> ConvertResult:
-    """Run the whole job. Raises :class:`UserError` for user-fixable problems, leaving no output behind."""
+    """Run the whole job. Raises :class:`UserError` for user-fixable problems, leaving no output behind (no
+    parent folder it created either); an existing output is replaced only once the new one is complete."""
     if opts.precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {PRECISIONS}, got {opts.precision!r}")
     if opts.cfg_batch not in (1, 2):
@@ -128,7 +134,9 @@ def run(opts: ConvertOptions) -> ConvertResult:
         raise UserError(f"--verify-backend takes a comma list of {', '.join(VERIFY_BACKENDS)}")
     if tuple(opts.verify_backends) != ("cpu",) and not opts.verify:
         raise UserError("--verify-backend applies with --verify")
-    tmp = _prepare_tmp(opts.out, opts.overwrite)
+    refuse_overlap(opts.out, [opts.model_dir, opts.checkpoint, opts.clip_bpe])
+    created: list[Path] = []
+    tmp = _prepare_tmp(opts.out, opts.overwrite, created)
     try:
         with litert.redirect_native_output(tmp / "conversion.log") as term:
             result = _run_in(tmp, opts, term)
@@ -137,11 +145,13 @@ def run(opts: ConvertOptions) -> ConvertResult:
         return result
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)
         if e.errno in NO_SPACE:
             raise UserError(f"no space left while writing {opts.out} ({e.strerror}); nothing was written") from None
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)
         raise
 
 
