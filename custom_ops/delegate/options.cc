@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,9 +16,24 @@
 #ifdef SDGPU_HAVE_GPU
 #include "gpu/op_factories.h"
 #endif
+#ifdef SDGPU_HAVE_OPENCL
+#include "backends/opencl/nvidia/attention_tilings.h"
+#endif
 
 namespace sdgpu {
 namespace {
+
+#ifdef SDGPU_HAVE_GPU
+// Every tiling a backend compiled into this library may run: the option names one whichever device is picked later
+// (a tiling the device lacks is then ignored, not an error).
+std::vector<gpu::AttnTiling> VendorAttentionTilings() {
+#ifdef SDGPU_HAVE_OPENCL
+  return ocl::nvidia::AttentionTilings();
+#else
+  return {};
+#endif
+}
+#endif
 
 bool ParseIntIn(std::string_view text, long min, long max, int* out) {
   if (text.empty() || text.size() > 12) return false;
@@ -159,7 +175,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else if (key == "attention_tiling") {
       out->attention_tiling = std::string(value);
 #ifdef SDGPU_HAVE_GPU
-      if (!value.empty() && !gpu::IsAttentionTilingName(out->attention_tiling)) {
+      if (!value.empty() && !gpu::IsAttentionTilingName(out->attention_tiling, VendorAttentionTilings())) {
         return Status::Error("option attention_tiling='" + out->attention_tiling +
                              "' is not a tiling (e.g. r40, h80, r80, r160, dyn, legacy, short, short32)");
       }

@@ -657,13 +657,13 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
 
 }  // namespace
 
-bool IsAttentionTilingName(const std::string& name) {
+bool IsAttentionTilingName(const std::string& name, const std::vector<AttnTiling>& vendor) {
   if (name == "legacy" || name == "short") return true;
   for (int bq : kAttnShortBq) {
     if (name == "short" + std::to_string(bq)) return true;
   }
-  for (const AttnTiling& t : kAttnTilings) {
-    if (name == t.suffix) return true;
+  for (const AttnTiling* t : AttnTilingTable(vendor)) {
+    if (name == t->suffix) return true;
   }
   return false;
 }
