@@ -346,9 +346,13 @@ class Scanner {
     size_t begin, end;
     std::vector<std::string> kernels;
     int open_ifs;
+    // A function outside kernel units: its name, and whether this item is its prototype or its definition
+    std::string function;
+    bool prototype = false;
   };
 
-  Status Run(std::vector<Found>* units) {
+  // `decls`: the functions' prototypes and definitions (KernelLibrary::ComposeUnit follows forward declarations).
+  Status Run(std::vector<Found>* units, std::vector<Found>* decls) {
     size_t i = 0;
     while (true) {
       i = SkipSpace(i);
@@ -367,7 +371,11 @@ class Scanner {
       Found f{i, 0, {}, static_cast<int>(frames_.size())};
       SDGPU_RETURN_IF_ERROR(Item(i, &f));
       i = f.end;
-      if (!f.kernels.empty()) units->push_back(std::move(f));
+      if (!f.kernels.empty()) {
+        units->push_back(std::move(f));
+      } else if (!f.function.empty()) {
+        decls->push_back(std::move(f));
+      }
     }
     if (!frames_.empty()) return Status::Error("#if without #endif");
     return Status::Ok();
@@ -576,24 +584,55 @@ class Scanner {
       if (depth < 0) return Status::Error("unbalanced ')' at offset " + std::to_string(i));
       if (c == ';' && depth == 0) {
         f->end = i + 1;
+        Tokens head;
+        SDGPU_RETURN_IF_ERROR(ExpandedHead(begin, i, &head));
+        f->function = FunctionName(head);
+        f->prototype = true;
         return Status::Ok();
       }
       if (c == '{' && depth == 0) {
-        const std::string head = s_.substr(begin, i - begin);
+        Tokens head;
+        SDGPU_RETURN_IF_ERROR(ExpandedHead(begin, i, &head));
         size_t close = 0;
         SDGPU_RETURN_IF_ERROR(Matching(i, '{', '}', &close));
-        if (head.find('=') != std::string::npos) {  // an initializer: the item goes on to its ';'
-          i = close + 1;
+        if (std::any_of(head.begin(), head.end(), [](const Token& t) { return t.text == "="; })) {
+          i = close + 1;  // an initializer: the item goes on to its ';'
           continue;
         }
         f->end = close + 1;
         const size_t semi = SkipSpace(f->end);
         if (semi < s_.size() && s_[semi] == ';') f->end = semi + 1;  // struct { ... };
-        return KernelNames(Tokenize(head + "{"), &f->kernels);
+        head.push_back(Token{Token::kPunct, "{", false});
+        SDGPU_RETURN_IF_ERROR(KernelNames(head, &f->kernels));
+        if (f->kernels.empty()) f->function = FunctionName(head);
+        return Status::Ok();
       }
       ++i;
     }
     return Status::Error("the source ends inside a top-level construct");
+  }
+
+  // The tokens of s_[begin, end) with the library's macros expanded (KERNEL -> __kernel, SD_INLINE, ...).
+  Status ExpandedHead(size_t begin, size_t end, Tokens* out) const {
+    return Expander(macros_).Expand(Tokenize(s_.substr(begin, end - begin)), {}, 0, out);
+  }
+
+  // The function a declaration or definition head names: the identifier before its first '(' outside
+  // __attribute__((...)); "" when the head is not a function's (a variable, a struct, a prototype of a pointer).
+  static std::string FunctionName(const Tokens& t) {
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i].text == "__attribute__" || t[i].text == "__attribute") {
+        int depth = 0;
+        for (++i; i < t.size(); ++i) {
+          if (t[i].text == "(") ++depth;
+          if (t[i].text == ")" && --depth == 0) break;
+        }
+        continue;
+      }
+      if (t[i].text == "=" || t[i].text == "[") return "";
+      if (t[i].text == "(") return i > 0 && t[i - 1].kind == Token::kIdent ? t[i - 1].text : "";
+    }
+    return "";
   }
 
   bool AtLineStart(size_t i) const {
@@ -670,9 +709,9 @@ Status KernelLibrary::Parse(const std::string& source, const std::map<std::strin
                             KernelLibrary* out) {
   KernelLibrary lib;
   lib.source_ = source;
-  std::vector<Scanner::Found> found;
+  std::vector<Scanner::Found> found, decls;
   Scanner scanner(lib.source_, defines);
-  Status s = scanner.Run(&found);
+  Status s = scanner.Run(&found, &decls);
   if (!s.ok()) return Status::Error("opencl: cannot split the kernel library: " + s.message());
   for (Scanner::Found& f : found) {
     const int index = static_cast<int>(lib.units_.size());
@@ -684,6 +723,7 @@ Status KernelLibrary::Parse(const std::string& source, const std::map<std::strin
     }
     lib.units_.push_back(Unit{f.begin, f.end, std::move(f.kernels), f.open_ifs});
   }
+  for (Scanner::Found& d : decls) lib.decls_.push_back(Decl{d.end, std::move(d.function), d.prototype, d.open_ifs});
   *out = std::move(lib);
   return Status::Ok();
 }
@@ -712,20 +752,40 @@ std::string KernelLibrary::Compose(const std::set<int>& units) const {
 
 std::string KernelLibrary::ComposeUnit(int unit) const {
   const Unit& last = units_.at(static_cast<size_t>(unit));
+  // A function the text up to the unit declares but defines only later (the dialect prelude declares the NVIDIA
+  // primitives of nv_ptx.cl, which follows the portable kernels): the program goes on to its definition.
+  std::set<std::string> pending;
+  for (const Decl& d : decls_) {
+    if (d.end > last.end) break;
+    if (d.prototype) {
+      pending.insert(d.name);
+    } else {
+      pending.erase(d.name);
+    }
+  }
+  size_t end = last.end;
+  int open_ifs = last.open_ifs;
+  for (const Decl& d : decls_) {
+    if (pending.empty()) break;
+    if (d.end <= last.end || d.prototype || pending.erase(d.name) == 0) continue;
+    end = d.end;
+    open_ifs = d.open_ifs;
+  }
   std::string out;
-  out.reserve(last.end);
+  out.reserve(end);
   size_t at = 0;
-  for (int u = 0; u < unit; ++u) {
-    const Unit& cut = units_[static_cast<size_t>(u)];
+  for (size_t u = 0; u < units_.size() && units_[u].begin < end; ++u) {
+    if (static_cast<int>(u) == unit) continue;
+    const Unit& cut = units_[u];
     out.append(source_, at, cut.begin - at);
     for (size_t i = cut.begin; i < cut.end; ++i) {
       if (source_[i] == '\n') out += '\n';
     }
     at = cut.end;
   }
-  out.append(source_, at, last.end - at);
+  out.append(source_, at, end - at);
   out += '\n';
-  for (int i = 0; i < last.open_ifs; ++i) out += "#endif\n";
+  for (int i = 0; i < open_ifs; ++i) out += "#endif\n";
   return out;
 }
 

@@ -47,9 +47,11 @@ class KernelLibrary {
   // keep their line numbers).
   std::string Compose(const std::set<int>& units) const;
   // The program of one unit: the library up to the end of that unit, every other kernel unit cut out, then the
-  // #endif of each #if still open there. C code only uses what is defined before it, so nothing after the unit is
-  // needed, and the source is the same whatever else a model uses (the attention helpers at the end of the library
-  // are the costliest part to parse).
+  // #endif of each #if still open there. C code only uses what is declared before it, so nothing after the unit is
+  // needed -- except the definition of a function declared before it and defined after it (the dialect prelude
+  // declares nv_ptx.cl's primitives, which follow the portable kernels): then the program goes on to that
+  // definition. The source is the same whatever else a model uses (the attention helpers at the end of the
+  // portable kernels are the costliest part to parse).
   std::string ComposeUnit(int unit) const;
 
  private:
@@ -58,8 +60,15 @@ class KernelLibrary {
     std::vector<std::string> kernels;
     int open_ifs = 0;  // #if blocks open at `end`
   };
+  struct Decl {  // a function prototype or definition outside the kernel units
+    size_t end = 0;
+    std::string name;
+    bool prototype = false;
+    int open_ifs = 0;
+  };
   std::string source_;
   std::vector<Unit> units_;
+  std::vector<Decl> decls_;  // in source order
   std::vector<std::string> names_;
   std::map<std::string, int> unit_of_;
 };
