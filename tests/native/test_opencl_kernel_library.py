@@ -28,21 +28,24 @@ def _listed(rel: str) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
 
 
-def _program() -> str:
-    """The OpenCL program as custom_ops/CMakeLists.txt embeds it."""
+def _program(through_portable: bool = False) -> str:
+    """The OpenCL program as custom_ops/CMakeLists.txt embeds it (or only the prelude and the portable kernels)."""
     files = ["gpu/dialect/prelude.h", *_listed("gpu/kernel_sources.txt"),
-             *_listed("backends/opencl/kernel_sources.txt")]
+             *([] if through_portable else _listed("backends/opencl/kernel_sources.txt"))]
     return "#define SD_API_OPENCL 1\n" + "".join(
         f"// ---- {f}\n{(CUSTOM_OPS / f).read_text().replace('#pragma once', '')}\n" for f in files)
 
 
-def _preprocessed_kernels(source: str, options: str) -> list[str]:
+def _preprocess(source: str, options: str) -> str:
     cpp = shutil.which("cpp") or shutil.which("gcc")
     assert cpp is not None, "a C preprocessor (cpp) is needed"
     defines = [w for w in options.split() if w.startswith("-D")]
     cmd = [cpp, *(["-E"] if not cpp.endswith("cpp") else []), "-P", "-x", "c", *defines, "-"]
-    out = subprocess.run(cmd, input=source, capture_output=True, text=True, check=True).stdout
-    return KERNEL_RE.findall(out)
+    return subprocess.run(cmd, input=source, capture_output=True, text=True, check=True).stdout
+
+
+def _preprocessed_kernels(source: str, options: str) -> list[str]:
+    return KERNEL_RE.findall(_preprocess(source, options))
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +98,22 @@ def test_a_unit_program_defines_its_kernels_and_what_they_call(lib: ctypes.CDLL,
     by_unit: dict[int, list[str]] = {}
     for unit, name in got["kernels"]:
         by_unit.setdefault(unit, []).append(name)
+    portable = set(_preprocessed_kernels(_program(through_portable=True), options))
+    definition, marker = "float nv_shfl_xor(float v, int mask) {", "// ---- backends/opencl/kernels/nv_ptx.cl"
+    shuffling = 0
     for kernels in by_unit.values():
         source = _unit_source(lib, options, kernels[0])
         assert _preprocessed_kernels(source, options) == kernels
-    attention = _unit_source(lib, options, "attn_flash_d80")
-    # the prelude declares nv_shfl_xor ahead of nv_ptx.cl's definition; the unit goes on to the definition under NV
-    defined = "float nv_shfl_xor(float v, int mask) {" in attention
-    assert defined == (options == NV)
-    # without NVIDIA's primitives the unit stops at its own end: nothing of the OpenCL-only files
-    assert ("// ---- backends/opencl/kernels/nv_ptx.cl" in attention) == (options == NV)
+        # the prelude declares nv_shfl_xor (NVIDIA only) ahead of nv_ptx.cl's definition: a unit that calls it goes
+        # on to the definition, a portable one that does not stops at its own end
+        expanded = _preprocess(source, options)
+        has_definition = definition in source
+        calls = expanded.count("nv_shfl_xor(") - (options == NV) - has_definition
+        assert calls == 0 or has_definition, kernels
+        if kernels[0] in portable:
+            shuffling += calls > 0
+            assert (marker in source) == (calls > 0), kernels
+    assert (shuffling > 0) == (options == NV)  # the attention kernels with warp shuffles
     assert _unit_source(lib, options, "winograd_filter_f4").count("#pragma OPENCL EXTENSION cl_khr_fp64 : enable") == 1
     none = lib.sdgpu_opencl_unit_source(options.encode(), b"no_such_kernel", None, 0)
     assert none == -2

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 namespace sdgpu::ocl {
@@ -349,6 +350,9 @@ class Scanner {
     // A function outside kernel units: its name, and whether this item is its prototype or its definition
     std::string function;
     bool prototype = false;
+    // The identifiers a kernel unit or a function definition uses, macros expanded (ComposeUnit: which forward
+    // declared functions a unit needs)
+    std::set<std::string> uses;
   };
 
   // `decls`: the functions' prototypes and definitions (KernelLibrary::ComposeUnit follows forward declarations).
@@ -559,6 +563,9 @@ class Scanner {
         Tokens expanded;
         SDGPU_RETURN_IF_ERROR(Expander(macros_).Expand(Tokenize(s_.substr(begin, close + 1 - begin)), {}, 0,
                                                        &expanded));
+        for (const Token& e : expanded) {
+          if (e.kind == Token::kIdent) f->uses.insert(e.text);
+        }
         return KernelNames(expanded, &f->kernels);
       }
     }
@@ -605,6 +612,13 @@ class Scanner {
         head.push_back(Token{Token::kPunct, "{", false});
         SDGPU_RETURN_IF_ERROR(KernelNames(head, &f->kernels));
         if (f->kernels.empty()) f->function = FunctionName(head);
+        if (!f->kernels.empty() || !f->function.empty()) {
+          Tokens body;
+          SDGPU_RETURN_IF_ERROR(ExpandedHead(i, f->end, &body));
+          for (const Token& e : body) {
+            if (e.kind == Token::kIdent) f->uses.insert(e.text);
+          }
+        }
         return Status::Ok();
       }
       ++i;
@@ -721,9 +735,11 @@ Status KernelLibrary::Parse(const std::string& source, const std::map<std::strin
       }
       lib.names_.push_back(k);
     }
-    lib.units_.push_back(Unit{f.begin, f.end, std::move(f.kernels), f.open_ifs});
+    lib.units_.push_back(Unit{f.begin, f.end, std::move(f.kernels), f.open_ifs, std::move(f.uses)});
   }
-  for (Scanner::Found& d : decls) lib.decls_.push_back(Decl{d.end, std::move(d.function), d.prototype, d.open_ifs});
+  for (Scanner::Found& d : decls) {
+    lib.decls_.push_back(Decl{d.end, std::move(d.function), d.prototype, d.open_ifs, std::move(d.uses)});
+  }
   *out = std::move(lib);
   return Status::Ok();
 }
@@ -762,6 +778,16 @@ std::string KernelLibrary::ComposeUnit(int unit) const {
     } else {
       pending.erase(d.name);
     }
+  }
+  // ... and that the unit or a function of its program uses (NVIDIA's portable units that take no shuffle stop at
+  // their own end)
+  for (auto it = pending.begin(); it != pending.end();) {
+    bool used = last.uses.count(*it) != 0;
+    for (const Decl& d : decls_) {
+      if (used || d.end > last.end) break;
+      used = !d.prototype && d.uses.count(*it) != 0;
+    }
+    it = used ? std::next(it) : pending.erase(it);
   }
   size_t end = last.end;
   int open_ifs = last.open_ifs;

@@ -48,9 +48,9 @@ class KernelLibrary {
   std::string Compose(const std::set<int>& units) const;
   // The program of one unit: the library up to the end of that unit, every other kernel unit cut out, then the
   // #endif of each #if still open there. C code only uses what is declared before it, so nothing after the unit is
-  // needed -- except the definition of a function declared before it and defined after it (the dialect prelude
-  // declares nv_ptx.cl's primitives, which follow the portable kernels): then the program goes on to that
-  // definition. The source is the same whatever else a model uses (the attention helpers at the end of the
+  // needed -- except the definition of a function declared before it, defined after it and used by the unit or a
+  // function before it (the dialect prelude declares nv_ptx.cl's primitives, which follow the portable kernels):
+  // then the program goes on to that definition. The source is the same whatever else a model uses (the attention helpers at the end of the
   // portable kernels are the costliest part to parse).
   std::string ComposeUnit(int unit) const;
 
@@ -59,12 +59,14 @@ class KernelLibrary {
     size_t begin = 0, end = 0;  // [begin, end) in source_
     std::vector<std::string> kernels;
     int open_ifs = 0;  // #if blocks open at `end`
+    std::set<std::string> uses;  // identifiers of its expansion
   };
   struct Decl {  // a function prototype or definition outside the kernel units
     size_t end = 0;
     std::string name;
     bool prototype = false;
     int open_ifs = 0;
+    std::set<std::string> uses;  // a definition's identifiers, macros expanded
   };
   std::string source_;
   std::vector<Unit> units_;
