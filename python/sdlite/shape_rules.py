@@ -317,8 +317,12 @@ def infer_op(builtin: int, ins: list[TensorView | None], options: Any) -> tuple[
         return None
     if options is not None and getattr(options, "name", None) != OPTIONS_TABLE.get(builtin):
         options = None
-    if builtin in _FLOAT_OPS and ins[0] is not None and ins[0].type != FLOAT32:
-        raise ShapeError(f"input must be float32, got type {ins[0].type}")
+    if builtin in _FLOAT_OPS:
+        # every operand, weights and bias included: the GPU backends take no hybrid (quantized-weight) forms, so the
+        # CPU one may not either, or the backends would disagree on the same file
+        for k, t in enumerate(ins):
+            if t is not None and t.type != FLOAT32:
+                raise ShapeError(f"{'input' if k == 0 else f'operand {k}'} must be float32, got type {t.type}")
     return rule[3]([t for t in ins], options)
 
 

@@ -37,7 +37,7 @@ python3 - "$OUT/op_errors.json" "$OUT/op_errors.md" <<'PY'
 import json, sys
 sys.path[:0] = ["converter"]
 from sdconvert.opcheck.report import Err, OpReport, OpRow
-d = json.load(open(sys.argv[1]))["models"]["unet"]["op_errors"]
+(d,) = (m["op_errors"] for m in json.load(open(sys.argv[1]))["models"].values())  # one file: keyed by its stem
 r = OpReport("unet", tuple(d["backends"]))
 for row in d["rows"]:
     r.rows.append(OpRow(row["index"], row["op"], row["detail"], row["tensor"], row["location"], tuple(row["shape"]),

@@ -211,3 +211,24 @@ def test_fused_op_version_is_judged_from_the_file():
     assert [f.error for f in check_model(content=model).fused] == ["SdGelu: version 2 is not supported (expected 1)"]
     assert native.check_node("SdGelu", 1, flex({"approximate": "none"}), [native.NodeTensor(0, 0, (4,))],
                              [native.NodeTensor(1, 0, (4,))]) == (True, "")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16])
+def test_non_float32_weights_of_a_float_op_are_refused_by_the_validator(dtype):
+    """A FULLY_CONNECTED whose weights are not float32 (the fuzz corpus's type flip: INT32) was accepted by inspect, then
+    refused by every backend at load (TFLite's CPU kernel and the GPU backends alike). The validator refuses it (and
+    any other non-float32 operand: fp16 / int8 weights go through DEQUANTIZE), so every entry point and backend agree."""
+    from tflite_gemm_models import ACTIVATIONS, OpGraphBuilder, S
+
+    from sdlite.model_check import InvalidModelError
+
+    g = OpGraphBuilder()
+    x = g.input("x", [2, 8])
+    w = g.const("w", np.ones((4, 8), dtype=dtype))
+    y = g.tensor("y", [2, 4])
+    opts = S.FullyConnectedOptionsT()
+    opts.fusedActivationFunction = ACTIVATIONS["none"]
+    g.builtin(S.BuiltinOperator.FULLY_CONNECTED, S.BuiltinOptions.FullyConnectedOptions, opts, [x, w, -1], [y])
+    g.output(y)
+    with pytest.raises(InvalidModelError, match=r"op 0 \(FULLY_CONNECTED\): operand 1 must be float32, got type"):
+        check_model(content=g.build())
