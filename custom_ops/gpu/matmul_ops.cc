@@ -19,7 +19,7 @@
 // (GL ES 3.1 guarantees only 128 invocations and 16 KiB), is skipped. Winograd's tile-major U can also run on
 // gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner.
 // With tensor_cores=3xtf32 (or gemm_tiles "BMxBNtc") the 3xTF32 tensor-core configs gemm_x / conv_x {128x128, 128x64,
-// 64x64} (gemm_tc.cl, NVIDIA only, 128 threads, same parameters and twins) join the candidates of GEMMs whose A has
+// 64x64} (backends/opencl/nvidia/gemm_tc.cl, NVIDIA only, 128 threads, same parameters and twins) join the candidates of GEMMs whose A has
 // a contiguous k axis and B a contiguous n or k axis in fp32 (TensorCoreGemm), and of every tiled convolution
 // without half weights. With tensor_cores=fp64 the FP64 tensor-core config gemm_d64x64 / conv_d64x64 (NVIDIA sm_90:
 // exact products, fp64 sums, at least fp32-accurate) takes their place.

@@ -1,7 +1,7 @@
 // SdAttention's NVIDIA-only kernels (OpenCL on NVIDIA: the host builds with -DSDGPU_NV_PTX=1 there, and with
 // -DSDGPU_NV_SM90=1 on sm_90 and newer; elsewhere this file compiles to nothing). They follow the portable kernels
 // (ops/attention/gpu.kern: ATT_LOG2E, ATR_INSTANTIATE) and the inline-PTX primitives
-// (backends/opencl/kernels/nv_ptx.cl) in the program. The host offers their tilings to the planner through
+// (backends/opencl/nvidia/nv_ptx.cl) in the program. The host offers their tilings to the planner through
 // gpu::Device::VendorAttentionTilings (backends/opencl/nvidia/attention_tilings.cc).
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 
