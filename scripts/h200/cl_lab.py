@@ -28,14 +28,15 @@ def delegate_options(options: str, nvidia: bool) -> str:
 
 
 def lib_source(through: str = "") -> str:
-    """The OpenCL files the delegate embeds, concatenated in CMake's order; with `through` (a path as CMake lists it,
-    e.g. GEMM_SOURCES_END) only the files up to and including that one: a GEMM lab then does not wait for NVIDIA's
-    compiler to build the attention and Winograd kernels too (the whole library took 90-120 s on an H100)."""
-    text = (ROOT / "custom_ops" / "CMakeLists.txt").read_text()
-    files = re.findall(r"^\s*((?:backends|ops)/\S+\.cl)", text, re.M)
+    """The OpenCL files the delegate embeds, concatenated in the build's order (custom_ops/opencl_kernels.txt, which
+    CMake and Bazel read); with `through` (a path as the list names it, e.g. GEMM_SOURCES_END) only the files up to
+    and including that one: a GEMM lab then does not wait for NVIDIA's compiler to build the attention and Winograd
+    kernels too (the whole library took 90-120 s on an H100)."""
+    text = (ROOT / "custom_ops" / "opencl_kernels.txt").read_text()
+    files = [f for f in (re.sub(r"#.*", "", line).strip() for line in text.splitlines()) if f]
     if through:
         if through not in files:
-            raise ValueError(f"lib_source: {through!r} is not one of CMake's kernel files {files}")
+            raise ValueError(f"lib_source: {through!r} is not one of the build's kernel files {files}")
         files = files[: files.index(through) + 1]
     return "\n".join((ROOT / "custom_ops" / f).read_text() for f in files)
 
