@@ -16,7 +16,11 @@ int sdsimd_map(int isa, int fn, const float* x, float* y, int64_t n);
 namespace {
 
 constexpr int kExp = 0, kErfc = 1;
+#if defined(__ARM_NEON)
+const char* const kIsaNames[] = {"generic (NEON)", "avx2", "avx512"};
+#else
 const char* const kIsaNames[] = {"generic", "avx2", "avx512"};
+#endif
 int g_failures = 0;
 
 void Check(bool ok, const char* isa, const char* what, double detail) {
