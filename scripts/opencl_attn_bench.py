@@ -94,7 +94,7 @@ def rows_for(s: Shape, legacy: bool, tilings: list[str] | None = None,
     """(variant, attention_tiling) rows of one shape: the op's own tiling, then the forced ones (default: the
     any-head-dim kernels "dyn", with ``legacy`` also the fallback kernels), then "unfused" = the
     BATCH_MATMUL/SOFTMAX graph. (Tilings tried on an H200 and dropped are listed above the instantiation lines in
-    ops/attention/opencl.cl.)"""
+    ops/attention/gpu.kern.)"""
     if tilings is None:
         tilings = ["dyn"] + (["legacy"] if legacy and s.head_dim <= 256 else [])
     forced = [t for t in tilings if tiling_fits(t, s.head_dim) and not (t == "legacy" and s.head_dim > 256)]

@@ -58,3 +58,16 @@ def tiny_fused_export(tmp_path_factory, tiny_export) -> Path:
     out = tmp_path_factory.mktemp("tiny-fused") / "sd-tiny-fused"
     optimize_folder(tiny_export, out, GraphOptions(fuse=True))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_fused_winograd_models(tmp_path_factory, tiny_export) -> Path:
+    """The tiny UNet and text encoder fused with Winograd F4 convs (``sdconvert optimize --fuse --winograd 4``); a
+    folder with ``unet.tflite`` and ``text_encoder.tflite`` (the base models of the fuzz corpus)."""
+    from sdconvert.export.optimize import GraphOptions
+    from sdconvert.optimize_cli import optimize_file
+
+    out = tmp_path_factory.mktemp("tiny-fused-winograd")
+    for name in ("unet", "text_encoder"):
+        optimize_file(tiny_export / f"{name}.tflite", out / f"{name}.tflite", GraphOptions(fuse=True, winograd="4"))
+    return out

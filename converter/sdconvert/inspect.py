@@ -1,24 +1,25 @@
-"""``sdconvert inspect FILE``: op histogram, signatures and the fused ``Sd*`` ops (with decoded attrs) of a .tflite.
+"""``sdconvert inspect FILE|FOLDER``: op histogram, signatures and the fused ``Sd*`` ops (with decoded attrs) of a
+.tflite, or of every .tflite in a folder (a conversion's output).
 
-Exit status: 0 = fine; 1 = the model parsed but a fused op has options that do not decode or validate (each such op
-is listed with the reason); 2 = the file cannot be read as a .tflite, or bad usage. Malformed input never produces a
-traceback: parsing is pure Python (flatbuffers object API over an mmap), every failure becomes one line on stderr.
+The file goes through ``sdlite``'s model validator first (:mod:`sdlite.model_check`, what ``sdlite bench`` /
+``generate`` run before loading a model): a verified flatbuffer, indices and shapes in bounds, and every fused op judged
+by the delegate's own C++ check (version, options, shape rule), so ``inspect`` accepts exactly the fused ops the
+runtime claims. Exit status: 0 = fine; 1 = the model is well-formed but a fused op is invalid (each such op is listed
+with the reason); 2 = the file is not a valid model (one line: what and where), or bad usage. Malformed input never
+produces a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from sdlite import json_out
+
 PROG = "sdconvert inspect"
-
-
-def _shape(t: Any) -> list[int] | None:
-    return None if t is None or t.shape is None else [int(d) for d in t.shape]
 
 
 def _registry() -> dict[str, Any]:
@@ -37,64 +38,84 @@ def _registry() -> dict[str, Any]:
     return reg
 
 
-def describe(path: Path) -> dict[str, Any]:
-    """Everything ``inspect`` prints, as a dict. Raises ``ModelFormatError`` for unreadable files."""
-    from .graph.io import read_model
+def _python_op_checker() -> Any:
+    """The fused-op check without the native library: ``OpSpec.decode`` (which the C++ parsers mirror exactly, see
+    tests/native/test_malformed.py) plus version and input count; it cannot apply the ops' shape rules."""
     from .ops import OpAttrError
 
     registry = _registry()
-    model = read_model(path)
+
+    def check(name: str, version: int, options: bytes | None, inputs: list, outputs: list) -> tuple[bool, str]:
+        spec = registry.get(name)
+        if spec is None:
+            return False, "unknown Sd* custom op"
+        if version != spec.version:
+            return False, f"{name}: version {version} is not supported (expected {spec.version})"
+        if len(inputs) != spec.num_inputs or len(outputs) != 1:
+            return False, (f"{name}: expected {spec.num_inputs} inputs and 1 output, got {len(inputs)} and "
+                           f"{len(outputs)}")
+        try:
+            spec.decode(options or b"")
+        except OpAttrError as e:
+            return False, str(e)
+        return True, ""
+
+    return check
+
+
+def check(path: Path) -> Any:
+    """``sdlite``'s model validator on ``path`` (:func:`sdlite.model_check.check_model`): the fused ops judged by the
+    delegate's own C++ check when the library is built (what the runtime does), else by ``OpSpec.decode``."""
+    from sdlite.model_check import check_model, native_op_checker
+
+    checker, by = native_op_checker()
+    if checker is None:
+        checker, by = _python_op_checker(), f"sdconvert.ops, without shape rules ({by})"
+    return check_model(path, op_checker=checker, checked_by=by, build=True)
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """Everything ``inspect`` prints, as a dict. Raises ``sdlite.model_check.InvalidModelError`` for a file that is
+    not a valid model."""
+    registry = _registry()
+    result = check(path)
     fused: list[dict[str, Any]] = []
-    invalid = 0
-    for gi, sg in enumerate(model.subgraphs):
-        for oi, op in enumerate(sg.ops):
-            if not op.is_custom or not op.type.startswith("Sd"):
-                continue
-            entry: dict[str, Any] = {
-                "subgraph": gi,
-                "index": oi,
-                "op": op.type,
-                "version": op.opcode.version,
-                "inputs": [_shape(t) for t in op.inputs],
-                "outputs": [_shape(t) for t in op.outputs],
-            }
-            spec = registry.get(op.type)
-            if spec is None:
-                entry["error"] = "unknown fused op (no definition in sdconvert.ops)"
-            elif op.opcode.version != spec.version:
-                entry["error"] = f"version {op.opcode.version}, this sdconvert knows version {spec.version}"
-            elif op.custom_options is None:
-                entry["error"] = "no custom options"
-            else:
-                try:
-                    entry["attrs"] = dict(vars(spec.decode(op.custom_options)))
-                except OpAttrError as e:
-                    entry["error"] = str(e)
-                except Exception as e:  # noqa: BLE001 - a decoder bug must not crash inspect
-                    entry["error"] = f"options could not be decoded ({type(e).__name__})"
-                else:
-                    if len(op.inputs) != spec.num_inputs:
-                        entry["error"] = f"{len(op.inputs)} inputs, expected {spec.num_inputs}"
-            if "error" in entry:
-                invalid += 1
-            fused.append(entry)
+    for f in result.fused:
+        entry: dict[str, Any] = {
+            "subgraph": f.subgraph,
+            "index": f.index,
+            "op": f.op,
+            "version": f.version,
+            "inputs": [list(s) if s is not None else None for s in f.inputs],
+            "outputs": [list(s) for s in f.outputs],
+        }
+        spec = registry.get(f.op)
+        if spec is not None and f.options is not None:
+            try:
+                entry["attrs"] = dict(vars(spec.decode(f.options)))
+            except Exception:  # noqa: BLE001 - the op's error says why
+                pass
+        if f.error is not None:
+            entry["error"] = f.error
+        fused.append(entry)
     sigs = [
         {
             "key": s.key,
-            "inputs": [{"name": n, "shape": _shape(t)} for n, t in s.inputs],
-            "outputs": [{"name": n, "shape": _shape(t)} for n, t in s.outputs],
+            "inputs": [{"name": n, "shape": list(shape)} for n, shape in s.inputs],
+            "outputs": [{"name": n, "shape": list(shape)} for n, shape in s.outputs],
         }
-        for s in model.signatures
+        for s in result.signatures
     ]
     return {
         "file": str(path),
         "bytes": path.stat().st_size,
-        "subgraphs": len(model.subgraphs),
-        "num_ops": model.num_ops(),
-        "histogram": model.op_histogram(),
+        "subgraphs": result.info.num_subgraphs,
+        "num_ops": result.num_ops,
+        "histogram": result.op_histogram,
         "signatures": sigs,
         "fused": fused,
-        "invalid_fused": invalid,
+        "invalid_fused": len(result.invalid_fused),
+        "fused_checked_by": result.checked_by,
     }
 
 
@@ -125,39 +146,73 @@ def render(info: dict[str, Any], out: TextIO) -> None:
     for f in info["fused"]:
         shapes = " ".join("x".join(map(str, s)) if s is not None else "-" for s in f["inputs"])
         outs = " ".join("x".join(map(str, s)) if s is not None else "-" for s in f["outputs"])
-        detail = _fmt_attrs(f["attrs"]) if "attrs" in f else f"INVALID: {f['error']}"
+        if "error" in f:
+            detail = f"INVALID: {f['error']}"
+        else:
+            detail = _fmt_attrs(f["attrs"]) if "attrs" in f else "(attrs not decoded)"
         w(f"  [{f['subgraph']}:{f['index']}] {f['op']} {detail}  ({shapes} -> {outs})\n")
+    if info["fused"]:
+        w(f"  (checked by: {info['fused_checked_by']})\n")
+
+
+def model_files(target: Path) -> list[Path]:
+    """``target`` itself, or the .tflite files of the folder ``target`` (sorted); ``ModelFormatError`` otherwise."""
+    from .graph.io import ModelFormatError
+
+    if target.is_dir():
+        files = sorted(p for p in target.glob("*.tflite") if p.is_file())
+        if not files:
+            raise ModelFormatError(f"{target}: folder has no .tflite files")
+        return files
+    if not target.is_file():
+        raise ModelFormatError(f"{target}: no such file or folder")
+    return [target]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Show the op histogram and fused Sd* ops of a .tflite.")
-    parser.add_argument("file", type=Path, help=".tflite model")
+    parser = argparse.ArgumentParser(prog=PROG, description="Show the op histogram and fused Sd* ops of a .tflite, or "
+                                                            "of every .tflite in a folder.")
+    parser.add_argument("file", type=Path, help=".tflite model, or a folder of them (e.g. a conversion's output)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as e:  # argparse already printed usage
         return 2 if e.code else 0
+    from sdlite.errors import SdliteError
+
     from .graph.io import ModelFormatError
 
+    infos = []
+    current = args.file
     try:
-        if not args.file.is_file():
-            raise ModelFormatError(f"{args.file}: no such file")
-        info = describe(args.file)
-    except ModelFormatError as e:
+        files = model_files(args.file)
+        for path in files:
+            current = path
+            infos.append(describe(path))
+    except (ModelFormatError, SdliteError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - malformed input must end in one line and exit 2, never a traceback
-        print(f"{PROG}: error: {args.file}: unreadable model ({type(e).__name__})", file=sys.stderr)
+        print(f"{PROG}: error: {current}: unreadable model ({type(e).__name__})", file=sys.stderr)
         return 2
+    invalid = sum(info["invalid_fused"] for info in infos)
     if args.json:
-        json.dump(info, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        data = infos[0] if not args.file.is_dir() else {"folder": str(args.file), "models": infos,
+                                                         "invalid_fused": invalid}
+        sys.stdout.write(json_out.dumps(data, indent=1) + "\n")
     else:
-        render(info, sys.stdout)
-    if info["invalid_fused"]:
-        print(f"{PROG}: {info['invalid_fused']} fused op(s) with invalid options", file=sys.stderr)
+        for i, info in enumerate(infos):
+            if i:
+                sys.stdout.write("\n")
+            render(info, sys.stdout)
+    if invalid:
+        info = next(info for info in infos if info["invalid_fused"])
+        first = next(f for f in info["fused"] if "error" in f)
+        where = f"{info['file']}: " if args.file.is_dir() else ""
+        print(f"{PROG}: {invalid} fused op(s) with invalid options; the first, {where}op {first['index']} "
+              f"({first['op']}): {first['error']}", file=sys.stderr)
         return 1
     return 0
 
 
-__all__ = ["describe", "main", "render"]
+__all__ = ["describe", "main", "model_files", "render"]

@@ -4,11 +4,36 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef SDGPU_HAVE_GPU
+#include "gpu/op_factories.h"
+#endif
+#ifdef SDGPU_HAVE_OPENCL
+#include "backends/opencl/nvidia/attention_tilings.h"
+#endif
 
 namespace sdgpu {
 namespace {
+
+#ifdef SDGPU_HAVE_GPU
+// Every tiling a backend compiled into this library may run: the option names one whichever device is picked later
+// (a tiling the device lacks is then ignored, not an error).
+std::vector<gpu::AttnTiling> VendorAttentionTilings() {
+#ifdef SDGPU_HAVE_OPENCL
+  return ocl::nvidia::AttentionTilings();
+#else
+  return {};
+#endif
+}
+#endif
 
 bool ParseIntIn(std::string_view text, long min, long max, int* out) {
   if (text.empty() || text.size() > 12) return false;
@@ -27,6 +52,25 @@ Status ParseFlag(std::string_view key, std::string_view value, bool* out) {
     return Status::Error("option " + std::string(key) + "='" + std::string(value) + "' must be 0 or 1");
   }
   *out = value == "1";
+  return Status::Ok();
+}
+
+// profile_path: a file the delegate can create or replace, so a bad path is reported when the delegate is made, not
+// as a warning after the first inference. Tried for real (access() says yes to root on a read-only file system); a
+// file that did not exist is removed again.
+Status CheckWritableFile(std::string_view key, const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  struct stat st {};
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  if (existed && S_ISDIR(st.st_mode)) {
+    return Status::Error("option " + std::string(key) + "='" + path + "' is a folder, not a file");
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::Error("option " + std::string(key) + "='" + path + "' cannot be written: " + std::strerror(errno));
+  }
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
   return Status::Ok();
 }
 
@@ -53,6 +97,27 @@ bool ParseGemmTiles(const std::string& text, GemmTiles* out) {
   }
   if (*rest != '\0') return false;
   *out = t;
+  return true;
+}
+
+bool ParseGlLimits(const std::string& text, GlLimits* out) {
+  GlLimits l;
+  for (std::string_view rest = text; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (comma != std::string_view::npos && rest.empty()) return false;  // trailing comma
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return false;
+    const std::string_view key = item.substr(0, eq);
+    int* field = key == "shared_bytes"     ? &l.shared_bytes
+                 : key == "invocations"    ? &l.invocations
+                 : key == "storage_blocks" ? &l.storage_blocks
+                 : key == "compute_units"  ? &l.compute_units
+                                           : nullptr;
+    if (field == nullptr || !ParseIntIn(item.substr(eq + 1), 1, 1L << 30, field)) return false;
+  }
+  *out = l;
   return true;
 }
 
@@ -87,6 +152,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       }
     } else if (key == "profile_path") {
       out->profile_path = std::string(value);
+      SDGPU_RETURN_IF_ERROR(CheckWritableFile(key, out->profile_path));
     } else if (key == "opencl_cache_dir") {
       out->opencl_cache_dir = std::string(value);
     } else if (key == "weights_fp16") {
@@ -108,6 +174,12 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       out->gemm_tiles = std::string(value);
     } else if (key == "attention_tiling") {
       out->attention_tiling = std::string(value);
+#ifdef SDGPU_HAVE_GPU
+      if (!value.empty() && !gpu::IsAttentionTilingName(out->attention_tiling, VendorAttentionTilings())) {
+        return Status::Error("option attention_tiling='" + out->attention_tiling +
+                             "' is not a tiling (e.g. r40, h80, r80, r160, dyn, legacy, short, short32)");
+      }
+#endif
     } else if (key == "gl_finish_each") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gl_finish_each));
     } else if (key == "gl_plain_buffers") {
@@ -123,6 +195,12 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       out->gl_kernel_alias = std::string(value);
     } else if (key == "gl_dump_dir") {
       out->gl_dump_dir = std::string(value);
+    } else if (key == "gl_limits") {
+      if (!ParseGlLimits(std::string(value), &out->gl_limits)) {
+        return Status::Error("option gl_limits='" + std::string(value) +
+                             "' is malformed; expected key=N pairs of shared_bytes, invocations, storage_blocks, "
+                             "compute_units, e.g. shared_bytes=16384,invocations=128");
+      }
     } else if (key == "layer_norm_fold") {
       if (value == "auto") {
         out->layer_norm_fold = LnFold::kAuto;
@@ -150,10 +228,50 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, opencl_cache_dir, weights_fp16, gemm_autotune, fuse_epilogues, "
                            "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_finish_each, gl_barrier, "
-                           "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir)");
+                           "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir, gl_limits)");
     }
   }
   return Status::Ok();
+}
+
+std::string ResolvedOpenClCacheDir(const DelegateOptions& options) {
+  const std::string& option = options.opencl_cache_dir;
+  if (option == "none") return "";
+  if (!option.empty()) return option;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/sdgpu/opencl";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::string(home) + "/.cache/sdgpu/opencl";
+  }
+  return "";
+}
+
+namespace {
+
+// Whether a folder could be created at `dir` and written: it is a writable folder, or its nearest existing ancestor
+// is (nothing is created here).
+bool FolderWritable(std::string dir) {
+  while (!dir.empty()) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode) && ::access(dir.c_str(), W_OK | X_OK) == 0;
+    const size_t slash = dir.find_last_of('/');
+    dir = slash == std::string::npos ? "." : dir.substr(0, slash == 0 ? 1 : slash);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> OptionWarnings(const DelegateOptions& options) {
+  std::vector<std::string> out;
+  // explicit only: the default folder is tried quietly (a read-only home must not warn at every start)
+  if (!options.opencl_cache_dir.empty() && options.opencl_cache_dir != "none" &&
+      !FolderWritable(options.opencl_cache_dir)) {
+    out.push_back("opencl_cache_dir '" + options.opencl_cache_dir +
+                  "' cannot be written; the opencl backend compiles its programs at every start");
+  }
+  return out;
 }
 
 int ResolvedNumThreads(const DelegateOptions& options) {

@@ -23,8 +23,9 @@
 //                      lacks is an error when the first GEMM is built.
 //   attention_tiling   gpu backends, benchmarks and tests: an SdAttention tiling suffix (e.g. "r40", "h80",
 //                      "dyn"; "legacy" = the fallback kernels) tried first for every attention whose head dim it
-//                      fits; "" (default) = the per-shape rule (gpu/sd_ops.cc kAttnTilings).
-//   layer_norm_fold    opencl: how a LayerNorm folded into the FULLY_CONNECTED that reads it runs: "twin" (default)
+//                      fits (ignored where the device lacks its local memory, work-group size or kernel); "" (default)
+//                      = the per-shape rule (gpu/attention_tiling.cc kAttnTilings).
+//   layer_norm_fold    gpu backends: how a LayerNorm folded into the FULLY_CONNECTED that reads it runs: "twin" (default)
 //                      = inside the GEMM (its _ln kernels), "rows" = one layer_norm_rows launch into the FC's scratch,
 //                      then the plain GEMM; "auto" = the tuner times both (gemm_autotune; untuned: "twin"). On the
 //                      H200 auto gained <= 1.5% on SD's b2 GEGLUs and its picks lost 11% on b1's 32x32 GEGLUs
@@ -49,12 +50,18 @@
 //                      ("all", default); "1" = no readonly / writeonly qualifiers; "0" = the sources' `#pragma
 //                      optionNV` lines dropped (default "1"); "a=b,c=d" = kernel b compiled where an op asks for a;
 //                      a folder to write each compiled program's source and driver binary into.
+//   gl_limits          gl, tests and tuning: "shared_bytes=N,invocations=N,storage_blocks=N,compute_units=N" (any
+//                      subset): the device reports a smaller device's limits (the first three capped at N, never above
+//                      the driver's: e.g. GL ES 3.1's minimums 16384 / 128) so the planners choose what such a device
+//                      can run, and N compute units (GL has no query for them; planners that size grids by them, e.g.
+//                      the Winograd GEMM's gemm_s16x128, then act as on OpenCL).
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -63,6 +70,15 @@ namespace sdgpu {
 
 // layer_norm_fold (see above).
 enum class LnFold { kAuto, kTwin, kRows };
+// gl_limits (see above); 0 = the driver's value.
+struct GlLimits {
+  int shared_bytes = 0;
+  int invocations = 0;
+  int storage_blocks = 0;
+  int compute_units = 0;
+};
+// A gl_limits value: comma-separated key=N pairs (N >= 1) of the keys above. False when `text` is malformed.
+bool ParseGlLimits(const std::string& text, GlLimits* out);
 // tensor_cores (see above).
 enum class TensorCores { kAuto, kOff, k3xTf32, kFp64 };
 
@@ -76,11 +92,11 @@ struct DelegateOptions {
   std::string opencl_cache_dir;  // opencl: program-binary cache ("" = ~/.cache/sdgpu/opencl, "none" = off)
   bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
-  bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / GroupNorm prologues folded (OpenCL)
+  bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / LayerNorms / GroupNorm prologues folded
   int attention_key_splits = 0;  // gpu: SdAttention key ranges per query block (0 = auto, 1 = off, 2..64)
   std::string gemm_tiles;        // gpu: forced tile config "BMxBN[nTHREADS|tc][/splits]" ("" = planner)
   std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
-  LnFold layer_norm_fold = LnFold::kTwin;  // opencl: folded LayerNorm inside the GEMM, as its own launch, or timed
+  LnFold layer_norm_fold = LnFold::kTwin;  // gpu: folded LayerNorm inside the GEMM, as its own launch, or timed
   TensorCores tensor_cores = TensorCores::kAuto;  // opencl: FP64 tensor cores where built (sm_90), 3xTF32, or fp32
   // gl debugging knobs (see above)
   bool gl_finish_each = false;
@@ -89,6 +105,7 @@ struct DelegateOptions {
   bool gl_nv_pragmas = true;
   std::string gl_kernel_alias;
   std::string gl_dump_dir;
+  GlLimits gl_limits;
 };
 
 // A gemm_tiles value: BMxBN[nTHREADS|tc][/splits] (threads default 256, splits 1). False when `text` is malformed.
@@ -103,5 +120,12 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
 
 // num_threads with "auto" resolved.
 int ResolvedNumThreads(const DelegateOptions& options);
+
+// opencl_cache_dir resolved: "" -> $XDG_CACHE_HOME/sdgpu/opencl or ~/.cache/sdgpu/opencl; "none" -> "" (no cache).
+std::string ResolvedOpenClCacheDir(const DelegateOptions& options);
+
+// Options that parse but cannot do their job (an opencl_cache_dir that cannot be written: programs are then compiled
+// at every start). One line each; the delegate logs them when it is created, sdgpu_check_options returns them.
+std::vector<std::string> OptionWarnings(const DelegateOptions& options);
 
 }  // namespace sdgpu

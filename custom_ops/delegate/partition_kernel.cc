@@ -34,11 +34,11 @@ Status PartitionKernel::Init(abi::TfLiteContext* context, const abi::TfLiteDeleg
     Step step;
     step.node_index = node_index;
     // Same checks as partitioning (cheap), so init never trusts stale state.
-    Status s = CheckNode(context, node, reg, delegate_->backend(), &step.op);
+    Status s = CheckNode(context, node, reg, delegate_->host_backend(), &step.op);
     if (!s.ok()) return Status::Error("node " + std::to_string(node_index) + ": " + s.message());
     step.inputs = abi::IntArrayToVector(node->inputs);
     step.output = node->outputs->data[0];
-    SDGPU_RETURN_IF_ERROR(delegate_->backend().CreateKernel(step.op, &step.kernel));
+    SDGPU_RETURN_IF_ERROR(delegate_->host_backend().CreateKernel(step.op, &step.kernel));
     steps_.push_back(std::move(step));
   }
   return Status::Ok();
@@ -72,7 +72,7 @@ Status PartitionKernel::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* no
     out.type = abi::kTfLiteFloat32;
     Status s = InferOutputShape(step.op, inputs, &out.dims);
     if (!s.ok()) return Status::Error("node " + std::to_string(step.node_index) + ": " + s.message());
-    s = delegate_->backend().Supports(step.op, inputs);
+    s = delegate_->host_backend().Supports(step.op, inputs);
     if (!s.ok()) return Status::Error("node " + std::to_string(step.node_index) + ": " + s.message());
 
     if (partition_outputs.count(step.output) != 0) {
@@ -91,7 +91,7 @@ Status PartitionKernel::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* no
   SDGPU_RETURN_IF_ERROR(planner_.Plan());
   if (!arena_ || arena_->size() < planner_.arena_bytes()) {
     arena_.reset();
-    SDGPU_RETURN_IF_ERROR(delegate_->backend().AllocateArena(planner_.arena_bytes(), &arena_));
+    SDGPU_RETURN_IF_ERROR(delegate_->host_backend().AllocateArena(planner_.arena_bytes(), &arena_));
   }
   delegate_->stats().RecordPrepare(max_scratch, planner_.arena_bytes());
   delegate_->logger().Debug("partition of " + std::to_string(steps_.size()) + " node(s): arena " +

@@ -18,41 +18,25 @@ Status CheckNode(abi::TfLiteContext* context, const abi::TfLiteNode* node, const
   if (def == nullptr) return Status::Error("unknown Sd* custom op");
   // Note: for a custom op that no resolver knows (ours, always), the runtime's
   // placeholder registration reports version 1 whatever the model's opcode
-  // says; the opcode version is not visible through the C ABI. Incompatible
-  // revisions of an op must therefore change its custom name or attrs.
-  if (reg->version != def->version) {
-    return Status::Error(std::string(def->name) + ": version " + std::to_string(reg->version) +
-                         " is not supported (expected " + std::to_string(def->version) + ")");
-  }
-  if (abi::IntArraySize(node->inputs) != def->num_inputs || abi::IntArraySize(node->outputs) != def->num_outputs) {
-    return Status::Error(std::string(def->name) + ": expected " + std::to_string(def->num_inputs) + " inputs and " +
-                         std::to_string(def->num_outputs) + " output, got " +
-                         std::to_string(abi::IntArraySize(node->inputs)) + " and " +
-                         std::to_string(abi::IntArraySize(node->outputs)));
-  }
+  // says; the opcode version is not visible through the C ABI. sdlite's model
+  // validator checks the file's version with the same CheckOpHeader.
   const size_t options_size = node->custom_initial_data_size > 0 ? static_cast<size_t>(node->custom_initial_data_size) : 0;
-  SDGPU_RETURN_IF_ERROR(ParseOpOptions(*def, node->custom_initial_data, options_size, op));
-
+  SDGPU_RETURN_IF_ERROR(CheckOpHeader(*def, reg->version, abi::IntArraySize(node->inputs),
+                                      abi::IntArraySize(node->outputs), node->custom_initial_data, options_size, op));
   std::vector<TensorInfo> inputs(def->num_inputs);
   for (int i = 0; i < def->num_inputs; ++i) {
     Status s = GetTensorInfo(context, node->inputs->data[i], &inputs[i]);
     if (!s.ok()) return Status::Error(std::string(def->name) + ": input " + std::to_string(i) + ": " + s.message());
   }
-  Dims inferred;
-  SDGPU_RETURN_IF_ERROR(InferOutputShape(*op, inputs, &inferred));
   TensorInfo out;
   Status s = GetTensorInfo(context, node->outputs->data[0], &out);
-  if (!s.ok()) return Status::Error(std::string(def->name) + ": output: " + s.message());
-  if (out.type != abi::kTfLiteFloat32) return Status::Error(std::string(def->name) + ": output must be float32");
-  if (out.dims != inferred) {
-    return Status::Error(std::string(def->name) + ": output shape " + DimsToString(out.dims) +
-                         " does not match the inferred " + DimsToString(inferred));
+  if (!s.ok()) {
+    // the shape rule's reasons come first, as they name the inputs
+    Dims inferred;
+    SDGPU_RETURN_IF_ERROR(InferOutputShape(*op, inputs, &inferred));
+    return Status::Error(std::string(def->name) + ": output: " + s.message());
   }
-  for (int i = 0; i < def->num_inputs; ++i) {
-    if (node->inputs->data[i] == node->outputs->data[0]) {
-      return Status::Error(std::string(def->name) + ": output aliases an input");
-    }
-  }
+  SDGPU_RETURN_IF_ERROR(CheckOpTensors(*op, inputs, out, abi::IntArrayToVector(node->inputs), node->outputs->data[0]));
   Status supported = backend.Supports(*op, inputs);
   if (!supported.ok()) {
     return Status::Error(std::string(def->name) + ": not supported by the " + backend.name() +

@@ -6,6 +6,11 @@
 //       scratch/arena bytes, invocations) for tests and tools.
 //   sdgpu_check_op_options
 //       runs one op's options parser on raw bytes (fuzzing and diagnostics).
+//   sdgpu_check_node
+//       the delegate's whole node check (version, counts, options, shape rule, output) on a node described by
+//       its model file: what sdlite's model validator and `sdconvert inspect` ask before anything runs.
+//   sdgpu_check_options
+//       the delegate options parser without creating a delegate.
 //   sdgpu_version
 // No C++ exception crosses these functions.
 #include <cstddef>
@@ -13,6 +18,8 @@
 #include <exception>
 #include <memory>
 #include <string>
+
+#include <vector>
 
 #include "abi/tflite_abi.h"
 #include "delegate/backend_factory.h"
@@ -100,6 +107,92 @@ SDGPU_EXPORT int sdgpu_check_op_options(const char* op_name, const void* data, s
     return s.ok() ? 1 : 0;
   } catch (...) {
     CopyOut("exception", err, err_cap);
+    return 0;
+  }
+}
+
+// Returns 1 when a node of `op_name` with these tensors would be claimed by the delegate's checks, 0 when not
+// (one-line reason in `err`), -1 when `op_name` is not one of our ops. Tensor k has id ids[k] (-1: an omitted
+// optional input), TfLiteType types[k] and ranks[k] dims taken in order from `dims`; the caller guarantees the
+// arrays are that long (at most 64 tensors and rank 16 each are looked at).
+SDGPU_EXPORT int sdgpu_check_node(const char* op_name, int version, const void* options, size_t options_size,
+                                  int num_inputs, const int* input_ids, const int* input_types, const int* input_ranks,
+                                  const int64_t* input_dims, int num_outputs, const int* output_ids,
+                                  const int* output_types, const int* output_ranks, const int64_t* output_dims,
+                                  char* err, size_t err_cap) {
+  try {
+    const sdgpu::OpDef* def = sdgpu::FindOpDef(op_name != nullptr ? op_name : "");
+    if (def == nullptr) {
+      CopyOut("unknown Sd* custom op", err, err_cap);
+      return -1;
+    }
+    auto fail = [&](const std::string& message) {
+      CopyOut(message, err, err_cap);
+      return 0;
+    };
+    if (num_inputs < 0 || num_outputs < 0 || num_inputs > 64 || num_outputs > 64) return fail("implausible node");
+    if ((num_inputs > 0 && (input_ids == nullptr || input_types == nullptr || input_ranks == nullptr)) ||
+        (num_outputs > 0 && (output_ids == nullptr || output_types == nullptr || output_ranks == nullptr))) {
+      return fail("null tensor arrays");
+    }
+    auto tensors = [](int n, const int* types, const int* ranks, const int64_t* dims, std::vector<sdgpu::TensorInfo>* out,
+                      std::string* why) {
+      size_t at = 0;
+      for (int k = 0; k < n; ++k) {
+        if (ranks[k] < 0 || ranks[k] > 16 || (ranks[k] > 0 && dims == nullptr)) {
+          *why = "tensor " + std::to_string(k) + " has no valid dims";
+          return false;
+        }
+        sdgpu::TensorInfo t;
+        t.type = static_cast<sdgpu::abi::TfLiteType>(types[k]);
+        t.dims.assign(dims + at, dims + at + ranks[k]);
+        at += static_cast<size_t>(ranks[k]);
+        out->push_back(std::move(t));
+      }
+      return true;
+    };
+    sdgpu::ParsedOp op;
+    sdgpu::Status s = sdgpu::CheckOpHeader(*def, version, num_inputs, num_outputs, options, options_size, &op);
+    if (!s.ok()) return fail(s.message());
+    std::vector<sdgpu::TensorInfo> inputs, outputs;
+    std::string why;
+    if (!tensors(num_inputs, input_types, input_ranks, input_dims, &inputs, &why) ||
+        !tensors(num_outputs, output_types, output_ranks, output_dims, &outputs, &why)) {
+      return fail(std::string(def->name) + ": " + why);
+    }
+    for (int k = 0; k < num_inputs; ++k) {
+      if (input_ids[k] < 0) {
+        return fail(std::string(def->name) + ": input " + std::to_string(k) +
+                    ": optional (missing) tensor input is not supported");
+      }
+    }
+    s = sdgpu::CheckOpTensors(op, inputs, outputs[0], std::vector<int>(input_ids, input_ids + num_inputs),
+                              output_ids[0]);
+    return s.ok() ? 1 : fail(s.message());
+  } catch (...) {
+    CopyOut("exception", err, err_cap);
+    return 0;
+  }
+}
+
+// Returns 1 when the key/value options would create a delegate as far as parsing goes (backend availability is
+// not checked), 0 with the one-line reason in `err` otherwise; `warnings` gets OptionWarnings, one per line.
+SDGPU_EXPORT int sdgpu_check_options(const char* const* keys, const char* const* values, size_t count, char* err,
+                                     size_t err_cap, char* warnings, size_t warnings_cap) {
+  try {
+    sdgpu::DelegateOptions options;
+    const sdgpu::Status s = count > 4096 ? sdgpu::Status::Error("implausible option count")
+                                         : sdgpu::ParseDelegateOptions(keys, values, count, &options);
+    CopyOut(s.ok() ? "" : s.message(), err, err_cap);
+    std::string joined;
+    if (s.ok()) {
+      for (const std::string& w : sdgpu::OptionWarnings(options)) joined += (joined.empty() ? "" : "\n") + w;
+    }
+    CopyOut(joined, warnings, warnings_cap);
+    return s.ok() ? 1 : 0;
+  } catch (...) {
+    CopyOut("exception", err, err_cap);
+    CopyOut("", warnings, warnings_cap);
     return 0;
   }
 }

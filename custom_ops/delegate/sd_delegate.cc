@@ -5,6 +5,7 @@
 #include "abi/abi_check.h"
 #include "abi/int_array.h"
 #include "delegate/backend_factory.h"
+#include "delegate/cpu_backend.h"
 #include "delegate/partition_kernel.h"
 #include "delegate/partitioner.h"
 #include "delegate/tflite_graph.h"
@@ -23,6 +24,7 @@ Status SdDelegate::Create(const DelegateOptions& options, std::unique_ptr<SdDele
   d->tflite_.FreeBufferHandle = nullptr;
   d->tflite_.flags = abi::kTfLiteDelegateFlagsAllowDynamicTensors;
   d->tflite_.opaque_delegate_builder = nullptr;
+  for (const std::string& w : OptionWarnings(options)) d->logger_.Warning(w);
   d->logger_.Info("created delegate: backend=" + options.backend +
                   " num_threads=" + std::to_string(ResolvedNumThreads(options)));
   *out = std::move(d);
@@ -30,6 +32,12 @@ Status SdDelegate::Create(const DelegateOptions& options, std::unique_ptr<SdDele
 }
 
 SdDelegate::~SdDelegate() { magic_ = 0; }
+
+Backend& SdDelegate::host_backend() {
+  if (backend_->name() == std::string("cpu")) return *backend_;
+  if (host_fallback_ == nullptr) host_fallback_ = std::make_unique<CpuBackend>(options_);
+  return *host_fallback_;
+}
 
 SdDelegate* SdDelegate::FromTflite(const abi::TfLiteDelegate* d) {
   if (d == nullptr || d->data_ == nullptr) return nullptr;
@@ -78,10 +86,46 @@ abi::TfLiteStatus SdDelegate::Prepare(abi::TfLiteContext* context) {
     logger_.Error("out of memory while partitioning");
     return abi::kTfLiteDelegateError;
   }
+  int partitions = 0;
+  if (Status p = PreviewPartitions(context, nodes.get(), &partitions); !p.ok()) {
+    logger_.Error("partitioning failed: " + p.message());
+    ReportToContext(context, "partitioning failed: " + p.message());
+    return abi::kTfLiteDelegateError;
+  }
   const abi::TfLiteStatus st = context->ReplaceNodeSubsetsWithDelegateKernels(
       context, PartitionKernel::Registration(), nodes.get(), &tflite_);
   if (st != abi::kTfLiteOk) logger_.Error("ReplaceNodeSubsetsWithDelegateKernels failed");
   return st;
+}
+
+Status SdDelegate::ReplaceWithHostKernels(abi::TfLiteContext* context, const std::vector<int>& candidates,
+                                          std::vector<int>* replaced) {
+  replaced->clear();
+  Backend& host = host_backend();
+  for (int node_index : candidates) {
+    abi::TfLiteNode* node = nullptr;
+    abi::TfLiteRegistration* reg = nullptr;
+    if (context->GetNodeAndRegistration(context, node_index, &node, &reg) != abi::kTfLiteOk || node == nullptr ||
+        reg == nullptr || reg->builtin_code != abi::kTfLiteBuiltinCustom || reg->custom_name == nullptr) {
+      continue;  // a builtin: the runtime has its own kernel
+    }
+    ParsedOp op;
+    Status s = CheckNode(context, node, reg, host, &op);
+    if (s.ok()) {
+      replaced->push_back(node_index);
+    } else {
+      logger_.Warning("node " + std::to_string(node_index) + " (" + reg->custom_name + ") has no kernel: " +
+                      s.message());
+    }
+  }
+  if (replaced->empty()) return Status::Ok();
+  abi::OwnedIntArray nodes;
+  if (!nodes.Assign(*replaced)) return Status::Error("out of memory while partitioning");
+  if (context->ReplaceNodeSubsetsWithDelegateKernels(context, PartitionKernel::Registration(), nodes.get(),
+                                                     &tflite_) != abi::kTfLiteOk) {
+    return Status::Error("ReplaceNodeSubsetsWithDelegateKernels failed (CPU kernels)");
+  }
+  return Status::Ok();
 }
 
 abi::TfLiteStatus SdDelegate::PrepareThunk(abi::TfLiteContext* context, abi::TfLiteDelegate* delegate) {

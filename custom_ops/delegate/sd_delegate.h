@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "abi/tflite_abi.h"
 #include "common/log.h"
@@ -29,9 +30,18 @@ class SdDelegate {
 
   const Logger& logger() const { return logger_; }
   Backend& backend() { return *backend_; }
+  // The backend of the per-op host kernels (PartitionKernel): the cpu backend itself, or, under a GPU backend, a cpu
+  // backend made on first use for the Sd* nodes the GPU declines (they run on the CPU kernels inside the same
+  // model instead of failing the load).
+  Backend& host_backend();
   DelegateStats& stats() { return stats_; }
   const DelegateOptions& options() const { return options_; }
   std::string StatsJson() const;
+  // Replaces the Sd* custom nodes among `candidates` that the host backend accepts with per-op host kernels
+  // (PartitionKernel): how a GPU backend runs the nodes it declined. `replaced` lists them; a node no backend takes
+  // is logged and left to the runtime (which then reports the unresolved custom op).
+  Status ReplaceWithHostKernels(abi::TfLiteContext* context, const std::vector<int>& candidates,
+                                std::vector<int>* replaced);
 
  private:
   SdDelegate() = default;
@@ -47,6 +57,7 @@ class SdDelegate {
   DelegateOptions options_;
   Logger logger_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> host_fallback_;  // see host_backend()
   DelegateStats stats_;
 };
 

@@ -66,6 +66,7 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
          ",\"reason\":" + JsonString(declined_[i].reason) + "}";
   }
   j += "],\"partitions\":" + std::to_string(partitions_);
+  j += ",\"host_fallback_nodes\":" + std::to_string(host_fallback_nodes_);
   j += ",\"prepares\":" + std::to_string(prepares_);
   j += ",\"max_node_scratch_bytes\":" + std::to_string(max_node_scratch_bytes_);
   j += ",\"max_arena_bytes\":" + std::to_string(max_arena_bytes_);

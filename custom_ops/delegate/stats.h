@@ -23,6 +23,11 @@ class DelegateStats {
     std::lock_guard<std::mutex> lock(mu_);
     partitions_ = n;
   }
+  // Declined nodes of a GPU backend that run on the delegate's CPU kernels instead (SdDelegate::host_backend).
+  void RecordHostFallback(const std::vector<int>& nodes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    host_fallback_nodes_ += static_cast<int>(nodes.size());
+  }
   void RecordInvoke() { invocations_.fetch_add(1, std::memory_order_relaxed); }
   // Host time a GPU partition's invoke spent submitting its work (input uploads + every launch, before it waits
   // for the results): when it nears the invoke's wall time, the device is starved by dispatch, not busy.
@@ -45,6 +50,7 @@ class DelegateStats {
   int declined_total_ = 0;
   int prepares_ = 0;
   int partitions_ = -1;
+  int host_fallback_nodes_ = 0;
   size_t max_node_scratch_bytes_ = 0;
   size_t max_arena_bytes_ = 0;
   std::atomic<long long> invocations_{0};

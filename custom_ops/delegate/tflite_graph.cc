@@ -49,6 +49,28 @@ Status ResizeIfNeeded(abi::TfLiteContext* context, int index, const Dims& dims) 
   return Status::Ok();
 }
 
+Status PreviewPartitions(abi::TfLiteContext* context, abi::TfLiteIntArray* nodes, int* partitions) {
+  *partitions = 0;
+  abi::TfLiteDelegateParams* params = nullptr;
+  if (context->PreviewDelegatePartitioning == nullptr ||
+      context->PreviewDelegatePartitioning(context, nodes, &params, partitions) != abi::kTfLiteOk) {
+    *partitions = -1;
+    return Status::Ok();
+  }
+  for (int p = 0; p < *partitions && params != nullptr; ++p) {
+    for (const abi::TfLiteIntArray* list : {params[p].input_tensors, params[p].output_tensors}) {
+      for (int t : abi::IntArrayToVector(list)) {
+        if (t < 0 || static_cast<size_t>(t) >= context->tensors_size) {
+          return Status::Error("a delegated partition would read or write tensor " + std::to_string(t) +
+                               ", which does not exist (a graph input or output listed as " + std::to_string(t) +
+                               "?); the model is malformed");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 void ReportToContext(abi::TfLiteContext* context, const std::string& message) {
   if (context != nullptr && context->ReportError != nullptr) {
     context->ReportError(context, "%s", ("sdgpu: " + message).c_str());

@@ -21,6 +21,11 @@ Status GetTensorInfo(abi::TfLiteContext* context, int index, TensorInfo* out);
 // Resizes `index` to `dims` if its current dims differ.
 Status ResizeIfNeeded(abi::TfLiteContext* context, int index, const Dims& dims);
 
+// Number of partitions TFLite would make of `nodes` (-1 if it cannot say), or an error when one of them would
+// read or write a tensor that does not exist (a malformed model listing -1 as a graph output): such a partition
+// could never be prepared, and declining it here keeps the runtime out of its delegate-failure path.
+Status PreviewPartitions(abi::TfLiteContext* context, abi::TfLiteIntArray* nodes, int* partitions);
+
 // Reports `message` through the context's error reporter (safe format).
 void ReportToContext(abi::TfLiteContext* context, const std::string& message);
 

@@ -37,6 +37,7 @@
 
 #include "common/status.h"
 #include "delegate/options.h"
+#include "gpu/attention_tiling.h"
 
 namespace sdgpu::gpu {
 
@@ -122,6 +123,10 @@ class Device {
   // Human-readable device name (profile JSON, logs).
   virtual const std::string& name() const = 0;
   virtual size_t max_work_group_size() const = 0;
+  // Bytes of local (GL: shared) memory one work-group may use: OpenCL CL_DEVICE_LOCAL_MEM_SIZE, GL
+  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE (ES 3.1 guarantees only 16 KiB; phones have 32 KiB). Planners skip kernels
+  // whose local arrays do not fit.
+  virtual size_t local_memory_bytes() const { return 16384; }
   // Compute units (OpenCL CL_DEVICE_MAX_COMPUTE_UNITS, SMs on NVIDIA); 0 when the backend does not know.
   virtual int compute_units() const { return 0; }
   // True when launches record Timers (delegate option profile_path set).
@@ -129,15 +134,10 @@ class Device {
   // How the Timers measure; the profile JSON records it as "method". OpenCL: "events" (event
   // start/end timestamps); GL: "gl_timer_query" or "gl_finish_host_clock".
   virtual const char* timing_method() const { return "events"; }
-  // True when the tiled GEMM / conv kernels, gemm_splitk_reduce and winograd_output_f* take the residual
-  // epilogue's trailing parameters (R, ro, int rrows, int rsm: backends/opencl/kernels/gemm_tiled.cl).
-  // OpenCL: yes. GL: not ported (its shaders keep the shorter lists and ops never fuse an ADD there).
-  virtual bool residual_epilogue() const { return false; }
-  // True when winograd_input_f* take the input-norm prologue's trailing parameters (NT, nto) and have _gn /
-  // _gnsilu twins, winograd_output_f* take a trailing int splits and have _sum twins (they sum the GEMM's split-K
-  // partials themselves), all in ops/conv2d_winograd/opencl.cl, and group_norm_nhwc_affine /
-  // group_norm_finalize_affine exist (GpuOp::FuseInputNorm). OpenCL: yes. GL: not ported.
-  virtual bool winograd_io_fusion() const { return false; }
+  // SdAttention tilings whose kernels exist only on this backend / vendor (NVIDIA's OpenCL: the tensor-core and
+  // warp-shuffle kernels of backends/opencl/nvidia/), each tried right before the backend-neutral tiling its
+  // AttnTiling::before names (gpu/attention_tiling.cc kAttnTilings). Empty by default.
+  virtual std::vector<AttnTiling> vendor_attention_tilings() const { return {}; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until

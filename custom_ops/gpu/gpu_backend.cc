@@ -3,6 +3,7 @@
 #include "abi/int_array.h"
 #include "delegate/partitioner.h"
 #include "delegate/sd_delegate.h"
+#include "delegate/tflite_graph.h"
 #include "gpu/partition.h"
 
 namespace sdgpu::gpu {
@@ -45,20 +46,22 @@ Status GpuBackend::PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegat
   if (!plan.claimed.empty()) {
     abi::OwnedIntArray claimed;
     if (!claimed.Assign(plan.claimed)) return Status::Error("out of memory while partitioning");
-    abi::TfLiteDelegateParams* params = nullptr;
-    if (context->PreviewDelegatePartitioning != nullptr &&
-        context->PreviewDelegatePartitioning(context, claimed.get(), &params, &partitions) != abi::kTfLiteOk) {
-      partitions = -1;
-    }
+    SDGPU_RETURN_IF_ERROR(PreviewPartitions(context, claimed.get(), &partitions));
     if (context->ReplaceNodeSubsetsWithDelegateKernels(context, GpuPartition::Registration(registration_name_),
                                                        claimed.get(), delegate->tflite()) != abi::kTfLiteOk) {
       return Status::Error("ReplaceNodeSubsetsWithDelegateKernels failed");
     }
   }
+  // The Sd* nodes this device declined run on the delegate's CPU kernels, in the same model.
+  std::vector<int> declined, on_host;
+  for (const DeclinedNode& d : plan.declined) declined.push_back(d.node_index);
+  SDGPU_RETURN_IF_ERROR(delegate->ReplaceWithHostKernels(context, declined, &on_host));
   delegate->stats().RecordPartitions(partitions);
+  delegate->stats().RecordHostFallback(on_host);
   logger.Info(tag + ": " + std::to_string(partitions) + " partition(s), " + std::to_string(plan.claimed.size()) +
-              " node(s) delegated, " + std::to_string(plan.declined.size()) + " node(s) left on CPU (device '" +
-              device_->name() + "')");
+              " node(s) delegated, " + std::to_string(plan.declined.size()) + " node(s) left on CPU (" +
+              std::to_string(on_host.size()) + " of them on the delegate's CPU kernels; device '" + device_->name() +
+              "')");
   return Status::Ok();
 }
 

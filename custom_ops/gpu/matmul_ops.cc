@@ -1,7 +1,7 @@
 // GEMM-shaped ops (kernels in backends/<backend>/kernels/gemm*.*).
 //
-// Tiled kernels (OpenCL: gemm_tiled.cl), work-group 16 x TY (TY = threads / 16: 16, or 8 for the
-// `n128` instances), global = (ceil(N/BN)*16, ceil(M/BM)*TY, z):
+// Tiled kernels (gpu/kernels/gemm_tiled.kern, every GPU backend), work-group 16 x TY (TY = threads / 16: 16, or 8
+// for the `n128` instances), global = (ceil(N/BN)*16, ceil(M/BM)*TY, z):
 //   gemm_tBMxBN(C, co, int scb, int scs, int scm, A, ao, int sab, int sam, int sak, B, bo, int sbb, int sbk,
 //               int sbn, int b_half, bias, biaso, int has_bias, int M, int N, int K, float alpha, int act,
 //               int splits, int k_split)                                   z = batch * splits
@@ -10,12 +10,14 @@
 //               int pw, int M, int act, int splits, int k_split)           z = splits; needs Ci % 16 == 0
 //   gemm_splitk_reduce(C, co, int scb, int scm, P, po, int splits, bias, biaso, int has_bias, int M, int N,
 //                      int act)                                            global = (N, M, batch), local 16 x 16
-// with BMxBN in {64x64, 128x64, 128x128} (256 threads) and {64x64n128, 32x64n128, 128x64n128, 64x128n128, 32x128n128} (128 threads,
-// OpenCL only), plus the GEMM-only skinny gemm_t16x64 (same parameters; rows
-// M <= 16 per tile: the Winograd GEMMs of small maps, where T = 16 tiles would leave 3/4 of a 64-row
-// tile idle, and FCs of a few rows; weight-bandwidth bound by design, see gemm_tiled.cl). A config
-// whose kernel the device lacks (the GL backend has no gemm_t16x64 yet) is skipped. Winograd's tile-major U can also
-// run on gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner.
+//                                                                          (16 x 8 on 128-invocation devices)
+// each followed by the residual epilogue's R, ro, int rrows, int rsm, with BMxBN in {64x64, 128x64, 128x128}
+// (256 threads) and {64x64n128, 32x64n128, 128x64n128, 64x128n128, 32x128n128} (128 threads), plus the GEMM-only
+// skinny gemm_t16x64 (same parameters; rows M <= 16 per tile: the Winograd GEMMs of small maps, where T = 16 tiles
+// would leave 3/4 of a 64-row tile idle, and FCs of a few rows; weight-bandwidth bound by design, see
+// gemm_tiled.kern). A config whose kernel the device lacks, or whose work-group or local memory exceeds the device's
+// (GL ES 3.1 guarantees only 128 invocations and 16 KiB), is skipped. Winograd's tile-major U can also run on
+// gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner.
 // With tensor_cores=3xtf32 (or gemm_tiles "BMxBNtc") the 3xTF32 tensor-core configs gemm_x / conv_x {128x128, 128x64,
 // 64x64} (gemm_tc.cl, NVIDIA only, 128 threads, same parameters and twins) join the candidates of GEMMs whose A has
 // a contiguous k axis and B a contiguous n or k axis in fp32 (TensorCoreGemm), and of every tiled convolution
@@ -52,6 +54,21 @@ namespace {
 constexpr int kTiledBk = 16;  // GT_BK of the tiled kernels: K step, split granularity, conv Ci multiple
 constexpr const char* kSkinny4Kernel = "gemm_s16x128";  // UseSkinny4's kernel
 constexpr int kSkinny4MinKSplit = 128;                  // UseSkinny4: the shallowest K slice it splits into (one A chunk)
+constexpr int kSkinny4Threads = 128;
+
+// Local memory of the kernels (bytes), as gemm_tiled.kern / gemm_tc.cl declare it; an implicit-GEMM conv adds its
+// row table (BM int4s, ConvLocalBytes). gemm_tBMxBN: the A and B tiles of GT_DECLS, GT_BK x (BM + GT_PAD) and
+// GT_BK x (BN + GT_PAD) floats.
+constexpr int TiledLocalBytes(int bm, int bn) { return 4 * kTiledBk * (bm + 4 + bn + 4); }
+// gemm_xBMxBN / gemm_dBMxBN: STAGES ring slots of an A tile [BM][GX_AP] and a B tile (KN [16][BN + 8] or NK
+// [BN][GX_AP], whichever is larger), GX_AP = 20.
+constexpr int TcLocalBytes(int bm, int bn, int stages) {
+  return 4 * stages * (bm * 20 + (bn * 20 > 16 * (bn + 8) ? bn * 20 : 16 * (bn + 8)));
+}
+// gemm_t16x64: the A tile As4[16 * GS_AST] (GS_AST = 17 float4s) and the lanes' partials red[4 * 16 * 64].
+constexpr int kSkinnyLocalBytes = 16 * 17 * 16 + 4 * 16 * 64 * 4;
+// gemm_s16x128: GV_LDS4(128, 4, 128, 16) float4s (the lanes' partials, 4 x 16 x 128 floats).
+constexpr int kSkinny4LocalBytes = 4 * 16 * 128 * 4;
 
 // Tile configs of the tiled kernels, largest first. `speed`: relative throughput per work-group tile,
 // fitted on the H200 (scripts/opencl_gemm_bench.py, every config forced at the SD1.5 shapes). 128x128
@@ -64,6 +81,7 @@ struct TileConfig {
   double speed;
   const char* gemm;
   const char* conv;  // nullptr: no implicit-GEMM conv instance
+  int local_bytes;   // local memory of the GEMM kernel (the conv kernel adds its row table)
   bool tc = false;   // tensor cores (gemm_tc.cl): only where TensorCoreGemm / TensorCoresWanted allow, or forced
   bool fp64 = false;  // a tc config of the FP64 tensor cores: a candidate under tensor_cores=fp64 only (3xTF32 ones
                       // never then), so a forced "BMxBNtc" names the option's form
@@ -71,25 +89,25 @@ struct TileConfig {
 // The skinny config's speed reflects one FMA per local read (no register blocking along m): it only
 // wins where the 64-row tiles would mostly compute padding (M <= ~32).
 constexpr TileConfig kTileConfigs[] = {
-    {128, 128, 256, 0.7, "gemm_t128x128", "conv_t128x128"},
-    {128, 64, 256, 0.8, "gemm_t128x64", "conv_t128x64"},
-    {64, 64, 256, 0.6, "gemm_t64x64", "conv_t64x64"},
-    {128, 64, 128, 0.5, "gemm_t128x64n128", "conv_t128x64n128"},
-    {64, 128, 128, 0.5, "gemm_t64x128n128", "conv_t64x128n128"},
-    {64, 64, 128, 0.5, "gemm_t64x64n128", "conv_t64x64n128"},
-    {32, 64, 128, 0.4, "gemm_t32x64n128", nullptr},
+    {128, 128, 256, 0.7, "gemm_t128x128", "conv_t128x128", TiledLocalBytes(128, 128)},
+    {128, 64, 256, 0.8, "gemm_t128x64", "conv_t128x64", TiledLocalBytes(128, 64)},
+    {64, 64, 256, 0.6, "gemm_t64x64", "conv_t64x64", TiledLocalBytes(64, 64)},
+    {128, 64, 128, 0.5, "gemm_t128x64n128", "conv_t128x64n128", TiledLocalBytes(128, 64)},
+    {64, 128, 128, 0.5, "gemm_t64x128n128", "conv_t64x128n128", TiledLocalBytes(64, 128)},
+    {64, 64, 128, 0.5, "gemm_t64x64n128", "conv_t64x64n128", TiledLocalBytes(64, 64)},
+    {32, 64, 128, 0.4, "gemm_t32x64n128", nullptr, TiledLocalBytes(32, 64)},
     // 4x8 per work-item: 32 FMAs per 3 local float4 reads (4x4: 16 per 2), for 32-row problems (cfg batch 2's
     // Winograd GEMMs of the 16x16 and 8x8 maps); ranked below 32x64n128, so only the tuner picks it
-    {32, 128, 128, 0.35, "gemm_t32x128n128", nullptr},
-    {16, 64, 256, 0.35, "gemm_t16x64", nullptr},
+    {32, 128, 128, 0.35, "gemm_t32x128n128", nullptr, TiledLocalBytes(32, 128)},
+    {16, 64, 256, 0.35, "gemm_t16x64", nullptr, kSkinnyLocalBytes},
     // 3xTF32 on tensor cores (NVIDIA, tensor_cores=3xtf32); speeds from mma_lab.py --async on the H200 (BENCHMARKS
     // session 22: 1.4-1.7x the best fp32 tile at SD1.5's FC shapes)
-    {128, 128, 128, 1.3, "gemm_x128x128", "conv_x128x128", true},
-    {128, 64, 128, 1.25, "gemm_x128x64", "conv_x128x64", true},
-    {64, 64, 128, 1.2, "gemm_x64x64", "conv_x64x64", true},
+    {128, 128, 128, 1.3, "gemm_x128x128", "conv_x128x128", TcLocalBytes(128, 128, 2), true},
+    {128, 64, 128, 1.25, "gemm_x128x64", "conv_x128x64", TcLocalBytes(128, 64, 3), true},
+    {64, 64, 128, 1.2, "gemm_x64x64", "conv_x64x64", TcLocalBytes(64, 64, 4), true},
     // FP64 tensor cores (NVIDIA sm_90, tensor_cores=fp64): exact products, fp64 sums; dmma_lab.py on the H200: 1.25-1.45x
     // the best fp32 tile at SD1.5's FC shapes
-    {64, 64, 128, 1.3, "gemm_d64x64", "conv_d64x64", true, true},
+    {64, 64, 128, 1.3, "gemm_d64x64", "conv_d64x64", TcLocalBytes(64, 64, 4), true, true},
 };
 // Threads that keep a large GPU busy (two 256-thread work-groups resident per SM on a 132-SM
 // H200); fewer leave SMs idle, which the cost model charges and split-K repairs. Smaller GPUs
@@ -132,6 +150,24 @@ double PlanCost(const TileConfig& c, int64_t M, int64_t N, int64_t K, int64_t ba
 const GemmTiles* ForcedTiles(const Device& dev) {
   const std::optional<GemmTiles>& t = dev.overrides().gemm_tiles;
   return t ? &*t : nullptr;
+}
+
+// Why the device cannot run a config's GEMM (or conv) kernel, or "" when it can: its work-group size or local memory
+// exceeds the device's (the GL backend compiles the kernels from the same source for every device, and GL ES 3.1
+// guarantees only 128 invocations and 16 KiB of shared memory).
+std::string DoesNotFit(const Device& dev, const char* kernel, int threads, int local_bytes) {
+  if (static_cast<size_t>(threads) > dev.max_work_group_size()) {
+    return std::string(kernel) + " needs work-groups of " + std::to_string(threads) + " work-items, the device allows " +
+           std::to_string(dev.max_work_group_size());
+  }
+  if (static_cast<size_t>(local_bytes) > dev.local_memory_bytes()) {
+    return std::string(kernel) + " needs " + std::to_string(local_bytes) + " bytes of local memory, the device has " +
+           std::to_string(dev.local_memory_bytes());
+  }
+  return "";
+}
+std::string ConfigDoesNotFit(const Device& dev, const TileConfig& c, bool conv) {
+  return DoesNotFit(dev, conv ? c.conv : c.gemm, c.threads, c.local_bytes + (conv ? 16 * c.bm : 0));
 }
 
 // "64x64, 128x64, ..., 64x64n128, ..." as gemm_tiles spells the configs (error messages).
@@ -218,9 +254,9 @@ struct ScoredPlan {
 // (only the forced one under gemm_tiles).
 Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, std::vector<ScoredPlan>* out,
                   bool tc) {
-  if (dev.max_work_group_size() < 256) return Status::Error("device work-group limit below 256");
   const GemmTiles* forced = ForcedTiles(dev);
   out->clear();
+  std::string unfit;  // why the last config the backend has does not fit the device
   for (const TileConfig& c : kTileConfigs) {
     if (c.tc && (!tc || c.fp64 != dev.overrides().tensor_cores_fp64)) continue;
     if (forced && (c.bm != forced->bm || c.bn != forced->bn || c.threads != forced->threads || c.tc != forced->tc)) {
@@ -229,6 +265,11 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
     const char* name = conv ? c.conv : c.gemm;
     const Kernel* probe = nullptr;
     if (name == nullptr || !dev.GetKernel(name, &probe).ok()) continue;  // config not on this backend
+    const std::string why = ConfigDoesNotFit(dev, c, conv);
+    if (!why.empty()) {
+      unfit = why;
+      continue;
+    }
     for (int s = 1; s <= kMaxSplits; s *= 2) {
       if (forced && s != std::max(1, std::min(forced->splits, kMaxSplits))) continue;
       if (s > 1 && !forced && CeilDiv(K, s) < kMinSplitK) break;
@@ -236,6 +277,7 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
     }
   }
   if (out->empty()) {
+    if (!unfit.empty()) return Status::Error("no tile config fits the device: " + unfit);
     return Status::Error(forced ? "gemm_tiles names no tile config of this backend (" + ConfigNames() + ")"
                                 : std::string("the device has no tiled GEMM kernels"));
   }
@@ -288,6 +330,11 @@ Status CheckForcedTiles(const Device& dev) {
   for (const TileConfig& c : kTileConfigs) {
     if (c.tc == forced->tc && c.bm == forced->bm && c.bn == forced->bn && c.threads == forced->threads &&
         (!c.tc || c.fp64 == dev.overrides().tensor_cores_fp64)) {
+      // a config this backend has but the device cannot run: the node says why (a backend without the kernel
+      // falls back per op, see the header)
+      const Kernel* probe = nullptr;
+      const std::string why = dev.GetKernel(c.gemm, &probe).ok() ? ConfigDoesNotFit(dev, c, false) : "";
+      if (!why.empty()) return Status::Error("gemm_tiles config does not fit the device: " + why);
       return Status::Ok();
     }
   }
@@ -301,7 +348,8 @@ bool ReadsTileMajorB(const Kernel& kernel) {
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits) {
   const Kernel* kernel = nullptr;
   if (plan->kernel == nullptr || plan->kernel->name() != "gemm_t16x64" || ForcedTiles(dev) != nullptr ||
-      dev.compute_units() <= 0 || !dev.GetKernel(kSkinny4Kernel, &kernel).ok()) {
+      dev.compute_units() <= 0 || !dev.GetKernel(kSkinny4Kernel, &kernel).ok() ||
+      !DoesNotFit(dev, kSkinny4Kernel, kSkinny4Threads, kSkinny4LocalBytes).empty()) {
     return false;
   }
   const int64_t groups = static_cast<int64_t>(batch) * CeilDiv(M, 16) * CeilDiv(N, 128);
@@ -317,7 +365,7 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
   TilePlan p;
   p.bm = 16;
   p.bn = 128;
-  p.threads = 128;
+  p.threads = kSkinny4Threads;
   p.splits = splits;
   p.k_split = k_split;
   p.kernel = kernel;
@@ -507,9 +555,11 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
   Args r;
   r.Buf(c.buffer, c.elem_offset()).Int(scb).Int(scm).Buf(scratch.buffer, scratch.elem_offset()).Int(p.splits);
   r.Buf(bias.buffer, bias.elem_offset()).Int(has_bias ? 1 : 0).Int(M).Int(N).Int(act);
-  AddResidualArgs(dev, residual, residual_input, scratch, &r);
+  AddResidualArgs(residual, residual_input, scratch, &r);
+  // any work-group size (the kernel bounds-checks): 16 x 16 where the device allows it
+  const size_t rows = std::clamp<size_t>(dev.max_work_group_size() / 16, 1, 16);
   return dev.Launch(*p.reduce, r, {static_cast<size_t>(N), static_cast<size_t>(M), static_cast<size_t>(batch)},
-                    {16, 16, 1}, timings);
+                    {16, rows, 1}, timings);
 }
 
 }  // namespace
@@ -540,7 +590,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0));
   g.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
-  AddResidualArgs(dev, split ? Residual() : residual, residual_input, a, &g);
+  AddResidualArgs(split ? Residual() : residual, residual_input, a, &g);
   if (p.ln) g.Buf(ln_colsum->buffer, ln_colsum->elem_offset()).Float(ln_eps);
   const size_t ty = static_cast<size_t>(p.threads / 16);
   SDGPU_RETURN_IF_ERROR(dev.Launch(*p.kernel, g,
@@ -699,16 +749,16 @@ class TiledGemmOp final : public GpuOp {
     return run(plan_, timings);
   }
 
-  bool FuseResidual(const Device& dev, const Residual& r) override {
+  bool FuseResidual(const Device&, const Residual& r) override {
     // batched GEMMs have no per-batch residual; a gated output is not the FC's shape
-    return s_.batch == 1 && s_.act < kGeluKernelErf && AcceptResidual(dev, r);
+    return s_.batch == 1 && s_.act < kGeluKernelErf && AcceptResidual(r);
   }
 
   // The weights' (and bias's) columns are re-packed interleaved -- packed column 2j = value column j, 2j + 1 = gate
   // column N/2 + j -- so that each work-item's float4 of columns holds whole (value, gate) pairs, and the epilogue
-  // writes the N/2-wide product (gemm_tiled.cl, "Gated-GELU epilogue"). Needs the FC's constant N x K weights.
+  // writes the N/2-wide product (gemm_tiled.kern, "Gated-GELU epilogue"). Needs the FC's constant N x K weights.
   bool FuseGatedGelu(const Device& dev, int mode) override {
-    if (!dev.residual_epilogue() || b_const_ == nullptr || s_.batch != 1 || residual_.rows > 0 || s_.act != 0 ||
+    if (b_const_ == nullptr || s_.batch != 1 || residual_.rows > 0 || s_.act != 0 ||
         s_.N % 4 != 0 || s_.scm != s_.N || (s_.bias_input >= 0 && bias_const_ == nullptr) || mode < kGeluKernelErf) {
       return false;
     }
@@ -764,14 +814,14 @@ class TiledGemmOp final : public GpuOp {
   }
 
   // The LayerNorm's gamma scales W's rows (k) wherever the packing put its columns (after FuseGatedGelu too), its
-  // beta becomes bias + beta W, and the _ln kernels normalise each row of A inside the GEMM (gemm_tiled.cl). Needs
+  // beta becomes bias + beta W, and the _ln kernels normalise each row of A inside the GEMM (gemm_tiled.kern). Needs
   // the packed fp32 constant weights (with weights_fp16 the column sums would not match the rounded weights), a
   // constant or no bias, one GEMM (or SplitColumns' blocks of one) over K-contiguous rows of A, and an unsplit
   // plan; a kernel without a twin re-plans on the cheapest config with one, and the tuner tries only twins.
   bool FuseLayerNorm(const Device& dev, float eps, const float* gamma, const float* beta, int k) override {
     // one GEMM, or the column blocks of one (SplitColumns: A shared, block b reads packed columns [b*N, (b+1)*N))
     const bool blocks = s_.batch > 1 && s_.sab == 0 && s_.sbb == s_.N && s_.scb == s_.M * s_.N;
-    if (!dev.residual_epilogue() || packed_ == nullptr || b_half_ || ln_colsum_ != nullptr ||
+    if (packed_ == nullptr || b_half_ || ln_colsum_ != nullptr ||
         (s_.batch != 1 && !blocks) || s_.sak != 1 || s_.sam != s_.K || s_.K != k || s_.K % 4 != 0 || s_.sbn != 1 ||
         (s_.sbk != s_.N * s_.batch) || (s_.bias_input >= 0 && packed_bias_ == nullptr && bias_const_ == nullptr)) {
       return false;
@@ -934,7 +984,7 @@ class TiledConvOp final : public GpuOp {
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(split ? 0 : s_.act);
     a.Int(plan.splits).Int(plan.k_split);
-    AddResidualArgs(dev, split ? Residual() : residual_, residual_input_, in[0], &a);
+    AddResidualArgs(split ? Residual() : residual_, residual_input_, in[0], &a);
     const size_t ty = static_cast<size_t>(plan.threads / 16);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*plan.kernel, a,
                                      {static_cast<size_t>(CeilDiv(s_.co, plan.bn) * 16),
@@ -946,7 +996,7 @@ class TiledConvOp final : public GpuOp {
   }
 
  public:
-  bool FuseResidual(const Device& dev, const Residual& r) override { return AcceptResidual(dev, r); }
+  bool FuseResidual(const Device&, const Residual& r) override { return AcceptResidual(r); }
 };
 
 // The tiled GEMM for `s`, with B packed from `b_const` (an N x K row-major host matrix when
@@ -1084,6 +1134,8 @@ Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_p
   s.act = prm->activation;
   std::vector<int> inputs = {0, 1};
   if (node.inputs.size() > 2 && node.inputs[2] != nullptr) {
+    // the kernels and the host-side repacking read N bias values
+    SDGPU_RETURN_IF_ERROR(Need(NumElements(DimsOf(node.inputs[2])) == s.N, "bias size does not match the outputs"));
     s.bias_input = 2;
     inputs.push_back(2);
   }
@@ -1133,6 +1185,12 @@ Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp
   const Dims x = DimsOf(node.inputs[0]), w = DimsOf(node.inputs[1]), o = DimsOf(node.outputs[0]);
   SDGPU_RETURN_IF_ERROR(Need(x.size() == 4 && w.size() == 4 && o.size() == 4, "expects NHWC x OHWI"));
   SDGPU_RETURN_IF_ERROR(Need(w[3] == x[3], "grouped convolution is not supported"));
+  // the kernels write N x OH x OW x Co values where the output holds o[0..3]: they must be the same
+  SDGPU_RETURN_IF_ERROR(Need(o[0] == x[0] && o[3] == w[0], "output batch / channels do not match input and filter"));
+  SDGPU_RETURN_IF_ERROR(Need(prm->stride_height >= 1 && prm->stride_width >= 1, "strides must be >= 1"));
+  if (node.inputs.size() > 2 && node.inputs[2] != nullptr) {
+    SDGPU_RETURN_IF_ERROR(Need(NumElements(DimsOf(node.inputs[2])) == w[0], "bias size does not match the filters"));
+  }
   ConvShape s;
   s.n = static_cast<int>(x[0]);
   s.h = static_cast<int>(x[1]);

@@ -1,11 +1,10 @@
 // GEMM-shaped ops: FULLY_CONNECTED, BATCH_MATMUL, CONV_2D (gpu/matmul_ops.cc) and
 // SdConv2DWinograd (gpu/winograd_ops.cc), on two kernel families:
-//   * register-blocked tiled kernels (gemm_t*/conv_t* + gemm_splitk_reduce, OpenCL source
-//     backends/opencl/kernels/gemm_tiled.cl; signatures documented there and in matmul_ops.cc),
-//     used when the device has them;
+//   * register-blocked tiled kernels (gemm_t*/conv_t* + gemm_splitk_reduce, gpu/kernels/gemm_tiled.kern, every GPU
+//     backend; signatures documented there and in matmul_ops.cc), each tile config used where the device can hold
+//     its work-group and local memory;
 //   * the original one-output-per-work-item kernels gemm_f32 / conv2d_igemm (every backend),
-//     the fallback for devices without the tiled kernels (GL today) and for convs with
-//     Ci % 16 != 0.
+//     the fallback where no tile config fits the device and for convs with Ci % 16 != 0.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +47,7 @@ struct TilePlan {
   const Kernel* kernel = nullptr;  // gemm_tBMxBN or conv_tBMxBN
   const Kernel* reduce = nullptr;  // gemm_splitk_reduce when splits > 1
   size_t scratch_bytes = 0;        // split-K partials
-  bool ln = false;                 // the kernel is a LayerNorm twin (NAME_ln / NAME_gg_ln, gemm_tiled.cl)
+  bool ln = false;                 // the kernel is a LayerNorm twin (NAME_ln / NAME_gg_ln, gemm_tiled.kern)
   // A folded LayerNorm's other form (TiledGemmOp::FuseLayerNorm): the op first normalises A's rows into the head of
   // its scratch (layer_norm_rows, unit affine: gamma and beta are in the packed weights and bias), then runs this
   // plain plan on them; scratch_bytes includes those rows.
@@ -77,7 +76,7 @@ bool TensorCoreGemm(const Device& dev, const GemmShape& s, bool b_half);
 bool TensorCoresWanted(const Device& dev);
 // Whether the device built the FP64 tensor-core kernels (NVIDIA sm_90: SDGPU_NV_SM90).
 bool HasFp64TensorCoreKernels(const Device& dev);
-// Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.cl: 16 FMAs per
+// Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.kern: 16 FMAs per
 // local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
 // which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs
 // 0.115 ms), unsplit. With fewer work-groups and max_splits > 1 it splits K instead, into as many slices (at most
@@ -90,10 +89,10 @@ bool HasFp64TensorCoreKernels(const Device& dev);
 bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* plan, int max_splits = 1);
 // Whether `kernel` reads B tile-major (BOperand::tile_major): gemm_t16x64 and gemm_s16x128.
 bool ReadsTileMajorB(const Kernel& kernel);
-// The plan with its GEMM and reduce kernels swapped for their gated-GELU twins (NAME_gg, gemm_tiled.cl); an error
+// The plan with its GEMM and reduce kernels swapped for their gated-GELU twins (NAME_gg, gemm_tiled.kern); an error
 // when the device lacks one.
 Status GatedTwin(const Device& dev, TilePlan* plan);
-// The plan with its GEMM kernel swapped for its LayerNorm twin (NAME_ln, gemm_tiled.cl); an error for a split plan
+// The plan with its GEMM kernel swapped for its LayerNorm twin (NAME_ln, gemm_tiled.kern); an error for a split plan
 // (the twins need all of K in one work-group) or when the device lacks the twin.
 Status LnTwin(const Device& dev, TilePlan* plan);
 

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "common/status.h"
+#include "gpu/attention_tiling.h"
 #include "gpu/ops.h"
 #include "ops/gelu/attrs.h"
 
@@ -45,5 +47,9 @@ Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<G
 // per-tensor or per-channel scales and zero points) into v[0 .. n); v == nullptr only checks that it can.
 Status DequantizeConstant(const abi::TfLiteTensor* in, int64_t n, float* v);
 Status MakeSdOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
+// Whether `name` is a value of the delegate option attention_tiling: a suffix of kAttnTilings or of `vendor` (the
+// backends' own tilings), "legacy", "short" or "short<BQ>" (checked when the options are parsed, so a typo is an error
+// instead of the per-shape rule).
+bool IsAttentionTilingName(const std::string& name, const std::vector<AttnTiling>& vendor);
 
 }  // namespace sdgpu::gpu

@@ -17,7 +17,7 @@ namespace sdgpu::gpu {
 
 constexpr int kMaxRank = 6;   // MAXR in the kernels (metadata arrays are sized by it)
 constexpr size_t kWg1D = 64;  // work-group size of the 1-D elementwise/copy launches (not a correctness constant)
-// layer_norm_rows (ops/group_norm/opencl.cl): work-group size LN_WG and the widest row it holds in registers
+// layer_norm_rows (ops/group_norm/gpu.kern): work-group size LN_WG and the widest row it holds in registers
 // (4 * LN_WG * LN_V4 floats). Correctness constants; SdGroupNorm's LayerNorm view and a folded LayerNorm's rows form
 // (TiledGemmOp, layer_norm_fold=rows) launch it.
 constexpr size_t kLayerNormRowsWg = 64;

@@ -16,9 +16,7 @@ int ActivationOf(const NodeDesc& node) {
 
 }  // namespace
 
-void AddResidualArgs(const Device& dev, const Residual& r, const TensorRef& input, const TensorRef& placeholder,
-                     Args* args) {
-  if (!dev.residual_epilogue()) return;
+void AddResidualArgs(const Residual& r, const TensorRef& input, const TensorRef& placeholder, Args* args) {
   const TensorRef& ref = r.rows > 0 ? input : placeholder;
   args->Buf(ref.buffer, ref.elem_offset()).Int(r.rows).Int(r.row_stride);
 }

@@ -51,10 +51,10 @@ struct Residual {
   int row_stride = 0;
 };
 
-// Appends the residual epilogue's trailing kernel parameters when the device's kernels take them
-// (Device::residual_epilogue); `placeholder` is any valid buffer, bound when there is no residual.
-void AddResidualArgs(const Device& dev, const Residual& r, const TensorRef& input, const TensorRef& placeholder,
-                     Args* args);
+// Appends the residual epilogue's trailing kernel parameters (R, ro, int rrows, int rsm: the tiled GEMM / conv
+// kernels, gemm_splitk_reduce and winograd_output_f*, on every backend);
+// `placeholder` is any valid buffer, bound when there is no residual.
+void AddResidualArgs(const Residual& r, const TensorRef& input, const TensorRef& placeholder, Args* args);
 
 class GpuOp {
  public:
@@ -79,7 +79,8 @@ class GpuOp {
     return false;
   }
   // Residual epilogue: from now on add R (set_residual_input before each Enqueue) to the output as `r` says.
-  // GEMM-shaped ops on devices with the epilogue return true; false (the default) leaves the op unchanged.
+  // GEMM-shaped ops whose kernels take the epilogue's parameters return true; false (the default) leaves the op
+  // unchanged.
   virtual bool FuseResidual(const Device& dev, const Residual& r) {
     (void)dev;
     (void)r;
@@ -89,7 +90,7 @@ class GpuOp {
   // Gated-GELU epilogue (GpuPartition folds `SdGelu(gated, mode)` of this op's output into it): from now on write
   // y[m, j] = v * gelu(g) of the output's (value, gate) column pairs -- an [M, N/2] output -- instead of [M, N].
   // `mode`: the kernels' GELU code, 12 erf / 13 tanh / 14 quick. FULLY_CONNECTEDs with constant weights on devices
-  // with the epilogue kernels return true; false (the default) leaves the op unchanged.
+  // with the epilogue's twin kernels return true; false (the default) leaves the op unchanged.
   virtual bool FuseGatedGelu(const Device& dev, int mode) {
     (void)dev;
     (void)mode;
@@ -98,8 +99,8 @@ class GpuOp {
   // Input-norm prologue (GpuPartition folds an SdGroupNorm(+SiLU) that only this op reads into it), consumer side:
   // from now on the op's first input is the GroupNorm's norm table (EmitNormTable) and set_norm_input (before each
   // Enqueue) gives the un-normalised tensor x; the op reads x * scale + shift per (image, channel), then SiLU when
-  // `silu`, wherever it read its input. SdConv2DWinograd's input transform on devices with the prologue
-  // (Device::winograd_io_fusion) returns true; false (the default) leaves the op unchanged.
+  // `silu`, wherever it read its input. SdConv2DWinograd's input transform returns true; false (the default) leaves
+  // the op unchanged.
   virtual bool FuseInputNorm(const Device& dev, bool silu) {
     (void)dev;
     (void)silu;
@@ -144,7 +145,7 @@ class GpuOp {
   }
   // Producer side: from now on also write those partials over this op's output (which must be that x) to the
   // buffer of set_stats_buffer, in group_norm_partial's layout; returns the chunks per (image, group), 0 = it cannot
-  // (the op is unchanged). SdConv2DWinograd's output transform on devices with Device::winograd_io_fusion.
+  // (the op is unchanged). SdConv2DWinograd's output transform.
   virtual int EmitGroupStats(const Device& dev, int64_t n, int64_t positions, int64_t channels, int groups) {
     (void)dev;
     (void)n;
@@ -159,9 +160,9 @@ class GpuOp {
   void set_stats_buffer(const TensorRef& b) { stats_buffer_ = b; }
 
  protected:
-  // FuseResidual for ops whose kernels all take the epilogue's parameters: accepts when the device has them.
-  bool AcceptResidual(const Device& dev, const Residual& r) {
-    if (!dev.residual_epilogue() || r.rows <= 0) return false;
+  // FuseResidual for ops whose kernels all take the epilogue's parameters.
+  bool AcceptResidual(const Residual& r) {
+    if (r.rows <= 0) return false;
     residual_ = r;
     return true;
   }

@@ -701,7 +701,11 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
         }
       }
     }
-    SDGPU_RETURN_IF_ERROR(WriteProfile());
+    // profiling is a diagnostic: a profile that cannot be written is one warning, never a failed inference
+    if (Status p = WriteProfile(); !p.ok() && !profile_warned_) {
+      delegate_->logger().Warning(p.message());
+      profile_warned_ = true;
+    }
   }
   delegate_->stats().RecordInvoke();
   return Status::Ok();
@@ -712,7 +716,8 @@ Status GpuPartition::WriteProfile() const {
   if (path.empty()) return Status::Ok();
   // Device time of each node (all of its launches) and of each kernel it launched, averaged over invocations.
   std::string j = "{\"device\":\"" + device().name() + "\",\"compute_units\":" +
-                  std::to_string(device().compute_units()) + ",\"method\":\"" + device().timing_method() +
+                  std::to_string(device().compute_units()) + ",\"local_memory_bytes\":" +
+                  std::to_string(device().local_memory_bytes()) + ",\"method\":\"" + device().timing_method() +
                   "\",\"invocations\":" + std::to_string(invocations_) + ",\"nodes\":[";
   const double runs = static_cast<double>(std::max(1LL, invocations_));
   auto ms_text = [runs](double total) {

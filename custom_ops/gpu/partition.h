@@ -244,6 +244,7 @@ class GpuPartition {
   std::vector<int> inputs_to_upload_;
   std::vector<int> outputs_;
   long long invocations_ = 0;
+  bool profile_warned_ = false;  // WriteProfile failed once (warned; later failures stay quiet)
   bool prepared_ = false;
 };
 

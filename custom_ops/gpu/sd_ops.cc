@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/attention_tiling.h"
 #include "gpu/builtin_params.h"
 #include "gpu/matmul_ops.h"
 #include "gpu/op_factories.h"
@@ -28,7 +29,7 @@ constexpr size_t kGroupNormWg2 = 256;
 constexpr int64_t kGroupNormChunk = 4096;
 // Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
 constexpr int64_t kGroupNormRowsChunk = 8192;
-// group_norm_nhwc (ops/group_norm/opencl.cl): work-group size GN1_WG (a correctness constant, also the widest
+// group_norm_nhwc (ops/group_norm/gpu.kern): work-group size GN1_WG (a correctness constant, also the widest
 // group cpg = C/G it takes) and the largest group it handles in one launch. One work-group per (batch, group)
 // sweeps its group three times, so its time grows with the group while the three launches of the two-stage
 // path cost ~18-20 us whatever the size. Measured on the H200 (SD1.5 UNet b1, BENCHMARKS session 8): one launch
@@ -37,58 +38,6 @@ constexpr int64_t kGroupNormRowsChunk = 8192;
 constexpr size_t kGroupNormNhwcWg = 512;
 constexpr int64_t kGroupNormNhwcMax = 16384;
 
-// The tiled attention kernels attn_{flash,stats,pv}_<suffix> (ops/attention/opencl.cl, "Tiled kernels" and
-// "Row-wise tiled kernels"): queries per work-group (BQ) and work-group size (NT) of each instantiation.
-// Correctness constants: they mirror the ATT_INSTANTIATE / ATR_INSTANTIATE lines of the kernel source.
-// head_dim 0 = any head dim up to max_head_dim. min_keys: the tiling is picked only for Sk >= min_keys.
-// bk: keys per staged tile (NS * KS) of the row-wise tilings, which also have the key-split kernel
-// attn_flash_ks_<suffix>; 0 = no key split. auto_split: the delegate splits this tiling's keys in 2 on its own
-// when the grid has at most one work-group per compute unit (AttnKeySplits). max_groups_per_cu: > 0 = picked only
-// when its grid (batch x heads x query blocks) has at most that many work-groups per compute unit. tc: a
-// tensor-core tiling (flash only, no causal mask; kTc3xTf32: 3xTF32 products, kTcFp64: FP64 tensor cores): a
-// candidate only with the delegate option tensor_cores=3xtf32 / fp64 (or when forced by attention_tiling); its kernel
-// exists only on NVIDIA's OpenCL (inline PTX; FP64: sm_90 and newer), elsewhere the next tiling runs.
-enum AttnTc { kTcNone = 0, kTc3xTf32 = 1, kTcFp64 = 2 };
-struct AttnTiling {
-  const char* suffix;
-  int head_dim;
-  int max_head_dim;
-  size_t bq;
-  size_t nt;
-  int min_keys;
-  int bk;
-  bool auto_split;
-  int max_groups_per_cu;
-  int tc = kTcNone;
-};
-// Candidates in order (a fixed-D one before "dyn"); the first that fits a head dim, key count and grid, and
-// whose kernel the backend has, is used.
-constexpr int kForcedOnly = 1 << 30;  // min_keys of candidates reached only through attention_tiling
-constexpr AttnTiling kAttnTilings[] = {
-    // self-attention at 64x64 on tensor cores (SD_ATTN_MMA: BQ = 16 MT NW, NT = 32 NW): FP64 with tensor_cores=fp64 or
-    // auto (the default, on sm_90), 3xTF32 with tensor_cores=3xtf32
-    {"f40", 40, 40, 128, 128, 256, 0, false, 0, kTcFp64},
-    {"m40", 40, 40, 128, 128, 256, 0, false, 0, kTc3xTf32},
-    // self-attention at 64x64 (ATR_INSTANTIATE: BQ = RW*RM, NT = RW*NS*DS)
-    {"r40", 40, 40, 128, 128, 256, 16, false, 0},
-    {"h80", 80, 80, 64, 256, 256, 16, false, 1},  // self-attention at 32x32 when one wave holds it (b1)
-    // 32x32 on tensor cores where h80 does not fit (b2): in the b1 UNet (one wave) it ran 0.3-1.7% slower than h80,
-    // at b2 0.8-1.1% faster than r80 (H100, BENCHMARKS session 22), option tensor_cores=3xtf32
-    {"m80", 80, 80, 64, 128, 256, 0, false, 0, kTc3xTf32},
-    // the same place in FP64 (tensor_cores=fp64 / auto): at b1 h80 measured 0.119 vs 0.140 ms, at b2 0.144 vs r80
-    // 0.222 (H200, dmma_lab.py --attn)
-    {"f80", 80, 80, 128, 256, 256, 0, false, 0, kTcFp64},
-    {"r80", 80, 80, 64, 128, 256, 16, true, 0},   // self-attention at 32x32
-    {"d40", 40, 40, 64, 128, 0, 0, false, 0},
-    {"d80", 80, 80, 32, 128, 0, 0, false, 0},
-    {"h160", 160, 160, 16, 256, 256, 16, false, 1},  // 16x16 self-attention, one wave (b1)
-    {"h160x", 160, 160, 32, 256, 256, 16, false, 1},  // NVIDIA only (ATR_XS): 32-query blocks, 4 rows x 8 lanes (b2)
-    {"h160w", 160, 160, 32, 256, 256, 16, false, 1},  // the same with 32-query blocks (b2)
-    {"r160", 160, 160, 16, 128, 0, 16, false, 0},  // 16x16 and 8x8 levels, self and cross (faster than d160 at every Sk)
-    {"d160", 160, 160, 32, 128, kForcedOnly, 0, false, 0},
-    {"d512", 512, 512, 32, 256, 0, 0, false, 0},
-    {"dyn", 0, 512, 32, 256, 0, 0, false, 0},  // ATT_DYN_MAXD
-};
 constexpr int kTiledMaxHeadDim = 512;  // ATT_DYN_MAXD
 
 float HalfToFloat(uint16_t h) {
@@ -189,7 +138,7 @@ class SdGeluGatedOp final : public GpuOp {
 // One kernel (groups of <= kGroupNormChunk elements, or a backend without the two-stage kernels):
 //   group_norm_f32(y, yo, x, xo, gamma, go, beta, bo, int A, int C, int B, int G, float eps, int silu);
 //   one kGroupNormWg-wide work-group per (batch, group).
-// Two-stage (large groups; ops/group_norm/opencl.cl documents the kernels): group_norm_partial over
+// Two-stage (large groups; ops/group_norm/gpu.kern documents the kernels): group_norm_partial over
 // (batch, group, chunk) -- or, channels-last with C % 4 == 0 and a 16-byte aligned input,
 // group_norm_partial_rows over (batch, chunk of whole rows) -- -> group_norm_finalize per (batch, group)
 // -> group_norm_apply[4] per element; chunk partials and the per-group (mean, rstd) live in the op's
@@ -271,8 +220,7 @@ class SdGroupNormOp final : public GpuOp {
   }
 
   // The input-norm prologue's producer side (gpu/ops.h): channels-last groups (B == 1) on the one-launch or two-stage
-  // path, whose affine kernel MakeSdGroupNorm fetched (only on devices with the prologue); the table is [N][C] x
-  // (scale, shift).
+  // path, whose affine kernel MakeSdGroupNorm fetched; the table is [N][C] x (scale, shift).
   size_t NormTableBytes(const Device&) const override {
     // (finalize_affine_ is fetched for the statistics epilogue too: the table needs the two-stage path's partials)
     const Kernel* affine = nhwc_ != nullptr ? nhwc_affine_ : partial_ != nullptr ? finalize_affine_ : nullptr;
@@ -311,9 +259,9 @@ class SdGroupNormOp final : public GpuOp {
   bool table_ = false;  // EmitNormTable: write the norm table, not the normalised tensor
   const Kernel* nhwc_affine_ = nullptr;      // group_norm_nhwc_affine (null: the backend lacks it)
   const Kernel* finalize_affine_ = nullptr;  // group_norm_finalize_affine (null: the backend lacks it)
-  // The statistics epilogue (TakeGroupStats; channels-last, devices with Device::winograd_io_fusion): the partials
-  // come from the producer, so only finalize_affine_ (table mode) or finalize_ + apply[4]_ run, whatever path the
-  // shape picked otherwise; MakeSdGroupNorm fetched those for every channels-last op on such devices.
+  // The statistics epilogue (TakeGroupStats; channels-last): the partials come from the producer, so only
+  // finalize_affine_ (table mode) or finalize_ + apply[4]_ run, whatever path the shape picked otherwise;
+  // MakeSdGroupNorm fetched those for every channels-last op.
   bool stats_kernels_ = false;
   int stats_chunks_ = 0;  // > 0: partials per (image, group) in stats_buffer_ (TakeGroupStats)
 
@@ -345,9 +293,9 @@ class SdGroupNormOp final : public GpuOp {
   }
 };
 
-// Tiled kernels (the fast path, see kAttnTilings): one NT-wide work-group per (batch, head, block of BQ
-// queries); K/V tiles in local memory, no S x S matrix. Fallback (a backend without them): one
-// kAttentionWg-wide work-group per (batch, head, query row). Both kernel families take
+// Tiled kernels (the fast path, see gpu/attention_tiling.cc): one NT-wide work-group per (batch, head, block of BQ
+// queries); K/V tiles in local memory, no S x S matrix. Fallback (attention_tiling=legacy, or a device that takes
+// none of them): one kAttentionWg-wide work-group per (batch, head, query row). Both kernel families take
 //   flash:   attn_flash*(O, oo, Q, qo, K, ko, V, vo, int Sq, int Sk, int H, int D, float scale, int causal)
 //   partial: attn_stats*(stats, so, Q, qo, K, ko, Sq, Sk, H, D, scale, causal), then
 //            attn_pv*(O, oo, stats, so, Q, qo, K, ko, V, vo, Sq, Sk, H, D, scale, causal);
@@ -414,7 +362,7 @@ class SdAttentionOp final : public GpuOp {
   bool single_pass_ = false;  // attn_short_q*: one launch with the exact softmax for either variant
 };
 
-// attn_short_q<BQ> (ops/attention/opencl.cl "Short key sequences"): work-group size ATS_NT, keys up to ATS_KMAX, BQ
+// attn_short_q<BQ> (ops/attention/gpu.kern "Short key sequences"): work-group size ATS_NT, keys up to ATS_KMAX, BQ
 // one of kAttnShortBq. Correctness constants.
 constexpr size_t kAttnShortNt = 160;
 constexpr int kAttnShortMaxKeys = 80;
@@ -430,19 +378,24 @@ bool UseAttnShort(int keys, int head_dim) {
 }
 
 // The query block of attn_short_q*: the largest whose grid (`blocks_of(bq)` work-groups) still gives every two compute
-// units one work-group, else the smallest. Each work-group stages all of K and V, so larger blocks amortise that better
-// wherever the grid stays near a wave: H200 (132 CUs, BENCHMARKS session 18), 1024 x 77 d80 b1 q64 (128 work-groups)
-// 0.0209 vs q32 0.0249 / q16 0.0365 ms; but the text encoder's 77 x 77 d64, 12 heads: q16 (60) 0.0161 vs q32 (36)
-// 0.0169 / q64 (24) 0.0200, and 256 x 77 d160: b1 q16 (128) 0.0276 vs q64 (32) 0.0348, b2 q32 (128) 0.0292 vs q16
-// 0.0395 / q64 0.0346. `forced_bq` (attention_tiling=short16 / short32 / short64) wins.
+// units one work-group, else the smallest; blocks whose local memory exceeds the device's `local_bytes` are skipped
+// (0: none fits). Each work-group stages all of K and V, so larger blocks amortise that better wherever the grid stays
+// near a wave: H200 (132 CUs, BENCHMARKS.md), 1024 x 77 d80 b1 q64 (128 work-groups) 0.0209 vs q32 0.0249 / q16
+// 0.0365 ms; but the text encoder's 77 x 77 d64, 12 heads: q16 (60) 0.0161 vs q32 (36) 0.0169 / q64 (24) 0.0200, and
+// 256 x 77 d160: b1 q16 (128) 0.0276 vs q64 (32) 0.0348, b2 q32 (128) 0.0292 vs q16 0.0395 / q64 0.0346. `forced_bq`
+// (attention_tiling=short16 / short32 / short64) wins where it fits.
 template <typename BlocksOf>
-int AttnShortBq(const BlocksOf& blocks_of, int compute_units, int forced_bq) {
-  if (forced_bq > 0) return forced_bq;
+int AttnShortBq(const BlocksOf& blocks_of, int compute_units, int forced_bq, size_t local_bytes) {
+  const auto fits = [&](int bq) { return AttnShortLocalBytes(static_cast<size_t>(bq)) <= local_bytes; };
+  if (forced_bq > 0) return fits(forced_bq) ? forced_bq : 0;
+  int smallest = 0;
   for (int i = static_cast<int>(std::size(kAttnShortBq)) - 1; i >= 0; --i) {
     const int bq = kAttnShortBq[i];
+    if (!fits(bq)) continue;
+    smallest = bq;
     if (compute_units <= 0 || 2 * blocks_of(static_cast<size_t>(bq)) >= static_cast<size_t>(compute_units)) return bq;
   }
-  return kAttnShortBq[0];
+  return smallest;
 }
 
 // Key splits for a flash attention of `groups` work-groups over `key_tiles` staged key tiles (AttnTiling::bk keys
@@ -484,8 +437,8 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   u->device_inputs_ = {0, 1, 2};
   u->count_ = g.a * (g.c / g.groups) * g.b;
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
-  // the statistics epilogue's kernels (GroupStatsGeometry): channels-last groups, devices with the Winograd folds
-  u->stats_kernels_ = g.b == 1 && dev.winograd_io_fusion() && g.n * g.a * g.c <= INT_MAX &&
+  // the statistics epilogue's kernels (GroupStatsGeometry): channels-last groups
+  u->stats_kernels_ = g.b == 1 && g.n * g.a * g.c <= INT_MAX &&
                       dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&
                       dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok() &&
                       dev.GetKernel("group_norm_apply", &u->apply_).ok();
@@ -501,7 +454,7 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   if (u->rows_kernel_ == nullptr && g.b == 1 && g.c / g.groups <= static_cast<int64_t>(kGroupNormNhwcWg) &&
       u->count_ <= kGroupNormNhwcMax && dev.max_work_group_size() >= kGroupNormNhwcWg &&
       dev.GetKernel("group_norm_nhwc", &u->nhwc_).ok()) {
-    if (!dev.winograd_io_fusion() || !dev.GetKernel("group_norm_nhwc_affine", &u->nhwc_affine_).ok()) {
+    if (!dev.GetKernel("group_norm_nhwc_affine", &u->nhwc_affine_).ok()) {
       u->nhwc_affine_ = nullptr;
     }
     *out = std::move(u);
@@ -523,7 +476,7 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
     }
     const size_t ngroups = static_cast<size_t>(g.n * g.groups);
     u->scratch_bytes_ = (3 * ngroups * std::max(u->nchunks_, u->row_chunks_) + 2 * ngroups) * sizeof(float);
-    if (!dev.winograd_io_fusion() || !dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok()) {
+    if (!dev.GetKernel("group_norm_finalize_affine", &u->finalize_affine_).ok()) {
       u->finalize_affine_ = nullptr;
     }
     const bool vec4 = g.b % 4 == 0 || (g.b == 1 && g.c % 4 == 0);
@@ -542,26 +495,34 @@ const char* ForcedAttnTiling(const Device& dev) {
   return t.empty() ? nullptr : t.c_str();
 }
 
-// The tilings for `head_dim`, `keys` (Sk) and `blocks_of(bq)` work-groups on `compute_units` CUs, best first: those
-// of its own head dim whose min_keys and max_groups_per_cu it meets, in table order, then the any-head-dim one. A
-// forced tiling is the only candidate whenever it fits the head dim.
+// The tilings of `table` for `head_dim`, `keys` (Sk) and `blocks_of(bq)` work-groups on `compute_units` CUs, best
+// first: those of its own head dim whose min_keys and max_groups_per_cu it meets, in table order, then the
+// any-head-dim one. A forced tiling is the only candidate whenever it fits the head dim.
 template <typename BlocksOf>
-std::vector<const AttnTiling*> AttnTilingCandidates(int head_dim, int keys, const BlocksOf& blocks_of,
-                                                    int compute_units, const char* forced) {
+std::vector<const AttnTiling*> AttnTilingCandidates(const std::vector<const AttnTiling*>& table, int head_dim,
+                                                    int keys, const BlocksOf& blocks_of, int compute_units,
+                                                    const char* forced) {
   std::vector<const AttnTiling*> own, any;
-  for (const AttnTiling& t : kAttnTilings) {
-    const bool fits = t.head_dim == 0 ? head_dim <= t.max_head_dim : head_dim == t.head_dim;
+  for (const AttnTiling* t : table) {
+    const bool fits = t->head_dim == 0 ? head_dim <= t->max_head_dim : head_dim == t->head_dim;
     if (!fits) continue;
-    if (forced != nullptr && std::strcmp(forced, t.suffix) == 0) return {&t};
-    if (keys < t.min_keys) continue;
-    if (t.max_groups_per_cu > 0 &&
-        (compute_units <= 0 || blocks_of(t.bq) > static_cast<size_t>(t.max_groups_per_cu) * compute_units)) {
+    if (forced != nullptr && std::strcmp(forced, t->suffix) == 0) return {t};
+    if (keys < t->min_keys) continue;
+    if (t->max_groups_per_cu > 0 &&
+        (compute_units <= 0 || blocks_of(t->bq) > static_cast<size_t>(t->max_groups_per_cu) * compute_units)) {
       continue;
     }
-    (t.head_dim == 0 ? any : own).push_back(&t);
+    (t->head_dim == 0 ? any : own).push_back(t);
   }
   own.insert(own.end(), any.begin(), any.end());
   return own;
+}
+
+// Whether the device takes a tiling's work-group and the local memory of the kernels that `flash` (else the
+// partial-softmax pair) launches.
+bool AttnTilingFits(const Device& dev, const AttnTiling& t, bool flash) {
+  const size_t local = flash ? t.local.flash : std::max(t.local.stats, t.local.pv);
+  return t.nt <= dev.max_work_group_size() && local <= dev.local_memory_bytes();
 }
 
 Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dims& q, const Dims& k, int key_splits,
@@ -581,9 +542,34 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   const auto blocks_of = [&](size_t bq) {
     return static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + bq - 1) / bq);
   };
+  const std::vector<AttnTiling> vendor = dev.vendor_attention_tilings();
+  const std::vector<const AttnTiling*> table = AttnTilingTable(vendor);
+  // a tensor-core tiling runs flash without a causal mask, with its tensor_cores option or when attention_tiling
+  // forces it
+  const auto tc_ok = [&](const AttnTiling& t) {
+    const bool wanted = t.tc == kTcFp64 ? dev.overrides().tensor_cores_fp64 : dev.overrides().tensor_cores_3xtf32;
+    return flash && !attrs.causal && (wanted || (forced != nullptr && std::strcmp(forced, t.suffix) == 0));
+  };
+  // The kernels of tiling t for this op (into k1_ / k2_), if the device has them and takes their work-group and local
+  // memory.
+  const auto pick = [&](const AttnTiling& t) {
+    if (!AttnTilingFits(dev, t, flash) || (t.tc != kTcNone && !tc_ok(t))) return false;
+    const std::string sfx = std::string("_") + t.suffix;
+    return flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()
+                 : dev.GetKernel("attn_stats" + sfx, &u->k1_).ok() && dev.GetKernel("attn_pv" + sfx, &u->k2_).ok();
+  };
+  // A forced tiling of this head dim that this device cannot run (local memory, work-group size, kernel) is ignored:
+  // the op picks as without the option.
+  if (forced != nullptr && !legacy_only) {
+    const std::vector<const AttnTiling*> one =
+        AttnTilingCandidates(table, attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);
+    if (one.size() == 1 && std::strcmp(forced, one[0]->suffix) == 0 && !pick(*one[0])) forced = nullptr;
+    u->k1_ = u->k2_ = nullptr;
+  }
   // Short key sequences (SD's cross-attention, 77 keys): one launch with every key in the work-group, either variant
   // (it computes the same exact softmax), where UseAttnShort says; attention_tiling=short forces it where it fits.
-  // "short" (the block by AttnShortBq) or "short16" / "short32" / "short64"
+  // "short" (the block by AttnShortBq) or "short16" / "short32" / "short64" (a block whose local memory the device
+  // lacks: the block AttnShortBq picks among those that fit)
   int forced_bq = 0;
   bool forced_short = false;
   if (forced != nullptr && std::strncmp(forced, "short", 5) == 0) {
@@ -595,12 +581,15 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   const bool short_ok = u->sk_ <= kAttnShortMaxKeys && attrs.head_dim % 4 == 0 &&
                         dev.max_work_group_size() >= kAttnShortNt &&
                         (forced_short || (forced == nullptr && UseAttnShort(u->sk_, attrs.head_dim)));
-  if (short_ok) {
-    const int bq = AttnShortBq(blocks_of, dev.compute_units(), forced_bq);
-    if (dev.GetKernel("attn_short_q" + std::to_string(bq), &u->k1_).ok()) {
+  int short_bq = short_ok ? AttnShortBq(blocks_of, dev.compute_units(), forced_bq, dev.local_memory_bytes()) : 0;
+  if (short_ok && short_bq == 0 && forced_bq > 0) {
+    short_bq = AttnShortBq(blocks_of, dev.compute_units(), 0, dev.local_memory_bytes());
+  }
+  if (short_bq > 0) {
+    if (dev.GetKernel("attn_short_q" + std::to_string(short_bq), &u->k1_).ok()) {
       u->single_pass_ = true;
       u->scratch_bytes_ = 0;
-      u->groups_ = blocks_of(static_cast<size_t>(bq));
+      u->groups_ = blocks_of(static_cast<size_t>(short_bq));
       u->wg_ = kAttnShortNt;
       *out = std::move(u);
       return Status::Ok();
@@ -609,20 +598,9 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   }
   const std::vector<const AttnTiling*> candidates =
       legacy_only ? std::vector<const AttnTiling*>{}
-                  : AttnTilingCandidates(attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);
-  // a tensor-core tiling runs flash without a causal mask, with its tensor_cores option or when attention_tiling
-  // forces it
-  const auto tc_ok = [&](const AttnTiling& t) {
-    const bool wanted = t.tc == kTcFp64 ? dev.overrides().tensor_cores_fp64 : dev.overrides().tensor_cores_3xtf32;
-    return flash && !attrs.causal && (wanted || (forced != nullptr && std::strcmp(forced, t.suffix) == 0));
-  };
+                  : AttnTilingCandidates(table, attrs.head_dim, u->sk_, blocks_of, dev.compute_units(), forced);
   for (const AttnTiling* t : candidates) {
-    if (t->nt > dev.max_work_group_size() || (t->tc != kTcNone && !tc_ok(*t))) continue;
-    const std::string sfx = std::string("_") + t->suffix;
-    const bool found = flash ? dev.GetKernel("attn_flash" + sfx, &u->k1_).ok()
-                             : dev.GetKernel("attn_stats" + sfx, &u->k1_).ok() &&
-                                   dev.GetKernel("attn_pv" + sfx, &u->k2_).ok();
-    if (found) {
+    if (pick(*t)) {
       u->groups_ = blocks_of(t->bq);
       u->wg_ = t->nt;
       const int key_tiles = t->bk > 0 ? (u->sk_ + t->bk - 1) / t->bk : 0;
@@ -636,7 +614,7 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
       const int used = splits > 1 ? (u->sk_ + kps - 1) / kps : 1;  // no empty range
       const size_t scratch_elems = static_cast<size_t>(used) * (parts + 2 * rows);  // O parts, then (m, l) stats
       const bool fits = scratch_elems <= INT_MAX;                                    // kernel offsets are int32
-      if (splits > 1 && fits && dev.GetKernel("attn_flash_ks" + sfx, &ks).ok() &&
+      if (splits > 1 && fits && dev.GetKernel("attn_flash_ks" + std::string("_") + t->suffix, &ks).ok() &&
           dev.GetKernel("attn_merge", &merge).ok()) {
         u->kps_ = kps;
         u->splits_ = used;
@@ -648,12 +626,22 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
       return Status::Ok();
     }
   }
+  u->k1_ = u->k2_ = nullptr;
   if (attrs.head_dim > kMaxHeadDim) {
-    // The limit of what this device could run: the any-head-dim tiled kernels when it has them.
+    // The limit of what this device could run: the any-head-dim tiled kernels when it has them and takes them.
     const Kernel* probe = nullptr;
-    const bool tiled = !legacy_only && dev.GetKernel("attn_flash_dyn", &probe).ok();
+    const AttnTiling* dyn = *std::find_if(table.begin(), table.end(), [](const AttnTiling* t) {
+      return std::strcmp(t->suffix, "dyn") == 0;
+    });  // the any-head-dim tiling (AttnTilingTable has it)
+    const bool has_tiled = !legacy_only && dev.GetKernel("attn_flash_dyn", &probe).ok();
+    const bool tiled = has_tiled && AttnTilingFits(dev, *dyn, flash);
     return Status::Error("head_dim " + std::to_string(attrs.head_dim) + " above the kernel limit " +
-                         std::to_string(tiled ? kTiledMaxHeadDim : kMaxHeadDim));
+                         std::to_string(tiled ? kTiledMaxHeadDim : kMaxHeadDim) +
+                         (has_tiled && !tiled ? " (the kernels up to " + std::to_string(kTiledMaxHeadDim) +
+                                                    " need more local memory or a larger work-group than this "
+                                                    "device's " + std::to_string(dev.local_memory_bytes()) +
+                                                    " bytes / " + std::to_string(dev.max_work_group_size()) + ")"
+                                              : std::string()));
   }
   u->groups_ = rows;
   u->wg_ = kAttentionWg;
@@ -668,6 +656,17 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
 }
 
 }  // namespace
+
+bool IsAttentionTilingName(const std::string& name, const std::vector<AttnTiling>& vendor) {
+  if (name == "legacy" || name == "short") return true;
+  for (int bq : kAttnShortBq) {
+    if (name == "short" + std::to_string(bq)) return true;
+  }
+  for (const AttnTiling* t : AttnTilingTable(vendor)) {
+    if (name == t->suffix) return true;
+  }
+  return false;
+}
 
 Status DequantizeConstant(const abi::TfLiteTensor* in, int64_t n, float* v) {
   if (!IsConstant(in)) return Status::Error("not a constant tensor");

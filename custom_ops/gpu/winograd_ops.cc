@@ -1,28 +1,28 @@
 // SdConv2DWinograd on a GPU backend: F(m x m, 3 x 3), m = attrs.tile in {2, 4, 6}, alpha = m + 2,
 // as three launches over whole tensors (the CPU reference's layout, ops/conv2d_winograd/cpu.h):
-//   winograd_input_fM[_gn | _gnsilu](V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad
-//                     [, NT, nto])
+//   winograd_input_fM[_gn | _gnsilu](V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad,
+//                     NT, nto)
 //       V[a*a][T][Ci] = BT d BT^T per input tile;      global = (Ci, T), local = (64, 1, 1)
-//       (+ the input-norm prologue, GpuOp::FuseInputNorm, on devices whose kernels take it: d = SiLU(x * scale +
-//       shift) with a GroupNorm's per-(image, channel) table NT; that GroupNorm then writes only the table)
+//       (_gn / _gnsilu: the input-norm prologue, GpuOp::FuseInputNorm: d = SiLU(x * scale + shift) with a
+//       GroupNorm's per-(image, channel) table NT; that GroupNorm then writes only the table)
 //   gemm_t* (matmul_ops.h LaunchTiledGemm), batch a*a: M[k] (T x Co) = V[k] (T x Ci) . U[k] (Ci x Co)
 //   winograd_output_fM[_sum](Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T,
-//                      int act[, R, ro, int rrows, int rsm][, int splits])
-//       y = act(AT M AT^T + bias) cropped to Ho x Wo (+ the residual epilogue, GpuOp::FuseResidual, on devices
-//       whose kernels take it);    global = (Co, T), local = (64, 1, 1)
+//                      int act, R, ro, int rrows, int rsm, int splits)
+//       y = act(AT M AT^T + bias) cropped to Ho x Wo (+ the residual epilogue, GpuOp::FuseResidual);
+//       global = (Co, T), local = (64, 1, 1)
 //       winograd_output_fM[_sum]_st (..., part, po, int G): the same, also writing the (count, mean, M2) chunk
 //       partials of the SdGroupNorm that reads y (GpuOp::EmitGroupStats, GpuPartition::FuseNormStatistics)
-// (OpenCL sources: ops/conv2d_winograd/opencl.cl.) U[a*a][Ci][Co] = G g G^T is computed on the host in
+// (Kernel source, one for every GPU backend: ops/conv2d_winograd/gpu.kern.) U[a*a][Ci][Co] = G g G^T is computed on the host in
 // float64 (one rounding, like the CPU backend) and uploaded once at the first Enqueue (see PackedWeights).
 // weights_fp16 stores U as half for F(2x2) only: the output transform's cancellation amplifies U's
 // rounding (measured, Ci 32..320, max |err| / max |y|: F2 3e-4, F4 5e-3, F6 3e-2 .. 8e-2), so F4/F6 keep
 // float32 U -- pick F2 tiles where weight memory matters more than the FLOP savings. V and M live in the op's arena scratch: a*a*T*(Ci + Co) floats,
 // plus split-K partials if the GEMM plan splits (rarely: a*a batches fill the device, except the skinny GEMM of
-// b1's 8x8 map, UseSkinny4); on devices with Device::winograd_io_fusion the output transform sums the partials
-// (winograd_output_f*'s trailing `splits`), else gemm_splitk_reduce writes M first.
+// b1's 8x8 map, UseSkinny4); the output transform sums the partials (winograd_output_f*_sum, `splits`), so no
+// gemm_splitk_reduce launch writes M first.
 //
 // Falls back to the implicit-GEMM convolution (same math, direct summation, within the same error
-// bound) when the device has no Winograd kernels (the GL backend today), when the filter is not a
+// bound) when the device has no Winograd kernels, when the filter is not a
 // constant in the model (a DEQUANTIZE output), when a tensor would overflow the kernels' int32
 // offsets, or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
 // row tile is mostly padding while the a*a GEMMs read a*a/9 x the filter bytes; from 16 tiles the
@@ -119,30 +119,29 @@ class WinogradOp final : public GpuOp {
     Args in_args;
     in_args.Buf(v.buffer, v.elem_offset()).Buf(x.buffer, x.elem_offset());
     in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(g_.pad);
-    if (dev.winograd_io_fusion()) in_args.Buf(in[0].buffer, in[0].elem_offset());
+    in_args.Buf(in[0].buffer, in[0].elem_offset());  // NT (read by the _gn / _gnsilu twins only)
     SDGPU_RETURN_IF_ERROR(dev.Launch(*input_[norm_], in_args,
                                      {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
     if (tuner_.pending()) {  // the input transform above is queued before every candidate
-      // where the output transform sums split-K partials, a split candidate is timed without the reduce launch it
-      // will never make (elsewhere its reduce is part of its cost)
+      // the output transform sums split-K partials, so a split candidate is timed without a reduce launch
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
           dev,
           [&](const TilePlan& p) {
             return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr, {}, {},
-                                   p.splits > 1 && output_sum_ != nullptr);
+                                   p.splits > 1);
           },
           &plan_));
     }
-    // A split plan's partials are summed by the output transform where it can (no reduce launch).
-    const bool sum_partials = plan_.splits > 1 && output_sum_ != nullptr;
+    // A split plan's partials are summed by the output transform (no reduce launch).
+    const bool sum_partials = plan_.splits > 1;
     SDGPU_RETURN_IF_ERROR(
         LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings, {}, {}, sum_partials));
     const TensorRef& m = sum_partials ? rest : mbuf;
     Args o;
     o.Buf(out.buffer, out.elem_offset()).Buf(m.buffer, m.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
-    AddResidualArgs(dev, residual_, residual_input_, x, &o);
-    if (dev.winograd_io_fusion()) o.Int(sum_partials ? plan_.splits : 1);
+    AddResidualArgs(residual_, residual_input_, x, &o);
+    o.Int(sum_partials ? plan_.splits : 1);
     if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset()).Int(stats_groups_);
     const Kernel* output = stats_groups_ > 0 ? output_st_[sum_partials ? 1 : 0] : sum_partials ? output_sum_ : output_;
     return dev.Launch(*output, o,
@@ -150,8 +149,8 @@ class WinogradOp final : public GpuOp {
   }
 
   int EmitGroupStats(const Device&, int64_t n, int64_t positions, int64_t channels, int groups) override {
-    if (output_st_[0] == nullptr || output_st_[1] == nullptr || groups <= 0 || n != g_.n ||
-        positions != int64_t{g_.ho} * g_.wo || channels != g_.co || g_.co % groups != 0) {
+    if (groups <= 0 || n != g_.n || positions != int64_t{g_.ho} * g_.wo || channels != g_.co ||
+        g_.co % groups != 0) {
       return 0;
     }
     const int64_t chunks = int64_t{g_.tiles_h} * g_.tiles_w * (g_.co / groups);
@@ -162,13 +161,12 @@ class WinogradOp final : public GpuOp {
 
   // The output transforms index R without a division per pixel, which needs rows = 1 or a multiple of an image's
   // pixels (every layout GpuPartition folds; any other leaves the ADD to run).
-  bool FuseResidual(const Device& dev, const Residual& r) override {
+  bool FuseResidual(const Device&, const Residual& r) override {
     const int64_t hw = int64_t{g_.ho} * g_.wo;
     if (r.rows != 1 && (hw <= 0 || r.rows % hw != 0)) return false;
-    return AcceptResidual(dev, r);
+    return AcceptResidual(r);
   }
   bool FuseInputNorm(const Device&, bool silu) override {
-    if (input_[silu ? 2 : 1] == nullptr) return false;  // fetched only on devices with the prologue
     norm_ = silu ? 2 : 1;
     return true;
   }
@@ -179,11 +177,10 @@ class WinogradOp final : public GpuOp {
   GemmShape gemm_;
   TilePlan plan_;
   TileTuner tuner_;
-  // winograd_input_fM, and on devices with Device::winograd_io_fusion its _gn / _gnsilu twins (else null)
-  const Kernel* input_[3] = {nullptr, nullptr, nullptr};
+  const Kernel* input_[3] = {nullptr, nullptr, nullptr};  // winograd_input_fM and its _gn / _gnsilu twins
   const Kernel* output_ = nullptr;
-  const Kernel* output_sum_ = nullptr;  // winograd_output_fM_sum (Device::winograd_io_fusion), else null
-  // the GroupNorm statistics epilogue (EmitGroupStats): winograd_output_fM[_sum]_st (winograd_io_fusion), else null
+  const Kernel* output_sum_ = nullptr;  // winograd_output_fM_sum
+  // the GroupNorm statistics epilogue (EmitGroupStats): winograd_output_fM[_sum]_st
   const Kernel* output_st_[2] = {nullptr, nullptr};
   int stats_groups_ = 0;  // > 0: the output transform also writes that GroupNorm's partials (EmitGroupStats)
   std::unique_ptr<PackedWeights> u_;
@@ -231,18 +228,12 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const int min_tiles = dev.GetKernel("gemm_t16x64", &skinny).ok() ? kMinTiles : kMinTilesNoSkinny;
   bool ok = constant_filter && fits && g.tiles >= min_tiles &&
             dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
-            dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
-  if (ok && dev.winograd_io_fusion() &&
-      !(dev.GetKernel("winograd_input" + suffix + "_gn", &u->input_[1]).ok() &&
-        dev.GetKernel("winograd_input" + suffix + "_gnsilu", &u->input_[2]).ok() &&
-        dev.GetKernel("winograd_output" + suffix + "_sum", &u->output_sum_).ok())) {
-    u->input_[1] = u->input_[2] = u->output_sum_ = nullptr;
-  }
-  if (ok && u->output_sum_ != nullptr &&
-      !(dev.GetKernel("winograd_output" + suffix + "_st", &u->output_st_[0]).ok() &&
-        dev.GetKernel("winograd_output" + suffix + "_sum_st", &u->output_st_[1]).ok())) {
-    u->output_st_[0] = u->output_st_[1] = nullptr;
-  }
+            dev.GetKernel("winograd_input" + suffix + "_gn", &u->input_[1]).ok() &&
+            dev.GetKernel("winograd_input" + suffix + "_gnsilu", &u->input_[2]).ok() &&
+            dev.GetKernel("winograd_output" + suffix, &u->output_).ok() &&
+            dev.GetKernel("winograd_output" + suffix + "_sum", &u->output_sum_).ok() &&
+            dev.GetKernel("winograd_output" + suffix + "_st", &u->output_st_[0]).ok() &&
+            dev.GetKernel("winograd_output" + suffix + "_sum_st", &u->output_st_[1]).ok();
   const bool half_u = node.weights_fp16 && g.m == 2;  // see the header comment
   bool tc = false;                                     // the batched GEMM on tensor cores (TensorCoreGemm)
   if (ok) {
@@ -261,7 +252,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.scm = g.co;
     tc = TensorCoreGemm(dev, s, half_u);
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok();
-    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, u->output_sum_ != nullptr ? kMaxSkinnySplits : 1);
+    if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, kMaxSkinnySplits);
   }
   if (!ok) {  // direct convolution, same result up to rounding
     ConvShape s;
@@ -293,7 +284,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   u->device_inputs_ = {0, 2};
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
-                                       u->output_sum_ != nullptr ? kMaxWinogradTuneSplits : 1, tc));
+                                       kMaxWinogradTuneSplits, tc));
   u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
                       std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);

@@ -52,4 +52,34 @@ Status InferOutputShape(const ParsedOp& op, const std::vector<TensorInfo>& input
   return op.def->infer(op.attrs, inputs, output);
 }
 
+Status CheckOpHeader(const OpDef& def, int version, int num_inputs, int num_outputs, const void* options,
+                     size_t options_size, ParsedOp* out) {
+  if (version != def.version) {
+    return Status::Error(std::string(def.name) + ": version " + std::to_string(version) +
+                         " is not supported (expected " + std::to_string(def.version) + ")");
+  }
+  if (num_inputs != def.num_inputs || num_outputs != def.num_outputs) {
+    return Status::Error(std::string(def.name) + ": expected " + std::to_string(def.num_inputs) + " inputs and " +
+                         std::to_string(def.num_outputs) + " output, got " + std::to_string(num_inputs) + " and " +
+                         std::to_string(num_outputs));
+  }
+  return ParseOpOptions(def, options, options_size, out);
+}
+
+Status CheckOpTensors(const ParsedOp& op, const std::vector<TensorInfo>& inputs, const TensorInfo& output,
+                      const std::vector<int>& input_ids, int output_id) {
+  const std::string name = op.def != nullptr ? op.def->name : "?";
+  Dims inferred;
+  SDGPU_RETURN_IF_ERROR(InferOutputShape(op, inputs, &inferred));
+  if (output.type != abi::kTfLiteFloat32) return Status::Error(name + ": output must be float32");
+  if (output.dims != inferred) {
+    return Status::Error(name + ": output shape " + DimsToString(output.dims) + " does not match the inferred " +
+                         DimsToString(inferred));
+  }
+  for (int id : input_ids) {
+    if (id == output_id) return Status::Error(name + ": output aliases an input");
+  }
+  return Status::Ok();
+}
+
 }  // namespace sdgpu

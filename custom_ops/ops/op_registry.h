@@ -45,4 +45,14 @@ Status ParseOpOptions(const OpDef& def, const void* data, size_t size, ParsedOp*
 // Validates input types/shapes and computes the single output shape.
 Status InferOutputShape(const ParsedOp& op, const std::vector<TensorInfo>& inputs, Dims* output);
 
+// The node check, in two halves around fetching the tensors. The delegate runs them on a TFLite node
+// (delegate/partitioner.cc CheckNode) and sdgpu_check_node on a model validator's description of a node
+// (sdlite.model_check), so a model file and the running delegate are judged by the same code.
+//   CheckOpHeader: opcode version, input/output counts, the options.
+//   CheckOpTensors: the shape rule, the output's type and dims, and that the output aliases no input.
+Status CheckOpHeader(const OpDef& def, int version, int num_inputs, int num_outputs, const void* options,
+                     size_t options_size, ParsedOp* out);
+Status CheckOpTensors(const ParsedOp& op, const std::vector<TensorInfo>& inputs, const TensorInfo& output,
+                      const std::vector<int>& input_ids, int output_id);
+
 }  // namespace sdgpu

@@ -1,7 +1,9 @@
 """sdlite: run Stable Diffusion 1.x models converted by sdconvert on TFLite/LiteRT backends.
 
 Public names are imported lazily (importing ``sdlite`` loads neither numpy-heavy modules nor LiteRT):
-``Interpreter``, ``StableDiffusionPipeline``, ``GenerationParams``, ``CLIPTokenizer``, ``SdliteError``,
+``StableDiffusionPipeline`` (diffusers-shaped: ``from_pretrained``, ``pipe(prompt, ...)``), the schedulers under
+sdlite's and diffusers' names (``DDIMScheduler``, ``PNDMScheduler``, ``EulerAncestralDiscreteScheduler``,
+``DPMSolverMultistepScheduler``, ...), ``Interpreter``, ``GenerationParams``, ``CLIPTokenizer``, ``SdliteError``,
 ``BackendOptions``, ``make_scheduler``.
 """
 from __future__ import annotations
@@ -16,6 +18,13 @@ _EXPORTS = {
     "StableDiffusionPipeline": "sdlite.pipeline",
     "GenerationParams": "sdlite.pipeline",
     "GenerationResult": "sdlite.pipeline",
+    "StableDiffusionPipelineOutput": "sdlite.pipeline",
+    "DDIMScheduler": "sdlite.schedulers",
+    "PNDMScheduler": "sdlite.schedulers",
+    "EulerAncestralScheduler": "sdlite.schedulers",
+    "EulerAncestralDiscreteScheduler": "sdlite.schedulers",
+    "DPMSolverPlusPlus2MScheduler": "sdlite.schedulers",
+    "DPMSolverMultistepScheduler": "sdlite.schedulers",
     "CLIPTokenizer": "sdlite.tokenizer",
     "SdliteError": "sdlite.errors",
     "BackendUnavailableError": "sdlite.errors",

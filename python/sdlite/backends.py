@@ -20,6 +20,7 @@ from sdlite.errors import BackendUnavailableError, SdliteError
 BACKENDS = ("cpu", "opencl", "gl", "litert-gpu", "litert-cpu")
 NATIVE_BACKENDS = ("cpu", "opencl", "gl")  # what our delegate's "backend" option accepts
 DELEGATE_NAME = "sdgpu"
+MAX_THREADS = 256  # as the delegate's num_threads option (delegate/options.cc)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class BackendOptions:
     ``num_threads=None`` means every core this process may use (TFLite's own default is 1 thread).
     ``allow_fp16`` lets the stock LiteRT GPU accelerator compute in fp16 (faster, ~1e-3 relative error);
     off by default so every backend is comparable with fp32 references.
+    ``use_xnnpack=False`` runs the ops no delegate claims on TFLite's builtin CPU kernels instead of XNNPACK
+    (benchmark_model's ``--use_xnnpack=false``; interpreter backends only).
     """
 
     name: str = "cpu"
@@ -36,12 +39,15 @@ class BackendOptions:
     log_level: str = "warning"
     allow_fp16: bool = False
     verbose: bool = False  # replay native runtime logs (LiteRT INFO lines) instead of swallowing them
+    use_xnnpack: bool = True
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
             raise SdliteError(f"unknown backend {self.name!r}; choose one of {', '.join(BACKENDS)}")
-        if self.num_threads is not None and self.num_threads < 1:
-            raise SdliteError(f"num_threads must be >= 1, got {self.num_threads}")
+        if self.num_threads is not None and not 1 <= self.num_threads <= MAX_THREADS:
+            raise SdliteError(f"num_threads must be in 1..{MAX_THREADS}, got {self.num_threads}")
+        if not self.use_xnnpack and self.name.startswith("litert-"):
+            raise SdliteError(f"use_xnnpack=false needs an interpreter backend (cpu, opencl, gl), not {self.name}")
 
     @property
     def threads(self) -> int:
@@ -78,10 +84,14 @@ def load_native_delegate(options: BackendOptions, backend: str, context: str):
         raise BackendUnavailableError(f"{context}native delegate not built ({why})")
     from sdlite import native
 
+    failure: Exception | None = None
+    # (the delegate's creation-time warnings were shown when the options were parsed: native.parse_options_text)
     with capture_native_stderr(options.verbose) as log:
         try:
-            return native.load(backend, log_level=options.log_level, num_threads=options.threads)
+            delegate = native.load(backend, log_level=options.log_level, num_threads=options.threads)
         except (BackendUnavailableError, ValueError, OSError) as exc:
             failure = exc
+    if failure is None:
+        return delegate
     msg = str(failure).strip().splitlines()[-1] if str(failure).strip() else log.summary("delegate creation failed")
     raise BackendUnavailableError(f"{context}native delegate failed to load: {msg}")

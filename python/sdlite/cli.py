@@ -6,20 +6,38 @@ included); warnings (e.g. a truncated prompt) as ``sdlite: warning: <message>``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from sdlite import json_out
 from sdlite.errors import SdliteError
+
+if TYPE_CHECKING:
+    from sdlite.backends import BackendOptions
 
 PROG = "sdlite"
 
 
 class _Parser(argparse.ArgumentParser):
+    """Errors become one-line :class:`SdliteError`s; the option strings are kept to name the closest one to a typo."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.known_flags: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        self.known_flags += [a for a in args if isinstance(a, str) and a.startswith("-")]
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise SdliteError(message)
+
+
+DELEGATE_OPTIONS_HELP = ("sdgpu delegate options as key:value;key:value (benchmark_model's --external_delegate_options "
+                         "form), e.g. 'tensor_cores:3xtf32' (see the delegate options table in README.md)")
 
 
 def _add_backend_args(p: argparse.ArgumentParser) -> None:
@@ -29,10 +47,32 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num_threads", "--num-threads", dest="num_threads", type=int, default=None,
                    help="CPU threads (default: all usable cores)")
     p.add_argument("--allow-fp16", action="store_true", help="let litert-gpu compute in fp16")
-    p.add_argument("--verbose", action="store_true", help="show native runtime logs")
+    p.add_argument("--verbose", action="store_true", help="show native runtime logs and where each op ran")
     p.add_argument("--delegate_options", "--delegate-options", dest="delegate_options", default="",
-                   help="sdgpu delegate options as key:value;key:value (benchmark_model's --external_delegate_options "
-                        "form), e.g. 'tensor_cores:3xtf32' (see sdlite.native.DelegateOptions)")
+                   help=DELEGATE_OPTIONS_HELP)
+
+
+def _add_bench_args(b: argparse.ArgumentParser) -> None:
+    """benchmark_model's flags (:mod:`sdlite.bench.flags`, default None = not given) plus sdlite's extras."""
+    from sdlite.backends import BACKENDS
+    from sdlite.bench.flags import FLAGS, parse_bool
+
+    b.add_argument("target", nargs="?", help="MODEL.tflite or FOLDER, optionally suffixed @BACKEND (or --graph)")
+    b.add_argument("--compare", nargs="+", metavar="SPEC",
+                   help="benchmark several PATH[@BACKEND] side by side and print ratios to the first")
+    b.add_argument("--models", default=None, help="for folders: comma-separated model names (default all)")
+    b.add_argument("--top", type=int, default=10, help="rows of 'Top by Computation Time' (default 10)")
+    b.add_argument("--json", action="store_true", help="print results as JSON")
+    b.add_argument("--backend", default=None,
+                   help=f"execution backend: {', '.join(BACKENDS)} (default cpu; see also --use_gpu and "
+                        "--external_delegate_options=backend:...)")
+    b.add_argument("--delegate_options", "--delegate-options", dest="delegate_options", default="",
+                   help=DELEGATE_OPTIONS_HELP)
+    for flag in FLAGS:
+        shown = str(flag.default).lower() if flag.kind is bool else repr(flag.default) if flag.kind is str else flag.default
+        b.add_argument(*flag.options, dest=flag.name, default=None, metavar=flag.kind.__name__.upper(),
+                       type=parse_bool if flag.kind is bool else flag.kind,
+                       help=f"{flag.help} (benchmark_model flag, default {shown})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,14 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run Stable Diffusion models converted by sdconvert (TFLite/LiteRT).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    g = sub.add_parser("generate", help="text-to-image / image-to-image")
+    g = sub.add_parser("generate", help="text-to-image / image-to-image", allow_abbrev=False)
     g.add_argument("model", type=Path, help="converted model folder (has manifest.json)")
     g.add_argument("-p", "--prompt", required=True)
     g.add_argument("-n", "--negative-prompt", default="")
     g.add_argument("--steps", type=int, default=25)
     g.add_argument("--guidance-scale", "--cfg", dest="guidance_scale", type=float, default=7.5,
                    help="classifier-free guidance scale; <= 1 disables guidance (default 7.5)")
-    g.add_argument("--seed", type=int, default=0, help="image k uses seed+k (default 0)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="image k draws from its own random stream seeded seed+k (default 0); see --noise")
+    g.add_argument("--noise", default="numpy", choices=("numpy", "torch"),
+                   help="the random stream: numpy (default: PCG64, no torch needed) or torch (CPU torch.Generator, "
+                        "the numbers diffusers draws: --seed S reproduces diffusers with "
+                        "generator=torch.Generator().manual_seed(S)); see sdlite.noise")
     g.add_argument("--height", type=int, default=None, help="must equal the exported height (default: it)")
     g.add_argument("--width", type=int, default=None, help="must equal the exported width (default: it)")
     g.add_argument("--num-images", type=int, default=1)
@@ -59,20 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PNG path; with several images NAME-0.png, NAME-1.png, ... (default sdlite.png)")
     g.add_argument("--json", action="store_true", help="print a JSON summary (timings, files) on stdout")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-verify", action="store_true",
+                   help="skip checking the model files against the sha256 sums in manifest.json (checked once per "
+                        "file version, then remembered by size and mtime)")
     _add_backend_args(g)
 
-    b = sub.add_parser("bench", help="benchmark a .tflite model or a converted folder (benchmark_model style)")
-    b.add_argument("target", nargs="?", help="MODEL.tflite or FOLDER, optionally suffixed @BACKEND")
-    b.add_argument("--compare", nargs="+", metavar="SPEC",
-                   help="benchmark several PATH[@BACKEND] side by side and print ratios to the first")
-    b.add_argument("--models", default=None, help="for folders: comma-separated model names (default all)")
-    b.add_argument("--num_runs", "--num-runs", dest="num_runs", type=int, default=50)
-    b.add_argument("--warmup_runs", "--warmup-runs", dest="warmup_runs", type=int, default=1)
-    b.add_argument("--enable_op_profiling", "--enable-op-profiling", dest="enable_op_profiling",
-                   action="store_true", help="per-node timing (isolated nodes, see report note)")
-    b.add_argument("--top", type=int, default=10, help="rows of 'Top by Computation Time' (default 10)")
-    b.add_argument("--json", action="store_true", help="print results as JSON")
-    _add_backend_args(b)
+    b = sub.add_parser("bench", help="benchmark a .tflite model or a converted folder (TFLite benchmark_model's flags)",
+                       description="Benchmark a .tflite model or every model of a converted folder. Takes TFLite "
+                                   "benchmark_model's flags (--graph=M --num_runs=50 --enable_op_profiling=true "
+                                   "--external_delegate_path=LIB --external_delegate_options='backend:opencl' ...) "
+                                   "and prints its report; see docs/bench.md.", allow_abbrev=False)
+    _add_bench_args(b)
+    parser.subcommands = {"generate": g, "bench": b}  # type: ignore[attr-defined]
     return parser
 
 
@@ -94,6 +137,7 @@ def _output_paths(output: Path, n: int) -> list[Path]:
 def cmd_generate(args: argparse.Namespace) -> int:
     from sdlite.images import load_init_image, save_png
     from sdlite.interpreter import Interpreter
+    from sdlite.noise import per_image_noise
     from sdlite.pipeline import GenerationParams, StableDiffusionPipeline
 
     if not args.prompt.strip():
@@ -108,16 +152,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
     interp = Interpreter(args.model, _backend_options(args), require=require)
     m = interp.manifest
     params.validate(m.height, m.width)
+    if not args.no_verify:
+        from sdlite.checksums import default_record
+
+        m.verify_checksums(require, record=default_record())
+    noise = per_image_noise(params.seed, params.num_images, args.noise)
     init = load_init_image(args.init_image, m.width, m.height) if args.init_image else None
     try:
         interp.load_all(require)  # fail on an unavailable backend before any work
         pipe = StableDiffusionPipeline(interp)
-        result = pipe(params, init_image=init, progress=not args.no_progress and not args.json)
+        result = pipe.generate(params, init_image=init, noise=noise, progress=not args.no_progress and not args.json)
     finally:
         interp.close()
     record: dict[str, Any] = {
-        **{k: v for k, v in vars(params).items()}, "height": m.height, "width": m.width,
-        "model": m.config, "backend": interp.backend, "init_image": str(args.init_image) if args.init_image else None,
+        **{k: v for k, v in vars(params).items() if k != "strength" or args.init_image},  # strength: img2img only
+        "height": m.height, "width": m.width, "model": m.config, "backend": interp.backend, "noise": args.noise,
+        "init_image": str(args.init_image) if args.init_image else None,
     }
     for k, (img, path) in enumerate(zip(result.images, outputs)):
         save_png(img, path, {**record, "seed": result.seeds[k], "image_index": k})
@@ -127,10 +177,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "images": [str(p) for p in outputs], "seeds": result.seeds, "model": str(args.model),
             "backend": interp.backend, "params": record, "timings": t.to_dict(), "placement": result.placement,
         }
-        print(json.dumps(summary, indent=2))
+        print(json_out.dumps(summary))
     else:
-        for name, where in result.placement.items():
-            print(f"{name}: {where}")
+        if args.verbose:  # which executor ran which ops: diagnostics, not a result
+            for name, where in result.placement.items():
+                print(f"{name}: {where}")
         for k, path in enumerate(outputs):
             print(f"wrote {path} (seed {result.seeds[k]})")
         steps = len(t.unet_step_s)
@@ -142,21 +193,108 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from sdlite.bench.report import comparison_table, model_report
-    from sdlite.bench.run import bench_target, expand
+@dataclass(frozen=True)
+class BenchPlan:
+    """``sdlite bench``'s command line resolved: flags given, backend, delegate library and options."""
 
+    given: dict[str, Any]  # benchmark_model flags set on the command line
+    backend: BackendOptions
+    delegate_options: dict[str, Any]
+    library: str  # --external_delegate_path ("" = the packaged delegate)
+
+    def value(self, name: str) -> Any:
+        from sdlite.bench.flags import BY_NAME
+
+        return self.given.get(name, BY_NAME[name].default)
+
+
+def _bench_plan(args: argparse.Namespace) -> BenchPlan:
+    """Map benchmark_model's flags onto sdlite's backends (``--use_gpu``: the stock GPU accelerator; our delegate's
+    backend from ``--external_delegate_options``'s ``backend`` key), one-line errors for contradictions."""
+    from sdlite import native
+    from sdlite.backends import BackendOptions
+    from sdlite.bench.flags import FLAGS
+
+    given = {f.name: getattr(args, f.name) for f in FLAGS if getattr(args, f.name) is not None}
+    if args.target and "graph" in given:
+        raise SdliteError("give the model once: as the positional argument or as --graph")
+    external = dict(native.parse_items(given.get("external_delegate_options", "")))
+    wanted = {src: name for src, name in (
+        ("--backend", args.backend),
+        ("--use_gpu=true", "litert-gpu" if given.get("use_gpu") else None),
+        ("--external_delegate_options=backend:...", external.pop("backend", None)),
+    ) if name}
+    if len(set(wanted.values())) > 1:
+        raise SdliteError("conflicting backends: " + ", ".join(f"{src} gives {name}" for src, name in wanted.items()))
+    backend = next(iter(wanted.values()), "cpu")
+    if given.get("external_delegate_path") and backend not in ("cpu", "opencl", "gl"):
+        raise SdliteError(f"--external_delegate_path loads our delegate, which has no backend {backend!r} "
+                          "(cpu, opencl or gl)")
+    threads = given.get("num_threads", -1)
+    options = BackendOptions(
+        name=backend, num_threads=None if threads == -1 else threads, allow_fp16=given.get("allow_fp16", False),
+        verbose=given.get("verbose", False), use_xnnpack=given.get("use_xnnpack", True))
+    delegate = {**native.parse_options_text(args.delegate_options), **native.typed_options(external)}
+    return BenchPlan(given, options, delegate, given.get("external_delegate_path", ""))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
+    from sdlite import native
+    from sdlite.bench.flags import echo_lines
+    from sdlite.bench.loop import TimingRules
+    from sdlite.bench.report import INFO, comparison_table, model_report, profile_csv
+    from sdlite.bench.run import ReportOptions, bench_target, expand, unique_labels
+
+    plan = _bench_plan(args)
     specs = list(args.compare or [])
-    if args.target:
-        specs.insert(0, args.target)
+    graph = args.target or plan.given.get("graph")
+    if graph:
+        specs.insert(0, graph)
     if not specs:
-        raise SdliteError("bench needs a MODEL.tflite or FOLDER (or --compare SPEC SPEC ...)")
+        raise SdliteError("bench needs a MODEL.tflite or FOLDER (or --graph=MODEL, or --compare SPEC SPEC ...)")
     if args.compare and len(specs) < 2:
         raise SdliteError("--compare needs at least two PATH[@BACKEND] specs")
+    value = plan.value
+    rules = TimingRules(min_secs=value("min_secs"), max_secs=value("max_secs"),
+                        warmup_min_secs=value("warmup_min_secs"), run_delay=value("run_delay"),
+                        run_frequency=value("run_frequency"))
+    interval = value("memory_footprint_check_interval_ms")
+    if value("report_peak_memory_footprint") and interval <= 0:
+        raise SdliteError(f"--memory_footprint_check_interval_ms must be > 0, got {interval}")
+    report = ReportOptions(preinvoke_state=value("print_preinvoke_state"),
+                           postinvoke_state=value("print_postinvoke_state"),
+                           peak_memory_interval_ms=interval if value("report_peak_memory_footprint") else 0,
+                           require_full_delegation=value("require_full_delegation"))
+    csv_file = value("profiling_output_csv_file")
+    profiling = value("enable_op_profiling")
+    if csv_file and not profiling:
+        warnings.warn("--profiling_output_csv_file has no effect without --enable_op_profiling=true")
     models = tuple(m.strip() for m in args.models.split(",")) if args.models else None
-    default = _backend_options(args)
-    targets = [t for spec in specs for t in expand(spec, default, models)]
-    results = [bench_target(t, args.num_runs, args.warmup_runs, args.enable_op_profiling) for t in targets]
+    with ExitStack() as stack:
+        if plan.library:
+            stack.enter_context(native.use_library(plan.library))
+        stack.enter_context(native.extra_options(**plan.delegate_options))
+        targets = unique_labels([t for spec in specs for t in expand(spec, plan.backend, models)])
+        if csv_file and profiling and len(targets) > 1:
+            raise SdliteError(f"--profiling_output_csv_file takes one model; {len(targets)} are benchmarked "
+                              "(use --models or one .tflite)")
+        if not args.json:
+            given = {**plan.given, "graph": " ".join(specs)}
+            print(f"{INFO}STARTING!")
+            print("\n".join(INFO + line for line in echo_lines(given, value("verbose"))), flush=True)
+        results = []
+        for target in targets:
+            r = bench_target(target, value("num_runs"), value("warmup_runs"), profiling, rules=rules, report=report)
+            results.append(r)
+            if args.json:
+                continue
+            to_csv = bool(csv_file and r.profile is not None)
+            if to_csv:
+                _write_text(Path(csv_file), profile_csv(r.profile, args.top))
+            print(model_report(r, args.top, profile_in_csv=to_csv))
+            print(flush=True)
     groups: dict[str, list] = {}
     for r in results:
         groups.setdefault(r.group, []).append(r)
@@ -168,15 +306,43 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 g: [{"label": r.label, "backend": r.backend, "avg_us": r.stats.avg,
                      "ratio": r.stats.avg / rs[0].stats.avg} for r in rs] for g, rs in comparable.items()
             }
-        print(json.dumps(out, indent=2))
+        print(json_out.dumps(out))
         return 0
-    for r in results:
-        print(model_report(r, args.top))
-        print()
     for rs in comparable.values():
         print(comparison_table(rs))
         print()
     return 0
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise SdliteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv``; an argument no option takes is an error naming the closest known flag."""
+    from sdlite.bench.flags import preprocess, unknown_flag_error
+
+    if argv[:1] == ["bench"]:
+        argv = ["bench", *preprocess(argv[1:])]
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = parser.subcommands[args.command]  # type: ignore[attr-defined]
+        raise unknown_flag_error(extra[0], sub.known_flags)
+    return args
+
+
+def _quiet_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush of a closed pipe prints nothing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _format_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
@@ -205,19 +371,27 @@ def main(argv: list[str] | None = None) -> int:
     previous = warnings.showwarning
     warnings.showwarning = _format_warning
     try:
-        args = parser.parse_args(argv)
+        args = parse_args(parser, sys.argv[1:] if argv is None else list(argv))
         if argv is None and not getattr(args, "verbose", False):
             _silence_native_teardown()
-        from sdlite import native
+        if args.command == "bench":
+            rc = cmd_bench(args)
+        else:
+            from sdlite import native
 
-        with native.extra_options(**native.parse_options_text(args.delegate_options)):
-            return cmd_generate(args) if args.command == "generate" else cmd_bench(args)
+            with native.extra_options(**native.parse_options_text(args.delegate_options)):
+                rc = cmd_generate(args)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at interpreter exit
+        return rc
     except SdliteError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `sdlite bench ... | head`: the reader left; say nothing more
+        _quiet_stdout()
+        return 141
     finally:
         warnings.showwarning = previous
 

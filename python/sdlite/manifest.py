@@ -1,13 +1,14 @@
 """The converted model folder's ``manifest.json``: parsed, validated, with one-line errors.
 
-Only what the runtime needs is validated (format, version, sizes, model files, tokenizer and scheduler
-files); unknown keys are kept in ``raw`` so newer converters stay readable. Checksums are verified only on
-request (hashing a 1.7 GB UNet takes seconds).
+Only what the runtime needs is validated (format, version, sizes, model files inside the folder, tokenizer and
+scheduler files); unknown keys are kept in ``raw`` so newer converters stay readable. Checksums are verified on
+request (:meth:`Manifest.verify_checksums`; ``sdlite generate`` does, remembering verified files so a 1.7 GB UNet is
+hashed once, see :mod:`sdlite.checksums`).
 """
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,17 +83,16 @@ class Manifest:
         except (OSError, json.JSONDecodeError) as exc:
             raise SdliteError(f"cannot read scheduler config {self.scheduler_config}: {exc}") from None
 
-    def verify_checksums(self) -> None:
-        """Raise if a model file's sha256 differs from the manifest."""
-        for spec in self.models.values():
-            if spec.sha256 is None:
-                continue
-            h = hashlib.sha256()
-            with open(spec.path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            if h.hexdigest() != spec.sha256:
-                raise SdliteError(f"{spec.path} does not match the sha256 in {MANIFEST_NAME} (file changed?)")
+    def verify_checksums(self, names: tuple[str, ...] | None = None, record: Path | None = None) -> list[Path]:
+        """Check the model files (``names``, default all present) against their sha256 in the manifest; raises
+        :class:`~sdlite.checksums.ChecksumMismatch` naming the first that differs. Files verified before and unchanged
+        since (size, mtime) are not hashed again when ``record`` (a JSON file, e.g.
+        :func:`sdlite.checksums.default_record`) remembers them. Returns the files hashed."""
+        from sdlite.checksums import verify_files
+
+        files = {spec.path: spec.sha256 for n, spec in self.models.items()
+                 if spec.sha256 is not None and (names is None or n in names) and spec.path.is_file()}
+        return verify_files(files, MANIFEST_NAME, record)
 
 
 def _get(raw: dict[str, Any], key: str, kind: type, where: Path) -> Any:
@@ -109,6 +109,9 @@ def _get(raw: dict[str, Any], key: str, kind: type, where: Path) -> Any:
 def load_manifest(folder: Path, require: tuple[str, ...] = REQUIRED_MODELS) -> Manifest:
     """Parse ``folder/manifest.json``; every model in ``require`` must be listed and its file present."""
     folder = Path(folder)
+    if folder.is_file():
+        hint = f": {folder.parent}" if (folder.parent / MANIFEST_NAME).is_file() else " (with manifest.json)"
+        raise SdliteError(f"{folder} is a file; give the converted model folder{hint}")
     if not folder.is_dir():
         raise SdliteError(f"model folder not found: {folder}")
     where = folder / MANIFEST_NAME
@@ -124,18 +127,27 @@ def load_manifest(folder: Path, require: tuple[str, ...] = REQUIRED_MODELS) -> M
         raise SdliteError(f"{where}: manifest version {raw.get('version')!r} not supported (need {SUPPORTED_VERSIONS})")
 
     models: dict[str, ModelSpec] = {}
-    for name, entry in (raw.get("models") or {}).items():
+    entries = raw.get("models") or {}
+    if not isinstance(entries, dict):
+        raise SdliteError(f"{where}: key 'models' must be an object")
+    for name, entry in entries.items():
         try:
+            file = Path(str(entry["file"]))
+            if file.is_absolute() or ".." in file.parts:
+                raise ValueError(f"file {str(file)!r} is not inside the folder")
+            sha = entry.get("sha256")
+            if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
+                raise ValueError(f"sha256 {sha!r} is not a sha256 hex digest")
             models[name] = ModelSpec(
                 name=name,
-                path=folder / str(entry["file"]),
+                path=folder / file,
                 signature=str(entry.get("signature", "serving_default")),
                 inputs=tuple(TensorSpec.from_dict(d) for d in entry.get("inputs", [])),
                 outputs=tuple(TensorSpec.from_dict(d) for d in entry.get("outputs", [])),
                 sha256=entry.get("sha256"),
                 num_ops=entry.get("num_ops"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SdliteError(f"{where}: bad entry for model {name!r}: {exc}") from None
     for name in require:
         if name not in models:
@@ -144,6 +156,8 @@ def load_manifest(folder: Path, require: tuple[str, ...] = REQUIRED_MODELS) -> M
             raise SdliteError(f"model file missing: {models[name].path} (listed in {MANIFEST_NAME})")
 
     tok = raw.get("tokenizer") or {}
+    if not isinstance(tok, dict):
+        raise SdliteError(f"{where}: key 'tokenizer' must be an object")
     vocab = folder / str(tok.get("vocab", "tokenizer/vocab.json"))
     merges = folder / str(tok.get("merges", "tokenizer/merges.txt"))
     scheduler = folder / str(raw.get("scheduler", "scheduler/scheduler_config.json"))
@@ -161,7 +175,7 @@ def load_manifest(folder: Path, require: tuple[str, ...] = REQUIRED_MODELS) -> M
         vae_scale_factor=_get(raw, "vae_scale_factor", int, where),
         vae_scaling_factor=_get(raw, "vae_scaling_factor", float, where),
         text_hidden_size=_get(raw, "text_hidden_size", int, where),
-        max_length=int(raw.get("max_length", 77)),
+        max_length=_get({"max_length": 77, **raw}, "max_length", int, where),
         precision=str(raw.get("precision", "fp32")),
         models=models,
         tokenizer_vocab=vocab,
@@ -171,4 +185,9 @@ def load_manifest(folder: Path, require: tuple[str, ...] = REQUIRED_MODELS) -> M
     )
     if manifest.cfg_batch not in (1, 2):
         raise SdliteError(f"{where}: cfg_batch must be 1 or 2, got {manifest.cfg_batch}")
+    for key in ("height", "width", "latent_channels", "vae_scale_factor", "text_hidden_size", "max_length"):
+        if not 1 <= getattr(manifest, key) <= 1 << 16:
+            raise SdliteError(f"{where}: {key} must be in 1..65536, got {getattr(manifest, key)}")
+    if not (math.isfinite(manifest.vae_scaling_factor) and manifest.vae_scaling_factor > 0):
+        raise SdliteError(f"{where}: vae_scaling_factor must be a finite number > 0, got {manifest.vae_scaling_factor}")
     return manifest

@@ -5,7 +5,8 @@ SdGroupNorm) that ``sdconvert`` writes into .tflite files; builtin ops stay
 with the runtime (XNNPACK). It is built from ``custom_ops/`` by
 scikit-build-core and installed next to this module.
 
-Lookup order of :func:`delegate_path`: the ``SDLITE_DELEGATE_PATH``
+Lookup order of :func:`delegate_path`: a library set by :func:`use_library`
+(``sdlite bench --external_delegate_path``), the ``SDLITE_DELEGATE_PATH``
 environment variable (for custom builds, e.g. ``build/dev`` while iterating),
 then every directory of the ``sdlite`` package. The override is read at call
 time; importing this module has no side effects.
@@ -27,7 +28,7 @@ import ctypes
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ LAYER_NORM_FOLDS = ("auto", "twin", "rows")
 TENSOR_CORES = ("auto", "off", "3xtf32", "fp64")
 # Options that take one of a few strings (None = the delegate's default)
 CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES}
+# Integer options and their largest value (the delegate's ranges, delegate/options.cc)
+INT_RANGES = {"num_threads": 256, "attention_block_q": 1024, "attention_block_k": 4096}
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
 FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "gl_finish_each", "gl_plain_buffers", "gl_nv_pragmas")
 
@@ -70,8 +73,8 @@ class DelegateOptions:
     ``fuse_epilogues`` (GPU backends; unset = the delegate's default, on): fold a residual ADD into the epilogue
     of the FULLY_CONNECTED / CONV_2D / SdConv2DWinograd that produces one operand, and a gated SdGelu into the
     FULLY_CONNECTED that feeds it, and an SdGroupNorm(+SiLU) into the input transform of the SdConv2DWinograd it
-    feeds (OpenCL; one launch and one pass over the activation less per folded node; see ``GpuPartition`` in
-    ``custom_ops/gpu/partition.h``).
+    feeds (one launch and one pass over the activation less per folded node; the SdConv2DWinograd folds on OpenCL
+    only for now; see ``GpuPartition`` in ``custom_ops/gpu/partition.h``).
     ``attention_key_splits`` (GPU backends; unset = the delegate's default, 0 = auto): split each SdAttention
     query block's keys into this many ranges run as separate work-groups and merged by one more launch (flash
     attention on the row-wise tilings). Auto splits in 2 only the head-dim-80 tiling's grids of at most one
@@ -84,8 +87,9 @@ class DelegateOptions:
     ``attention_tiling`` (GPU backends; benchmarks and tests): an SdAttention tiling suffix (``"r40"``, ``"h80"``,
     ``"dyn"``, ...; ``"legacy"`` = the fallback kernels; ``"short"`` = the one-launch kernels for at most 80 keys,
     ``"short16"`` / ``"short32"`` / ``"short64"`` with that query block) used for every attention whose head dim
-    (and, for ``"short*"``, key count) it fits.
-    ``layer_norm_fold`` (OpenCL; unset = the delegate's default, ``"twin"``): how a LayerNorm folded into the
+    (and, for ``"short*"``, key count) it fits; a tiling whose local memory, work-group size or kernel the device lacks
+    is ignored (a ``"short*"`` block: the largest block that fits runs).
+    ``layer_norm_fold`` (GPU backends; unset = the delegate's default, ``"twin"``): how a LayerNorm folded into the
     FULLY_CONNECTED that reads it runs: ``"twin"`` inside the GEMM (its LayerNorm twin kernels), ``"rows"`` as one
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
     faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
@@ -109,6 +113,10 @@ class DelegateOptions:
     readonly / writeonly qualifiers), ``gl_nv_pragmas`` (``False``: the sources' ``#pragma optionNV`` lines dropped),
     ``gl_kernel_alias`` (``"a=b,c=d"``: kernel b compiled where an op asks for a) and ``gl_dump_dir`` (a folder for
     each compiled program's source and driver binary).
+    ``gl_limits`` (GL; tests and tuning): ``"shared_bytes=N,invocations=N,storage_blocks=N,compute_units=N"`` (any
+    subset): the device reports a smaller device's limits (capped at N, never raised; e.g. GL ES 3.1's minimums
+    ``shared_bytes=16384,invocations=128``), so the planners choose what such a device can run, and N compute units
+    (GL has no query for them; planners that size grids by them then act as on OpenCL).
     """
 
     backend: str = "cpu"
@@ -132,16 +140,17 @@ class DelegateOptions:
     gl_nv_pragmas: bool | None = None
     gl_kernel_alias: str | None = None
     gl_dump_dir: str | None = None
+    gl_limits: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise NativeDelegateError(f"unknown backend {self.backend!r} (expected one of {', '.join(BACKENDS)})")
         if self.log_level not in LOG_LEVELS:
             raise NativeDelegateError(f"unknown log_level {self.log_level!r} (expected one of {', '.join(LOG_LEVELS)})")
-        for name in ("num_threads", "attention_block_q", "attention_block_k"):
+        for name, most in INT_RANGES.items():
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise NativeDelegateError(f"{name} must be a positive int, got {value!r}")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most):
+                raise NativeDelegateError(f"{name} must be an int in 1..{most}, got {value!r}")
         value = self.attention_key_splits
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 64):
             raise NativeDelegateError(f"attention_key_splits must be an int in 0..64, got {value!r}")
@@ -153,7 +162,7 @@ class DelegateOptions:
                 raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
         if self.gl_barrier not in (None, "all", "minimal"):
             raise NativeDelegateError(f"gl_barrier must be 'all', 'minimal' or None, got {self.gl_barrier!r}")
-        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir"):
+        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
@@ -161,6 +170,11 @@ class DelegateOptions:
             value = getattr(self, name)
             if value not in (None, *choices):
                 raise NativeDelegateError(f"{name} must be one of {', '.join(choices)} or None, got {value!r}")
+        # the rest (gemm_tiles syntax, attention_tiling names, a usable profile_path) by the delegate's own parser,
+        # so an option is judged the same whether or not a model ends up loading the delegate
+        problem, _ = check_options_native(self.as_strings())
+        if problem:
+            raise NativeDelegateError(problem)
 
     def as_strings(self) -> dict[str, str]:
         """The ``{key: value}`` dict passed to ``load_delegate`` (unset options omitted)."""
@@ -170,7 +184,7 @@ class DelegateOptions:
             if value is not None:
                 out[name] = str(value)
         for name in ("profile_path", "opencl_cache_dir", "gemm_tiles", "attention_tiling", "layer_norm_fold",
-                     "tensor_cores", "gl_barrier", "gl_kernel_alias", "gl_dump_dir"):
+                     "tensor_cores", "gl_barrier", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)
@@ -203,35 +217,92 @@ def extra_options(**opts: Any) -> Iterator[None]:
         _EXTRA_OPTIONS.reset(token)
 
 
+def _typed(key: str, value: Any) -> Any:
+    """``value`` of delegate option ``key`` with its :class:`DelegateOptions` type; strings are converted (flags take
+    1/0/true/false, counts an int), typed values pass through to the dataclass checks."""
+    fields = DelegateOptions.__dataclass_fields__
+    if key == "backend" or key not in fields:
+        known = ", ".join(k for k in fields if k != "backend")
+        raise NativeDelegateError(f"unknown delegate option {key!r} (known: {known}; the backend has its own flag)")
+    if not isinstance(value, str):
+        return value
+    kind = str(fields[key].type)
+    if "bool" in kind:
+        if value.lower() not in ("1", "0", "true", "false"):
+            raise NativeDelegateError(f"delegate option {key} takes 1/0/true/false, got {value!r}")
+        return value.lower() in ("1", "true")
+    if "int" in kind:
+        try:
+            return int(value)
+        except ValueError:
+            raise NativeDelegateError(f"delegate option {key} takes an integer, got {value!r}") from None
+    return value
+
+
+def typed_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``{key: value}`` mapping (values as strings, the form ``load_delegate`` takes, or typed) -> checked
+    :class:`DelegateOptions` fields for :func:`extra_options`; one-line :class:`NativeDelegateError` otherwise."""
+    out = {str(k): _typed(str(k), v) for k, v in options.items()}
+    DelegateOptions(**out)  # the same checks as load(): a bad value fails before any model is read
+    return out
+
+
 def parse_options_text(text: str) -> dict[str, Any]:
     """``"key:value;key:value"`` (benchmark_model's ``--external_delegate_options`` form) -> :class:`DelegateOptions`
     fields with their Python types (flags take 1/0/true/false, counts an int), for :func:`extra_options`. A malformed
-    entry, an unknown key or a bad value is a one-line :class:`NativeDelegateError`."""
-    out: dict[str, Any] = {}
-    fields = DelegateOptions.__dataclass_fields__
+    entry, an unknown key or a bad value is a one-line :class:`NativeDelegateError`; an option that parses but cannot
+    do its job (an unwritable ``opencl_cache_dir``) is a warning."""
+    options = typed_options(dict(parse_items(text)))
+    import warnings
+
+    for line in check_options_native(DelegateOptions(**options).as_strings())[1]:
+        warnings.warn(line, stacklevel=2)
+    return options
+
+
+def parse_items(text: str) -> list[tuple[str, str]]:
+    """``"key:value;key:value"`` -> ``[(key, value), ...]`` as strings (no check of the keys)."""
+    out = []
     for item in (i.strip() for i in text.split(";")):
         if not item:
             continue
         key, sep, value = (x.strip() for x in item.partition(":"))
         if not sep or not key:
             raise NativeDelegateError(f"delegate option {item!r} is not key:value")
-        if key == "backend" or key not in fields:
-            known = ", ".join(k for k in fields if k != "backend")
-            raise NativeDelegateError(f"unknown delegate option {key!r} (known: {known}; the backend has its own flag)")
-        kind = str(fields[key].type)
-        if "bool" in kind:
-            if value.lower() not in ("1", "0", "true", "false"):
-                raise NativeDelegateError(f"delegate option {key} takes 1/0/true/false, got {value!r}")
-            out[key] = value.lower() in ("1", "true")
-        elif "int" in kind:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                raise NativeDelegateError(f"delegate option {key} takes an integer, got {value!r}") from None
-        else:
-            out[key] = value
-    DelegateOptions(**out)  # the same checks as load(): a bad value fails before any model is read
+        out.append((key, value))
     return out
+
+
+_LIBRARY: ContextVar[Path | None] = ContextVar("sdgpu_library", default=None)
+
+
+def check_library(path: Path | str) -> Path:
+    """``path`` resolved, after checking it is a build of this delegate (it exports ``sdgpu_version``)."""
+    lib = Path(path).expanduser()
+    if lib.is_dir():
+        lib = lib / LIBRARY_NAME
+    if not lib.is_file():
+        raise NativeDelegateError(f"delegate library not found: {path}")
+    try:
+        handle = ctypes.CDLL(str(lib.resolve()))
+    except OSError as exc:
+        raise NativeDelegateError(f"cannot load {path}: {exc}") from None
+    if not hasattr(handle, "sdgpu_version"):
+        raise NativeDelegateError(f"{path} is not a build of {LIBRARY_NAME} (it has no sdgpu_version symbol); "
+                                  "sdlite loads only its own delegate")
+    return lib.resolve()
+
+
+@contextmanager
+def use_library(path: Path | str) -> Iterator[Path]:
+    """Inside the block, :func:`load`, :func:`stats` and friends use the delegate library at ``path`` (checked by
+    :func:`check_library`) instead of the packaged one: ``sdlite bench --external_delegate_path``. Scoped like
+    :func:`extra_options`."""
+    token = _LIBRARY.set(check_library(path))
+    try:
+        yield _LIBRARY.get()  # type: ignore[misc]
+    finally:
+        _LIBRARY.reset(token)
 
 
 def _package_dirs() -> list[Path]:
@@ -246,6 +317,9 @@ def _package_dirs() -> list[Path]:
 
 def delegate_path() -> Path:
     """Absolute path of ``libsdgpu_delegate.so``; raises :class:`NativeDelegateError` if it is missing."""
+    chosen = _LIBRARY.get()
+    if chosen is not None:
+        return chosen
     override = os.environ.get(ENV_DELEGATE_PATH)
     if override:
         path = Path(override).expanduser()
@@ -283,6 +357,9 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
     from ai_edge_litert.interpreter import load_delegate
 
     path = delegate_path()
+    # A file that is not our library fails here, not inside ai_edge_litert's Delegate, whose half-built object
+    # would print an ignored AttributeError from its __del__.
+    _lib()
     try:
         return load_delegate(str(path), options.as_strings())
     except ValueError as exc:
@@ -293,22 +370,41 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
 @lru_cache(maxsize=4)
 def _library(path: str) -> ctypes.CDLL:
+    """The delegate library with its diagnostic entry points typed; OSError if it does not load."""
     lib = ctypes.CDLL(path)
-    lib.sdgpu_delegate_stats_json.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-    lib.sdgpu_delegate_stats_json.restype = ctypes.c_int
-    lib.sdgpu_check_op_options.argtypes = [
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
-    ]
-    lib.sdgpu_check_op_options.restype = ctypes.c_int
-    lib.sdgpu_version.argtypes = []
-    lib.sdgpu_version.restype = ctypes.c_char_p
+    ints, i64s, strings = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_char_p)
+    signatures = {
+        "sdgpu_delegate_stats_json": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_check_op_options": (
+            [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_check_node": ([ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+                              ctypes.c_int, ints, ints, ints, i64s, ctypes.c_int, ints, ints, ints, i64s,
+                              ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_check_options": ([strings, strings, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                 ctypes.c_size_t], ctypes.c_int),
+        "sdgpu_version": ([], ctypes.c_char_p),
+    }
+    for name, (argtypes, restype) in signatures.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise OSError(f"{path} is not a matching sdgpu delegate build (no {name}; rebuild it)") from None
+        fn.argtypes, fn.restype = argtypes, restype
     return lib
+
+
+def _lib() -> ctypes.CDLL:
+    path = delegate_path()
+    try:
+        return _library(str(path))
+    except OSError as exc:
+        raise NativeDelegateError(f"cannot load {path}: {exc}") from None
 
 
 def stats(delegate: Any) -> dict[str, Any]:
     """Counters of a delegate returned by :func:`load` (claimed/declined nodes with reasons, scratch bytes...)."""
     pointer = delegate._get_native_delegate_pointer()  # noqa: SLF001 - ai_edge_litert has no public accessor
-    lib = _library(str(delegate_path()))
+    lib = _lib()
     size = lib.sdgpu_delegate_stats_json(pointer, None, 0)
     if size < 0:
         raise NativeDelegateError("not an sdgpu delegate")
@@ -319,7 +415,7 @@ def stats(delegate: Any) -> dict[str, Any]:
 
 def check_op_options(op_name: str, options: bytes) -> tuple[bool, str]:
     """Run the native options parser of ``op_name`` on raw bytes: ``(ok, error message)``."""
-    lib = _library(str(delegate_path()))
+    lib = _lib()
     err = ctypes.create_string_buffer(512)
     rc = lib.sdgpu_check_op_options(op_name.encode(), bytes(options), len(options), err, len(err))
     if rc < 0:
@@ -327,6 +423,62 @@ def check_op_options(op_name: str, options: bytes) -> tuple[bool, str]:
     return rc == 1, err.value.decode("utf-8", "replace")
 
 
+# TFLite schema TensorType -> the C API's TfLiteType (what the delegate sees); other types map to kTfLiteNoType.
+_TFLITE_TYPE = {0: 1, 1: 10, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 9: 9, 10: 11}
+
+
+@dataclass(frozen=True)
+class NodeTensor:
+    """One input or output of a node as the model file describes it: tensor id (-1 = omitted optional input),
+    schema ``TensorType`` value and shape."""
+
+    index: int
+    schema_type: int
+    shape: tuple[int, ...]
+
+
+def check_node(op_name: str, version: int, options: bytes | None, inputs: list[NodeTensor],
+               outputs: list[NodeTensor]) -> tuple[bool, str]:
+    """The delegate's own check of an ``Sd*`` node (version, counts, options, shape rule, output): ``(ok, reason)``.
+
+    The same C++ code decides whether the running delegate claims the node, so a model that passes here is one the
+    delegate takes on every backend. Raises :class:`NativeDelegateError` for an op it does not know.
+    """
+    lib = _lib()
+
+    def arrays(tensors: list[NodeTensor]) -> tuple[Any, Any, Any, Any]:
+        n = len(tensors)
+        dims = [int(d) for t in tensors for d in t.shape]
+        return ((ctypes.c_int * max(n, 1))(*[t.index for t in tensors]),
+                (ctypes.c_int * max(n, 1))(*[_TFLITE_TYPE.get(t.schema_type, 0) for t in tensors]),
+                (ctypes.c_int * max(n, 1))(*[len(t.shape) for t in tensors]),
+                (ctypes.c_int64 * max(len(dims), 1))(*dims))
+
+    blob = bytes(options or b"")
+    err = ctypes.create_string_buffer(512)
+    rc = lib.sdgpu_check_node(op_name.encode(), int(version), blob, len(blob), len(inputs), *arrays(inputs),
+                              len(outputs), *arrays(outputs), err, len(err))
+    if rc < 0:
+        raise NativeDelegateError(f"unknown op {op_name!r}")
+    return rc == 1, err.value.decode("utf-8", "replace")
+
+
+def check_options_native(options: dict[str, str]) -> tuple[str, list[str]]:
+    """The delegate's own options parser on ``{key: value}`` strings, without creating a delegate: ``(error,
+    warnings)``, ``error`` ``""`` when they parse; ``warnings`` name options that parse but cannot do their job (an
+    unwritable ``opencl_cache_dir``). ``("", [])`` when the library is not built (``load`` reports that)."""
+    try:
+        lib = _lib()
+    except NativeDelegateError:
+        return "", []
+    keys = (ctypes.c_char_p * max(len(options), 1))(*[k.encode() for k in options])
+    values = (ctypes.c_char_p * max(len(options), 1))(*[str(v).encode() for v in options.values()])
+    err, warn = ctypes.create_string_buffer(512), ctypes.create_string_buffer(2048)
+    ok = lib.sdgpu_check_options(keys, values, len(options), err, len(err), warn, len(warn))
+    warnings = [w for w in warn.value.decode("utf-8", "replace").splitlines() if w]
+    return ("" if ok == 1 else err.value.decode("utf-8", "replace")), warnings
+
+
 def version() -> str:
     """Version string of the native library."""
-    return _library(str(delegate_path())).sdgpu_version().decode()
+    return _lib().sdgpu_version().decode()

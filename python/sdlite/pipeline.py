@@ -12,23 +12,51 @@ Height/width must equal the exported size (checked, one-line error otherwise).
 Numerics follow diffusers' ``StableDiffusionPipeline``/``StableDiffusionImg2ImgPipeline`` step for step
 (same guidance formula, ``init_noise_sigma`` scaling, img2img start index, posterior sampling, uint8
 rounding), so with the same weights, initial latents and noise the images agree to fp32 accuracy.
+
+Two ways in: ``pipe(prompt, num_inference_steps=..., generator=seed, ...)`` is shaped like diffusers' call
+(keywords, ``pipe.scheduler`` swapped with ``from_config``, an output with ``.images`` of PIL images) and gives
+the same pixels as ``sdlite generate`` with the same seed; :meth:`StableDiffusionPipeline.generate` takes a
+:class:`GenerationParams` and returns everything (uint8 arrays, final latents, timings, placement).
 """
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, overload
 
 import numpy as np
 
 from sdlite.backends import BackendOptions
 from sdlite.errors import SdliteError
 from sdlite.interpreter import Interpreter
-from sdlite.noise import NoiseSource, draw, per_image_noise
+from sdlite.noise import GeneratorLike, NoiseSource, draw, noise_sources, per_image_noise
 from sdlite.runner import ModelRunner
-from sdlite.schedulers import SCHEDULERS, Scheduler, SchedulerConfig, make_scheduler
+from sdlite.schedulers import SCHEDULERS, PNDMScheduler, Scheduler, SchedulerConfig, make_scheduler, scheduler_name
 from sdlite.tokenizer import CLIPTokenizer
+
+OUTPUT_TYPES = ("pil", "np")
+
+
+MAX_STEPS = 1000  # the schedulers' num_train_timesteps: more steps than training timesteps repeat timesteps
+MAX_IMAGES = 1000
+MAX_GUIDANCE = 1000.0  # far beyond any useful scale (SD uses 1..20); larger ones overflow float32 latents
+MAX_SEED = 2**63 - 1
+
+
+class NonFiniteError(SdliteError):
+    """A model produced NaN or Inf during generation (broken weights, a numerically unstable backend...)."""
+
+
+def check_finite(array: np.ndarray, what: str) -> None:
+    """Raise :class:`NonFiniteError` naming ``what`` unless every value of ``array`` is finite: a NaN latent would
+    otherwise end as a silently black image."""
+    if not np.isfinite(array).all():
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise NonFiniteError(f"{what} has {bad} non-finite value(s) (NaN or Inf) of {array.size}; stopping")
 
 
 @dataclass(frozen=True)
@@ -49,16 +77,16 @@ class GenerationParams:
     def validate(self, exported_height: int, exported_width: int) -> None:
         if self.scheduler not in SCHEDULERS:
             raise SdliteError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
-        if self.steps < 1:
-            raise SdliteError(f"steps must be >= 1, got {self.steps}")
-        if self.num_images < 1:
-            raise SdliteError(f"num_images must be >= 1, got {self.num_images}")
-        if self.guidance_scale < 0:
-            raise SdliteError(f"guidance scale must be >= 0, got {self.guidance_scale}")
-        if not 0.0 < self.strength <= 1.0:
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise SdliteError(f"steps must be in 1..{MAX_STEPS}, got {self.steps}")
+        if not 1 <= self.num_images <= MAX_IMAGES:
+            raise SdliteError(f"num_images must be in 1..{MAX_IMAGES}, got {self.num_images}")
+        if not (math.isfinite(self.guidance_scale) and 0 <= self.guidance_scale <= MAX_GUIDANCE):
+            raise SdliteError(f"guidance scale must be a finite number in 0..{MAX_GUIDANCE:g}, got {self.guidance_scale}")
+        if not (math.isfinite(self.strength) and 0.0 < self.strength <= 1.0):
             raise SdliteError(f"strength must be in (0, 1], got {self.strength}")
-        if self.seed < 0:
-            raise SdliteError(f"seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise SdliteError(f"seed must be in 0..{MAX_SEED}, got {self.seed}")
         for label, value, exported in (("height", self.height, exported_height), ("width", self.width, exported_width)):
             if value is None:
                 continue
@@ -104,6 +132,24 @@ class GenerationResult:
     timings: Timings
     placement: dict[str, str]
     seeds: list[int]
+    unit_images: list[np.ndarray] = field(default_factory=list)  # float32 [H, W, 3] in [0, 1], before rounding
+
+
+@dataclass
+class StableDiffusionPipelineOutput:
+    """What ``pipe(prompt, ...)`` returns, shaped like diffusers' output.
+
+    ``images``: PIL images, or with ``output_type="np"`` a float32 ``[N, H, W, 3]`` array in [0, 1] (diffusers'
+    convention). ``nsfw_content_detected`` is always None: no safety checker is converted. sdlite's extras:
+    ``seeds`` (per image; None where a Generator was given), ``timings`` and ``placement`` (which executor ran
+    which ops).
+    """
+
+    images: Any
+    nsfw_content_detected: list[bool] | None = None
+    seeds: list[int | None] = field(default_factory=list)
+    timings: Timings | None = None
+    placement: dict[str, str] = field(default_factory=dict)
 
 
 def _pick(runner: ModelRunner, preferred: str, rank: int | None = None, kind: str | None = None,
@@ -124,6 +170,11 @@ def _pick(runner: ModelRunner, preferred: str, rank: int | None = None, kind: st
     return cands[0]
 
 
+def to_unit(image: np.ndarray) -> np.ndarray:
+    """``[1, 3, H, W]`` in ~[-1, 1] -> float32 ``[H, W, 3]`` in [0, 1] (diffusers' ``output_type="np"``)."""
+    return np.clip(image[0].transpose(1, 2, 0) / 2 + 0.5, 0.0, 1.0).astype(np.float32)
+
+
 def to_uint8(image: np.ndarray) -> np.ndarray:
     """``[1, 3, H, W]`` in ~[-1, 1] -> uint8 ``[H, W, 3]`` (diffusers' postprocess rounding)."""
     x = np.clip(image[0].transpose(1, 2, 0) / 2 + 0.5, 0.0, 1.0)
@@ -131,22 +182,69 @@ def to_uint8(image: np.ndarray) -> np.ndarray:
 
 
 class StableDiffusionPipeline:
-    """Generate images with a converted folder: ``StableDiffusionPipeline.from_folder(path)("a cat")``."""
+    """Generate images with a converted folder, diffusers-style::
+
+        pipe = StableDiffusionPipeline.from_pretrained("out/tiny", backend="cpu")
+        image = pipe("a photo of a cat", num_inference_steps=20, generator=1).images[0]
+
+    ``pipe.scheduler`` is the sampler ``pipe(...)`` uses (PNDM, the SD 1.x default, as ``sdlite generate``);
+    replace it like in diffusers: ``pipe.scheduler = DDIMScheduler.from_config(pipe.scheduler.config)``.
+    """
 
     def __init__(self, interpreter: Interpreter, tokenizer: CLIPTokenizer | None = None,
-                 scheduler_config: SchedulerConfig | None = None) -> None:
+                 scheduler_config: SchedulerConfig | None = None,
+                 delegate_options: Mapping[str, Any] | None = None) -> None:
         self.interpreter = interpreter
         m = interpreter.manifest
         self.manifest = m
         self.tokenizer = tokenizer or CLIPTokenizer(m.tokenizer_vocab, m.tokenizer_merges, m.max_length)
         self.scheduler_config = scheduler_config or SchedulerConfig.from_dict(m.scheduler_dict())
+        self.scheduler: Scheduler = PNDMScheduler(self.scheduler_config)
+        self.delegate_options: dict[str, Any] = dict(delegate_options or {})
+        self.progress_bar = True
+
+    def set_progress_bar_config(self, disable: bool = False) -> None:
+        """diffusers' switch for the denoising progress bar (``disable=True``: none)."""
+        self.progress_bar = not disable
 
     @classmethod
     def from_folder(cls, folder: Path | str, backend: str | BackendOptions = "cpu") -> "StableDiffusionPipeline":
         return cls(Interpreter(folder, backend))
 
+    @classmethod
+    def from_pretrained(cls, folder: Path | str, backend: str | BackendOptions = "cpu",
+                        delegate_options: Mapping[str, Any] | None = None,
+                        num_threads: int | None = None) -> "StableDiffusionPipeline":
+        """Open a folder written by ``sdconvert`` (not a hub id: nothing is downloaded).
+
+        ``backend``: ``cpu`` (XNNPACK + our delegate's CPU kernels for ``Sd*`` ops), ``opencl``, ``gl`` (our
+        delegate on the GPU), ``litert-gpu``, ``litert-cpu``, or a :class:`BackendOptions`. ``delegate_options``:
+        our delegate's options as ``load_delegate`` takes them (``{"tensor_cores": "off"}``; typed values work
+        too), checked now. Models load lazily, on first use.
+        """
+        from sdlite import native
+
+        if not Path(folder).exists():
+            raise SdliteError(f"model folder not found: {folder} (from_pretrained opens a folder written by "
+                              "sdconvert; it downloads nothing)")
+        options = backend if isinstance(backend, BackendOptions) else BackendOptions(name=backend,
+                                                                                   num_threads=num_threads)
+        checked = native.typed_options(delegate_options or {})
+        return cls(Interpreter(folder, options), delegate_options=checked)
+
     def close(self) -> None:
         self.interpreter.close()
+
+    def __enter__(self) -> "StableDiffusionPipeline":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _file(self, name: str) -> str:
+        spec = self.manifest.models.get(name)
+        return spec.path.name if spec is not None else f"{name}.tflite"
 
     # -- stages -------------------------------------------------------------------------------------------
     def encode_prompts(self, prompts: list[str]) -> np.ndarray:
@@ -225,22 +323,24 @@ class StableDiffusionPipeline:
         samples = mean + std * draw(sources, mean.shape)
         return (samples * np.float32(self.manifest.vae_scaling_factor)).astype(np.float32), elapsed
 
-    def decode(self, latents: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
-        """uint8 images of ``[N, C, h, w]`` latents and the per-image decode time."""
+    def decode(self, latents: np.ndarray) -> tuple[list[np.ndarray], list[float], list[np.ndarray]]:
+        """uint8 images of ``[N, C, h, w]`` latents, the per-image decode time and the float images in [0, 1]."""
         dec = self.interpreter.runner("vae_decoder")
         in_name = _pick(dec, "latents", rank=4)
         out_name = _pick(dec, "image", rank=4, outputs=True)
-        images, times = [], []
+        images, times, units = [], [], []
         for i in range(latents.shape[0]):
             z = (latents[i : i + 1] / np.float32(self.manifest.vae_scaling_factor)).astype(np.float32)
             t0 = time.perf_counter()
             img = dec.run(**{in_name: z})[out_name]
             times.append(time.perf_counter() - t0)
+            check_finite(img, f"image {i}: the output of {self._file('vae_decoder')}")
             images.append(to_uint8(img))
-        return images, times
+            units.append(to_unit(img))
+        return images, times, units
 
     # -- the loop -----------------------------------------------------------------------------------------
-    def __call__(
+    def generate(
         self,
         params: GenerationParams | str,
         *,
@@ -256,10 +356,19 @@ class StableDiffusionPipeline:
         ``init_noise_sigma`` like diffusers). ``init_image``: ``[1, 3, H, W]`` in [-1, 1] for img2img.
         ``noise``: one stream per image (default: numpy streams seeded ``seed + k``).
         """
-        from tqdm.auto import tqdm
-
         if isinstance(params, str):
             params = GenerationParams(prompt=params)
+        if self.delegate_options:
+            from sdlite import native
+
+            with native.extra_options(**self.delegate_options):
+                return self._generate(params, latents, init_image, noise, scheduler, progress)
+        return self._generate(params, latents, init_image, noise, scheduler, progress)
+
+    def _generate(self, params: GenerationParams, latents: np.ndarray | None, init_image: np.ndarray | None,
+                  noise: list[NoiseSource] | None, scheduler: Scheduler | None, progress: bool) -> GenerationResult:
+        from tqdm.auto import tqdm
+
         m = self.manifest
         params.validate(m.height, m.width)
         t_start = time.perf_counter()
@@ -278,6 +387,7 @@ class StableDiffusionPipeline:
         t0 = time.perf_counter()
         prompts = [params.negative_prompt, params.prompt] if params.do_cfg else [params.prompt]
         embeds = self.encode_prompts(prompts)
+        check_finite(embeds, f"the text embedding from {self._file('text_encoder')}")
         timings.text_encoder_s = time.perf_counter() - t0
         uncond, cond = (embeds[0:1], embeds[1:2]) if params.do_cfg else (None, embeds[0:1])
 
@@ -291,6 +401,7 @@ class StableDiffusionPipeline:
                     f"strength {params.strength} with {params.steps} steps leaves no denoising step; raise either"
                 )
             init_latents, timings.vae_encode_s = self.encode_image(init_image, sources)
+            check_finite(init_latents, f"the init image's latents from {self._file('vae_encoder')}")
             x = sched.add_noise(init_latents, draw(sources, latent_shape), first)
         else:
             if latents is None:
@@ -300,8 +411,10 @@ class StableDiffusionPipeline:
             x = (np.asarray(latents, dtype=np.float32) * sched.init_noise_sigma).astype(np.float32)
 
         steps = range(first, len(sched.timesteps))
+        unet_file = self._file("unet")
         for i in tqdm(steps, desc="denoising", unit="step", disable=not progress, leave=False):
             t = float(sched.timesteps[i])
+            step = f"step {i - first + 1}/{len(steps)}"
             ts = time.perf_counter()
             x_in = sched.scale_model_input(x, i)
             sched_s = time.perf_counter() - ts
@@ -309,12 +422,82 @@ class StableDiffusionPipeline:
             pred, calls = self.predict_noise(x_in, t, uncond, cond, params.guidance_scale)
             timings.unet_step_s.append(time.perf_counter() - tu)
             timings.unet_calls += calls
+            check_finite(pred, f"{step}: the noise prediction of {unet_file} (guidance {params.guidance_scale:g})")
             ts = time.perf_counter()
             step_noise = draw(sources, latent_shape) if sched.stochastic else None
             x = sched.step(pred.astype(np.float32), i, x, step_noise)
             timings.scheduler_s += sched_s + time.perf_counter() - ts
+            check_finite(x, f"{step}: the latents after the {params.scheduler} scheduler step")
 
-        images, timings.vae_decode_s = self.decode(x)
+        images, timings.vae_decode_s, units = self.decode(x)
         timings.total_s = time.perf_counter() - t_start
         seeds = [params.seed + k for k in range(n)]
-        return GenerationResult(images, x, params, timings, self.interpreter.placement(), seeds)
+        return GenerationResult(images, x, params, timings, self.interpreter.placement(), seeds, units)
+
+    # -- diffusers' call ----------------------------------------------------------------------------------
+    @overload
+    def __call__(self, prompt: GenerationParams, **kwargs: Any) -> GenerationResult: ...
+
+    @overload
+    def __call__(self, prompt: str, negative_prompt: str | None = None, num_inference_steps: int = 50,
+                 guidance_scale: float = 7.5, height: int | None = None, width: int | None = None,
+                 num_images_per_prompt: int = 1, generator: GeneratorLike | None = None, image: Any = None,
+                 strength: float = 0.8, latents: np.ndarray | None = None, output_type: str = "pil",
+                 return_dict: bool = True, progress: bool | None = None) -> StableDiffusionPipelineOutput: ...
+
+    def __call__(self, prompt: str | GenerationParams, negative_prompt: str | None = None,
+                 num_inference_steps: int = 50, guidance_scale: float = 7.5, height: int | None = None,
+                 width: int | None = None, num_images_per_prompt: int = 1, generator: GeneratorLike | None = None,
+                 image: Any = None, strength: float = 0.8, latents: np.ndarray | None = None,
+                 output_type: str = "pil", return_dict: bool = True, progress: bool | None = None,
+                 **kwargs: Any) -> Any:
+        """Generate ``num_images_per_prompt`` images of ``prompt``, with diffusers' keywords and defaults.
+
+        ``generator``: a seed (image ``k`` uses seed + k: the pixels ``sdlite generate --seed`` writes), a numpy
+        ``Generator`` (shared by the images, drawn in order), anything with ``randn(shape)``, or a list with one per
+        image; None draws a random seed (reported in ``.seeds``). ``image`` + ``strength``: image-to-image from a
+        PIL image, a path or an array (:func:`sdlite.images.prepare_image`). ``height``/``width`` must equal the
+        exported size. ``latents``: explicit unit-variance initial noise ``[N, 4, h, w]`` (text-to-image).
+        ``output_type``: ``"pil"`` or ``"np"``; ``return_dict=False`` returns ``(images, None)`` like diffusers.
+        The sampler is ``self.scheduler``; ``progress`` (default: :meth:`set_progress_bar_config`'s) shows the bar. A :class:`GenerationParams` as ``prompt`` runs :meth:`generate`
+        (sdlite's older form of this call).
+        """
+        if progress is None:
+            progress = self.progress_bar
+        if isinstance(prompt, GenerationParams):
+            return self.generate(prompt, latents=latents, progress=progress, **kwargs)
+        if kwargs:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+        if not isinstance(prompt, str):
+            raise SdliteError(f"prompt must be one string (one prompt per call), got {type(prompt).__name__}")
+        if output_type not in OUTPUT_TYPES:
+            raise SdliteError(f"output_type must be one of {', '.join(OUTPUT_TYPES)}, got {output_type!r}")
+        if not isinstance(self.scheduler, Scheduler):
+            raise SdliteError(f"pipe.scheduler must be an sdlite scheduler (e.g. DDIMScheduler.from_config("
+                              f"pipe.scheduler.config)), got {type(self.scheduler).__name__}")
+        if num_images_per_prompt < 1:
+            raise SdliteError(f"num_images_per_prompt must be >= 1, got {num_images_per_prompt}")
+        sources, seeds = noise_sources(generator, num_images_per_prompt)
+        params = GenerationParams(
+            prompt=prompt, negative_prompt=negative_prompt or "", steps=num_inference_steps,
+            guidance_scale=guidance_scale, seed=seeds[0] if seeds[0] is not None else 0, height=height, width=width,
+            num_images=num_images_per_prompt, scheduler=scheduler_name(self.scheduler), strength=strength,
+        )
+        params.validate(self.manifest.height, self.manifest.width)
+        init = None
+        if image is not None:
+            from sdlite.images import prepare_image
+
+            init = prepare_image(image, self.manifest.width, self.manifest.height)
+        result = self.generate(params, latents=latents, init_image=init, noise=sources, scheduler=self.scheduler,
+                               progress=progress)
+        if output_type == "np":
+            images: Any = np.stack(result.unit_images)
+        else:
+            from PIL import Image
+
+            images = [Image.fromarray(img, mode="RGB") for img in result.images]
+        if not return_dict:
+            return images, None
+        return StableDiffusionPipelineOutput(images=images, seeds=seeds, timings=result.timings,
+                                             placement=result.placement)

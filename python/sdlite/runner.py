@@ -12,20 +12,25 @@ a one-line :class:`SdliteError` rather than a native crash or a silent resize.
 """
 from __future__ import annotations
 
+import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
-from sdlite._native_stderr import capture_native_stderr
+from sdlite._native_stderr import StderrTrap, capture_native_stderr
 from sdlite.backends import DELEGATE_NAME, BackendOptions, load_native_delegate
 from sdlite.errors import BackendUnavailableError, SdliteError
 from sdlite.placement import Placement, interpreter_placement
-from sdlite.tflite_info import ModelInfo, model_info_from_bytes, read_model_info
+from sdlite.model_check import validate_model
+from sdlite.tflite_info import ModelInfo
 
 XNNPACK_EXECUTOR = "xnnpack"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class ModelRunner(ABC):
         self.placement = Placement(options.name)
         self.last_invoke_s = 0.0
         self.load_s = 0.0
+        self._trap: StderrTrap | None = None  # fd 2 held back around native calls (_native_call)
 
     @property
     def backend(self) -> str:
@@ -79,6 +85,23 @@ class ModelRunner(ABC):
         self.last_invoke_s = time.perf_counter() - t0
         return self.get_outputs()
 
+    def _native_call(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call()`` with what native code prints on fd 2 held back: replayed on success, one line of
+        :class:`SdliteError` on failure (the runtime's exception text and our delegate's log, never a trace)."""
+        if self._trap is None:
+            self._trap = StderrTrap()
+        with self._trap() as log:
+            try:
+                result: Any = call()
+                failure = None
+            except (RuntimeError, ValueError, IndexError, KeyError) as exc:
+                failure = str(exc).strip() or type(exc).__name__
+        if failure is not None:
+            raise SdliteError(f"{self.path.name} on backend {self.backend}: {what} failed: {log.summary(failure)}")
+        if log.text:
+            sys.stderr.write(log.text)
+        return result
+
     @abstractmethod
     def set_inputs(self, feeds: dict[str, np.ndarray]) -> None: ...
 
@@ -96,7 +119,7 @@ class InterpreterRunner(ModelRunner):
     def __init__(self, path: Path, options: BackendOptions, info: ModelInfo, signature: str,
                  content: bytes | None = None) -> None:
         super().__init__(path, options, info)
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         delegates = []
         if options.name == "cpu" and info.fused_ops:
@@ -108,8 +131,11 @@ class InterpreterRunner(ModelRunner):
         with capture_native_stderr(options.verbose) as log:
             try:
                 source = {"model_content": content} if content is not None else {"model_path": str(path)}
+                resolver = (OpResolverType.AUTO if options.use_xnnpack
+                            else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
                 self._interp = Interpreter(
-                    **source, experimental_delegates=delegates or None, num_threads=options.threads
+                    **source, experimental_delegates=delegates or None, num_threads=options.threads,
+                    experimental_op_resolver_type=resolver,
                 )
                 wrapper = self._interp._interpreter  # node-level API (no public equivalent)
                 after_ours = wrapper.NumNodes()
@@ -127,12 +153,17 @@ class InterpreterRunner(ModelRunner):
         boundaries = []
         if delegates:
             boundaries.append((DELEGATE_NAME, after_ours))
-        boundaries.append((XNNPACK_EXECUTOR, after_xnnpack))
+        if options.use_xnnpack:
+            boundaries.append((XNNPACK_EXECUTOR, after_xnnpack))
         self.placement = interpreter_placement(options.name, info, wrapper, boundaries)
 
         sigs = self._interp.get_signature_list()
         if signature not in sigs:
             raise SdliteError(f"{path.name} has no signature {signature!r} (has {sorted(sigs)})")
+        self._wrapper = wrapper
+        self._native_call("reading the signature", lambda: self._read_signature(signature))
+
+    def _read_signature(self, signature: str) -> None:
         runner = self._interp.get_signature_runner(signature)
         self._in_index = {}
         for name, d in runner.get_input_details().items():
@@ -142,18 +173,23 @@ class InterpreterRunner(ModelRunner):
         for name, d in runner.get_output_details().items():
             self.outputs[name] = IOSpec(name, tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]))
             self._out_index[name] = int(d["index"])
-        self._subgraph = wrapper.GetSubgraphIndexFromSignature(signature)
-        self._wrapper = wrapper
+        self._subgraph = self._wrapper.GetSubgraphIndexFromSignature(signature)
 
     def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
-        for name, arr in self.check_inputs(feeds).items():
-            self._wrapper.SetTensor(self._in_index[name], arr, self._subgraph)
+        checked = self.check_inputs(feeds)
+
+        def set_all() -> None:
+            for name, arr in checked.items():
+                self._wrapper.SetTensor(self._in_index[name], arr, self._subgraph)
+
+        self._native_call("setting the inputs", set_all)
 
     def invoke(self) -> None:
-        self._wrapper.Invoke(self._subgraph)
+        self._native_call("inference", lambda: self._wrapper.Invoke(self._subgraph))
 
     def get_outputs(self) -> dict[str, np.ndarray]:
-        return {name: self._wrapper.GetTensor(i, self._subgraph) for name, i in self._out_index.items()}
+        return self._native_call("reading the outputs", lambda: {
+            name: self._wrapper.GetTensor(i, self._subgraph) for name, i in self._out_index.items()})
 
     def close(self) -> None:
         self._interp = None  # type: ignore[assignment]
@@ -221,22 +257,30 @@ class CompiledModelRunner(ModelRunner):
         )
 
     def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
-        for name, arr in self.check_inputs(feeds).items():
-            self._in_bufs[name].write(arr)
+        checked = self.check_inputs(feeds)
+
+        def write_all() -> None:
+            for name, arr in checked.items():
+                self._in_bufs[name].write(arr)
+
+        self._native_call("setting the inputs", write_all)
 
     def invoke(self) -> None:
-        self._model.run_by_name(self._signature, self._in_bufs, self._out_bufs)
+        self._native_call("inference", lambda: self._model.run_by_name(self._signature, self._in_bufs, self._out_bufs))
         if self._gpu:
             # The GPU accelerator may return before the work is done: reading the outputs back synchronises,
             # so timings of invoke() include the GPU work (as our delegate's blocking read does).
             self._last_outputs = self.get_outputs()
 
     def get_outputs(self) -> dict[str, np.ndarray]:
-        out = {}
-        for name, spec in self.outputs.items():
-            n = int(np.prod(spec.shape, dtype=np.int64))
-            out[name] = self._out_bufs[name].read(n, spec.dtype).reshape(spec.shape)
-        return out
+        def read_all() -> dict[str, np.ndarray]:
+            out = {}
+            for name, spec in self.outputs.items():
+                n = int(np.prod(spec.shape, dtype=np.int64))
+                out[name] = self._out_bufs[name].read(n, spec.dtype).reshape(spec.shape)
+            return out
+
+        return self._native_call("reading the outputs", read_all)
 
     def close(self) -> None:
         self._in_bufs, self._out_bufs = {}, {}
@@ -249,8 +293,10 @@ class CompiledModelRunner(ModelRunner):
 def open_runner(path: Path, options: BackendOptions | None = None, signature: str = "serving_default",
                 content: bytes | None = None) -> ModelRunner:
     """Load the .tflite at ``path`` (or the in-memory ``content``, ``path`` then only names it) on
-    ``options.name``; one-line errors for missing files and unavailable backends."""
+    ``options.name``; one-line errors for missing files, invalid models (:mod:`sdlite.model_check`, before the
+    runtime sees the file) and unavailable backends."""
     options = options or BackendOptions()
-    info = model_info_from_bytes(content, str(path)) if content is not None else read_model_info(Path(path))
+    label = Path(path).name
+    info = validate_model(content=content, label=label) if content is not None else validate_model(path, label=label)
     cls = CompiledModelRunner if options.name.startswith("litert-") else InterpreterRunner
     return cls(Path(path), options, info, signature, content)

@@ -1,7 +1,7 @@
 """Read-only facts about a .tflite flatbuffer: ops, tensors, weights, custom ops, activation liveness.
 
-Reads through the flatbuffer *reader* API over an ``mmap`` (no object-API unpacking), so inspecting a
-1.7 GB UNet costs neither the copy nor the time of unpacking its weights. Only the main subgraph
+Reads through :mod:`sdlite.flatbuffer_verify`'s verifying parser over an ``mmap`` (no object-API unpacking, weights
+never read), so inspecting a 1.7 GB UNet costs neither the copy nor the time of unpacking its weights. Only the main subgraph
 (subgraph 0, what ``serving_default`` runs for SD models) is described.
 """
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 import mmap
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from sdlite.errors import SdliteError
+from sdlite.flatbuffer_verify import Table
 
 # TensorType enum value -> numpy dtype name (schema.fbs order).
 _TENSOR_TYPES = {
@@ -23,8 +24,10 @@ _TENSOR_TYPES = {
     17: "int4", 18: "bfloat16",
 }
 FUSED_OP_PREFIX = "Sd"
+CUSTOM_CODE = 32  # BuiltinOperator.CUSTOM
 
 
+@lru_cache(maxsize=1)
 def _builtin_names() -> dict[int, str]:
     from ai_edge_litert import schema_py_generated as S
 
@@ -110,9 +113,12 @@ class ModelInfo:
 
 
 def read_model_info(path: Path) -> ModelInfo:
-    """Describe the main subgraph of the .tflite at ``path`` (one-line :class:`SdliteError` on bad files)."""
-    from ai_edge_litert import schema_py_generated as S
+    """Describe the main subgraph of the .tflite at ``path`` (one-line :class:`SdliteError` on bad files).
 
+    The flatbuffer is verified as it is read (:mod:`sdlite.flatbuffer_verify`), so a truncated or corrupt file is an
+    error here, never an exception from a reader; the full validation (indices, shapes, fused ops) is
+    :mod:`sdlite.model_check`.
+    """
     path = Path(path)
     if not path.is_file():
         raise SdliteError(f"model file not found: {path}")
@@ -122,69 +128,71 @@ def read_model_info(path: Path) -> ModelInfo:
         except ValueError:
             raise SdliteError(f"{path} is empty, not a .tflite model") from None
     try:
-        if len(mm) < 8 or bytes(mm[4:8]) != b"TFL3":
-            raise SdliteError(f"{path} is not a .tflite model (no TFL3 identifier)")
-        return _describe(S, path, mm)
+        return _describe_checked(path, mm)
     finally:
         mm.close()
 
 
 def model_info_from_bytes(content: bytes, label: str = "<memory>") -> ModelInfo:
     """Like :func:`read_model_info` for an in-memory model (``label`` stands in for the path)."""
-    from ai_edge_litert import schema_py_generated as S
-
-    if len(content) < 8 or content[4:8] != b"TFL3":
-        raise SdliteError(f"{label} is not a .tflite model (no TFL3 identifier)")
-    return _describe(S, Path(label), content)
+    return _describe_checked(Path(label), content)
 
 
-def _describe(S, path: Path, mm: mmap.mmap | bytes) -> ModelInfo:  # noqa: N803 (schema module)
-    model = S.Model.GetRootAs(mm, 0)
-    if model.SubgraphsLength() < 1:
+def _describe_checked(path: Path, buf: mmap.mmap | bytes) -> ModelInfo:
+    from sdlite.flatbuffer_verify import FlatbufferError, parse_model_buffer
+
+    try:
+        model = parse_model_buffer(buf)
+    except FlatbufferError as exc:
+        raise SdliteError(exc.about(path)) from None
+    try:
+        return describe(model, path, len(buf))
+    except (IndexError, KeyError) as exc:  # indices a well-formed flatbuffer may still get wrong
+        raise SdliteError(f"{path}: inconsistent model ({type(exc).__name__}: {exc})") from None
+
+
+def describe(model: Table, path: Path, file_bytes: int) -> ModelInfo:
+    """:class:`ModelInfo` of a verified ``Model`` table (:func:`sdlite.flatbuffer_verify.parse_model_buffer`)."""
+    subgraphs = model.get(8, [])
+    if not subgraphs:
         raise SdliteError(f"{path} has no subgraph")
     names = _builtin_names()
     codes: list[tuple[str, bool]] = []
-    for i in range(model.OperatorCodesLength()):
-        oc = model.OperatorCodes(i)
-        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-        if code == S.BuiltinOperator.CUSTOM:
-            codes.append(((oc.CustomCode() or b"").decode("utf-8", "replace"), True))
+    for oc in model.get(6, []):
+        code = max(oc.get(10, 0), oc.get(4, 0))
+        if code == CUSTOM_CODE:
+            codes.append((oc.get(6, ""), True))
         else:
             codes.append((names.get(code, f"BUILTIN_{code}"), False))
-    buffer_bytes: list[int] = []
-    for i in range(model.BuffersLength()):
-        buf = model.Buffers(i)
-        size = buf.DataLength()
-        if size == 0 and buf.Offset() > 1:
-            size = buf.Size()
-        buffer_bytes.append(int(size))
-    sg = model.Subgraphs(0)
+    buffer_bytes = [buffer_size(b) for b in model.get(12, [])]
+    sg = subgraphs[0]
     tensors = []
-    for i in range(sg.TensorsLength()):
-        t = sg.Tensors(i)
-        b = t.Buffer()
-        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+    for i, t in enumerate(sg.get(4, [])):
+        b = t.get(8, 0)
         const = 0 < b < len(buffer_bytes) and buffer_bytes[b] > 0
-        tensors.append(TensorInfo(i, (t.Name() or b"").decode("utf-8", "replace"), shape,
-                                  _TENSOR_TYPES.get(t.Type(), f"type{t.Type()}"), b, const))
+        ttype = t.get(6, 0)
+        tensors.append(TensorInfo(i, t.get(10, ""), tuple(t.get(4, ())), _TENSOR_TYPES.get(ttype, f"type{ttype}"), b,
+                                  const))
     ops = []
-    for i in range(sg.OperatorsLength()):
-        op = sg.Operators(i)
-        name, custom = codes[op.OpcodeIndex()]
-        ins = tuple(int(x) for x in op.InputsAsNumpy()) if op.InputsLength() else ()
-        outs = tuple(int(x) for x in op.OutputsAsNumpy()) if op.OutputsLength() else ()
-        ops.append(OpInfo(i, name, custom, ins, outs))
-    signatures = tuple(
-        (model.SignatureDefs(i).SignatureKey() or b"").decode() for i in range(model.SignatureDefsLength())
-    )
+    for i, op in enumerate(sg.get(10, [])):
+        name, custom = codes[op.get(4, 0)]
+        ops.append(OpInfo(i, name, custom, tuple(op.get(6, ())), tuple(op.get(8, ()))))
     return ModelInfo(
         path=path,
-        file_bytes=len(mm),
+        file_bytes=file_bytes,
         ops=tuple(ops),
         tensors=tuple(tensors),
-        inputs=tuple(int(x) for x in sg.InputsAsNumpy()) if sg.InputsLength() else (),
-        outputs=tuple(int(x) for x in sg.OutputsAsNumpy()) if sg.OutputsLength() else (),
+        inputs=tuple(sg.get(6, ())),
+        outputs=tuple(sg.get(8, ())),
         weight_bytes=sum(buffer_bytes),
-        num_subgraphs=model.SubgraphsLength(),
-        signatures=signatures,
+        num_subgraphs=len(subgraphs),
+        signatures=tuple(sd.get(8, "") for sd in model.get(18, [])),
     )
+
+
+def buffer_size(b: Table) -> int:
+    """Bytes of data of a ``Buffer`` table: inline, or at (offset, size) after the flatbuffer (large models)."""
+    start, n = b.get(4, (0, 0))
+    if n == 0 and b.get(6, 0) > 1:
+        return int(b.get(8, 0))
+    return int(n)

@@ -1,6 +1,6 @@
 """Attention kernel build variants on one queue (pyopencl, cl_lab.py): the library's row-wise flash kernels at
 SD1.5's long self-attention shapes, as the delegate builds them, with exp2 -> native_exp2, and with extra
-row-wise instantiations appended (ATR_INSTANTIATE: suffix, D, RM, RW, NS, KS, DB, LZ, QL; ops/attention/opencl.cl
+row-wise instantiations appended (ATR_INSTANTIATE: suffix, D, RM, RW, NS, KS, DB, LZ, QL; ops/attention/gpu.kern
 documents them). Device ms per launch (median of --runs) and TFLOP/s (4 * Sq * Sk * D * heads); every variant
 is checked against a float64 numpy reference on the first 256 query rows before it is timed.
 
@@ -16,6 +16,12 @@ the two launches' device time summed.
 --small: the short-sequence shapes (cross-attention with 77 keys, the 16x16 / 8x8 levels), b1 and b2, through every
 kernel family that can run them (the tiled d*/r* tilings, "dyn", and the one-row-per-work-group fallback
 attn_flash), to check the op's per-shape pick.
+
+--baseline FILE (with the default run, --small or --xs): every library kernel also built from FILE, the attention
+program of another checkout, and timed on the same data in the same run ("base ..." rows): a kernel source change
+against the code it replaced. FILE from that checkout's root:
+    python3 -c "import sys; sys.path.insert(0, 'scripts/h200'); from cl_lab import attention_source; \
+print(attention_source())" > FILE
 """
 from __future__ import annotations
 
@@ -40,9 +46,10 @@ EXTRA = {  # session 14: the head-dim split (DS = 2) at d40 with 4 and 3 rows pe
 
 
 def extra_source(lines: Iterable[str]) -> str:
-    """The library source with ATR_INSTANTIATE(line) appended for each of `lines` (EXTRA / XS_EXTRA entries)."""
+    """The library source with ATR_INSTANTIATE(line) appended for each of `lines` (EXTRA / XS_EXTRA entries; the
+    macro stays defined to the end of the program)."""
     extra = "\n".join(f"ATR_INSTANTIATE({line})" for line in lines)
-    return lib_source().replace("#undef ATR_INSTANTIATE", extra + "\n#undef ATR_INSTANTIATE")
+    return lib_source() + "\n" + extra + "\n"
 
 
 def extra_geometry(line: str) -> tuple[str, int, int]:
@@ -169,8 +176,10 @@ SMALL_SHAPES = [(f"b{n} {lvl} {kind} {sq}x{sk} d{d}", n, sq, sk, 8, d)
 QUICK_SMALL_SHAPES = [("quick cross d40", 1, 100, 77, 2, 40), ("quick self d160", 1, 40, 40, 2, 160)]
 
 
-def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
-    prog = lab.program(lib_source())
+def run_small(lab: Lab, shapes: list, runs: int, baseline: str = "") -> list[dict]:
+    progs = {"": lab.program(lib_source())}
+    if baseline:
+        progs["base "] = lab.program(baseline)
     rng = np.random.default_rng(1)
     i32 = np.int32
     rows = []
@@ -184,17 +193,18 @@ def run_small(lab: Lab, shapes: list, runs: int) -> list[dict]:
         for kname, bq, nt in SMALL_KERNELS[d]:
             if kname.startswith("attn_short") and sk > 80:
                 continue
-            kern = lab.cl.Kernel(prog, kname)
-            kern.set_args(o_d, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(sq), i32(sk), i32(heads), i32(d),
-                          np.float32(1.0 / np.sqrt(d)), i32(0))
-            grid = (-(-sq // bq) * heads * n * nt,)
+            for label, prog in progs.items():
+                kern = lab.cl.Kernel(prog, kname)
+                kern.set_args(o_d, i32(0), qd, i32(0), kd, i32(0), vd, i32(0), i32(sq), i32(sk), i32(heads), i32(d),
+                              np.float32(1.0 / np.sqrt(d)), i32(0))
+                grid = (-(-sq // bq) * heads * n * nt,)
 
-            def launch(kern=kern, grid=grid, nt=nt):
-                return [lab.launch(kern, grid, (nt,))]
+                def launch(kern=kern, grid=grid, nt=nt):
+                    return [lab.launch(kern, grid, (nt,))]
 
-            row = measure(lab, launch, (o_d, q.shape), ref, runs, name, kname)
-            if row:
-                rows.append(row)
+                row = measure(lab, launch, (o_d, q.shape), ref, runs, name, label + kname)
+                if row:
+                    rows.append(row)
     return rows
 
 
@@ -230,14 +240,17 @@ def time_flash(lab: Lab, rng: np.random.Generator, name: str, s: int, heads: int
     return rows
 
 
-def run(lab: Lab, shapes: list, runs: int) -> list[dict]:
+def run(lab: Lab, shapes: list, runs: int, baseline: str = "") -> list[dict]:
     src = lib_source()
     builds = {"lib": (src, ""), "native_exp2": (src, "-Dexp2=native_exp2"),
               "extra": (extra_source(x for lines in EXTRA.values() for x in lines), "")}
+    if baseline:
+        builds["base"] = (baseline, "")
     rng = np.random.default_rng(1)
     rows = []
     for name, s, heads, d, tiling, bq, nt in shapes:
         variants = [("lib", tiling, bq, nt), ("native_exp2", tiling, bq, nt)]
+        variants += [("base", tiling, bq, nt)] if baseline else []
         variants += [("extra", *extra_geometry(line)) for line in EXTRA[tiling]]
         rows += time_flash(lab, rng, name, s, heads, d,
                            [(f"{b} attn_flash_{t}", *builds[b], t, vbq, vnt) for b, t, vbq, vnt in variants], runs)
@@ -262,7 +275,7 @@ XS_SHAPES = [(f"b{n} {s}x{s} d{d}", s, 8 * n, d) for d, s in ((40, 4096), (80, 1
 QUICK_XS_SHAPES = [("quick d40", 256, 2, 40), ("quick d80", 128, 2, 80), ("quick d160", 64, 2, 160)]
 
 
-def run_xs(lab: Lab, shapes: list, runs: int, nv: bool) -> list[dict]:
+def run_xs(lab: Lab, shapes: list, runs: int, nv: bool, baseline: str = "") -> list[dict]:
     """Library tilings (local-memory exchange, and with -DSDGPU_NV_PTX=1 when `nv`) and XS_EXTRA (the NV build when
     `nv`, else the local-memory build: PoCL checks the instantiations' results)."""
     src = lib_source()
@@ -274,6 +287,11 @@ def run_xs(lab: Lab, shapes: list, runs: int, nv: bool) -> list[dict]:
         variants = [(f"lib {t}", src, portable, t, bq, nt) for t, bq, nt in XS_LIB[d]]
         if nv:
             variants += [(f"nv {t}", src, nvopt, t, bq, nt) for t, bq, nt in XS_LIB[d] if t.startswith("h")]
+        if baseline:
+            variants += [(f"base lib {t}", baseline, portable, t, bq, nt) for t, bq, nt in XS_LIB[d]]
+            if nv:
+                variants += [(f"base nv {t}", baseline, nvopt, t, bq, nt) for t, bq, nt in XS_LIB[d]
+                             if t.startswith("h")]
         for line in XS_EXTRA[d]:
             t, bq, nt = extra_geometry(line)
             variants.append((f"{'nv' if nv else 'local'} {t} ({line.split(',', 1)[1].strip()})", extra,
@@ -297,8 +315,8 @@ def reqd_source(src: str) -> str:
     macro, use, rest = body.partition("ATR_INSTANTIATE(r40")  # the macro's definition ends before its first use
     if not sep or not use:
         raise ValueError("no ATR_INSTANTIATE definition and r40 instantiation in the attention source")
-    attr = "__kernel __attribute__((reqd_work_group_size((RW) * (NS) * (DS), 1, 1))) void attn_"
-    macro = macro.replace("__kernel void attn_", attr)
+    attr = "KERNEL WG_SIZE((RW) * (NS) * (DS), 1, 1) void attn_"
+    macro = macro.replace("KERNEL void attn_", attr)
     if macro.count(attr) != 4:
         raise ValueError(f"expected 4 row-wise kernels in ATR_INSTANTIATE, found {macro.count(attr)}")
     return head + sep + macro + use + rest
@@ -324,21 +342,24 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="short-sequence shapes through every kernel family")
     ap.add_argument("--xs", action="store_true", help="head-dim split with shfl.sync exchange (NVIDIA) vs the library")
     ap.add_argument("--reqd", action="store_true", help="row-wise kernels with reqd_work_group_size vs the library")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout's attention program: its kernels timed next to the library's")
     args = ap.parse_args()
+    baseline = args.baseline.read_text() if args.baseline else ""
     lab = Lab()
     print(f"device: {lab.describe()}", flush=True)
     if args.reqd:
         rows = run_reqd(lab, QUICK_REQD_SHAPES if args.quick else REQD_SHAPES, args.runs)
     elif args.xs:
         rows = run_xs(lab, QUICK_XS_SHAPES if args.quick else XS_SHAPES, args.runs,
-                      nv="NVIDIA" in lab.dev.platform.name)
+                      nv="NVIDIA" in lab.dev.platform.name, baseline=baseline)
     elif args.small:
-        rows = run_small(lab, QUICK_SMALL_SHAPES if args.quick else SMALL_SHAPES, args.runs)
+        rows = run_small(lab, QUICK_SMALL_SHAPES if args.quick else SMALL_SHAPES, args.runs, baseline)
     elif args.splits:
         rows = run_splits(lab, QUICK_SPLIT_SHAPES if args.quick else SPLIT_SHAPES, args.runs,
                           [int(x) for x in args.splits.split(",")])
     else:
-        rows = run(lab, QUICK_SHAPES if args.quick else SHAPES, args.runs)
+        rows = run(lab, QUICK_SHAPES if args.quick else SHAPES, args.runs, baseline)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(dict(device=lab.dev.name, rows=rows), indent=1))

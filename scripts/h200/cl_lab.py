@@ -27,29 +27,41 @@ def delegate_options(options: str, nvidia: bool) -> str:
     return options
 
 
+def program_files() -> list[str]:
+    """The files of the delegate's OpenCL program in order (paths relative to custom_ops/): the kernel dialect's
+    prelude, the portable kernels (gpu/kernel_sources.txt), then the OpenCL-only files
+    (backends/opencl/kernel_sources.txt) -- the lists CMake embeds."""
+    def listed(rel: str) -> list[str]:
+        lines = (ROOT / "custom_ops" / rel).read_text().splitlines()
+        return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+    return ["gpu/dialect/prelude.h", *listed("gpu/kernel_sources.txt"), *listed("backends/opencl/kernel_sources.txt")]
+
+
 def lib_source(through: str = "") -> str:
-    """The OpenCL files the delegate embeds, concatenated in the build's order (custom_ops/opencl_kernels.txt, which
-    CMake and Bazel read); with `through` (a path as the list names it, e.g. GEMM_SOURCES_END) only the files up to
-    and including that one: a GEMM lab then does not wait for NVIDIA's compiler to build the attention and Winograd
-    kernels too (the whole library took 90-120 s on an H100)."""
-    text = (ROOT / "custom_ops" / "opencl_kernels.txt").read_text()
-    files = [f for f in (re.sub(r"#.*", "", line).strip() for line in text.splitlines()) if f]
+    """The delegate's OpenCL program source, as CMake embeds it; with `through` (a path as the lists name it, e.g.
+    GEMM_SOURCES_END) only the files up to and including that one: a GEMM lab then does not wait for NVIDIA's
+    compiler to build the attention and Winograd kernels too (the whole library took 90-120 s on an H100)."""
+    files = program_files()
     if through:
         if through not in files:
-            raise ValueError(f"lib_source: {through!r} is not one of the build's kernel files {files}")
+            raise ValueError(f"lib_source: {through!r} is not one of the program's files {files}")
         files = files[: files.index(through) + 1]
-    return "\n".join((ROOT / "custom_ops" / f).read_text() for f in files)
-
-
-GEMM_SOURCES_END = "backends/opencl/kernels/gemm_tiled.cl"  # lib_source(through=...) for GEMM-only labs
-ATTENTION_FILE = "ops/attention/opencl.cl"
-NV_PTX_FILE = "backends/opencl/kernels/nv_ptx.cl"  # the NVIDIA-only primitives the attention's PTX paths call
+    texts = [(ROOT / "custom_ops" / f).read_text().replace("#pragma once", "") for f in files]
+    return "#define SD_API_OPENCL 1\n" + "\n".join(texts)
 
 
 def attention_source() -> str:
-    """The attention op's kernels alone, after the NVIDIA-only primitives they call (not the GEMM / Winograd files,
-    which NVIDIA's compiler takes long to build)."""
-    return "\n".join((ROOT / "custom_ops" / f).read_text() for f in (NV_PTX_FILE, ATTENTION_FILE))
+    """The attention op's kernels, after what they call: the delegate's program up to the NVIDIA-only attention file
+    (the dialect's prelude, the portable kernels with ops/attention/gpu.kern, the NVIDIA-only primitives and
+    attention kernels), without the GEMM / Winograd files, which NVIDIA's compiler takes long to build."""
+    return lib_source(through=ATTENTION_NV_FILE)
+
+
+GEMM_SOURCES_END = "gpu/kernels/gemm_tiled.kern"  # lib_source(through=...) for GEMM-only labs
+ATTENTION_FILE = "ops/attention/gpu.kern"  # the portable attention kernels (gpu/kernel_sources.txt)
+ATTENTION_NV_FILE = "backends/opencl/nvidia/attention_nv.cl"  # the NVIDIA-only ones (OpenCL-only list)
+NV_PTX_FILE = "backends/opencl/kernels/nv_ptx.cl"  # the NVIDIA-only primitives the attention's PTX paths call
 
 
 class Lab:

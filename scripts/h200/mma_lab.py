@@ -1,5 +1,5 @@
 """3xTF32 tensor-core GEMM lab (mma_gemm.cl, inline PTX mma.sync; NVIDIA OpenCL only) next to the library's tiled
-fp32 GEMMs (gemm_tiled.cl) on SD1.5's FULLY_CONNECTED shapes, same data: device ms (median of --runs), TFLOP/s
+fp32 GEMMs (gemm_tiled.kern) on SD1.5's FULLY_CONNECTED shapes, same data: device ms (median of --runs), TFLOP/s
 (2 M N K), and the max relative error against a float64 reference of the first 256 rows. A feasibility
 measurement for a tensor-core path; the delegate does not use these kernels.
 

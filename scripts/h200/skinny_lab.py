@@ -12,7 +12,7 @@ Experiments (one per flag, else the full configuration sweep):
   --rsplit   rows shared by RSPLIT work-items, and the kernel without its B loads (NOLOAD) / FMAs (NOMATH);
   --waves    the 16x16 F4 1280 -> 1280 GEMM at 6 .. 72 batch GEMMs (36 is the real one): does the time grow in
              steps of whole waves of work-groups (lib, and gemm_sv with / without loads or FMAs)?
-  --v4       the library's float4-column skinny kernel (gemm_s16x<CW>, gemm_tiled.cl) at other CW / KL / KC / PF / RS
+  --v4       the library's float4-column skinny kernel (gemm_s16x<CW>, gemm_tiled.kern) at other CW / KL / KC / PF / RS
              instantiations (RS: work-items sharing a column's rows; SD_GEMM_SKINNY4 lines appended to the library
              source) and split-K 2 (the library's gemm_splitk_reduce, its time included), next to gemm_t16x64.
   --async    gemm_a16x<CW> (NVIDIA only: B rows streamed by cp.async into a per-work-item ring of PD x NG local
@@ -253,7 +253,7 @@ class Shape:
 
 
 def bind_lib_gemm(kern, s: Shape, splits: int, ksplit: int) -> None:
-    """Binds the library GEMM parameters (gemm_tiled.cl) for `s`: A row-major, U tile-major (b_half = 2), no bias,
+    """Binds the library GEMM parameters (gemm_tiled.kern) for `s`: A row-major, U tile-major (b_half = 2), no bias,
     no residual; C when unsplit, else the split-K partials [batch][split][m][n] in s.p_d."""
     i32 = np.int32
     dst, scb, scs = (s.c_d, s.m * s.n, 0) if splits == 1 else (s.p_d, splits * s.m * s.n, s.m * s.n)

@@ -2,7 +2,7 @@
 // its B rows streamed by cp.async into a per-work-item ring in local memory. Measured on an H100 (BENCHMARKS
 // session 16): no faster than gemm_s16x128 at any ring depth or with U laid out work-group-major (LY 1), and
 // without its FMAs (NOMATH 1) still 94% of its own time, so the delegate does not use it; kept as the lab's record
-// of that experiment. Needs gv_finish and sd_act from the library's gemm_tiled.cl.
+// of that experiment. Needs gv_finish and sd_act from the library's gemm_tiled.kern.
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 // ---- skinny GEMM with B streamed by cp.async (NVIDIA only: inline PTX, sm_80+) -------------------------------
 // gemm_a16x<CW>: gemm_s16x<CW>'s parameters, layout and launch shape (TM = 16, RS = 1), but each work-item's next B

@@ -1,5 +1,5 @@
 // Lab variants of the Winograd transforms (wino_lab.py): A work-items per (channel, tile) instead of one.
-// Same parameters and results as ops/conv2d_winograd/opencl.cl's winograd_input_fM[_gn|_gnsilu] and
+// Same parameters and results as ops/conv2d_winograd/gpu.kern's winograd_input_fM[_gn|_gnsilu] and
 // winograd_output_fM[_sum]; appended to the library source, so the matrices and sd_act come from there.
 // Work-group (CW channels, A columns, 1 tile); global = (ceil(C/CW)*CW, A, T).
 // Input: work-item (c, l) loads column l of the tile (A pixels), applies the norm, forms BT d[:, l] (column l of

@@ -10,11 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sdconvert.cli import main
-from sdconvert.export.verify import run_tflite
 
 
 def _no_output(out: Path) -> bool:
@@ -39,17 +37,6 @@ def tiny_single_file(tmp_path_factory, tiny_modules) -> Path:
     path = tmp_path_factory.mktemp("ckpt") / "tiny-sd1.safetensors"
     st.save_file(to_ldm_state_dict(tiny_modules), str(path))
     return path
-
-
-def test_single_file_safetensors_converts(tmp_path, tiny_single_file, tiny_export):
-    out = tmp_path / "sf"
-    assert main(["--checkpoint", str(tiny_single_file), "-o", str(out), "--models", "unet,vae_decoder", "--verify", "-q"]) == 0
-    m = json.loads((out / "manifest.json").read_text())
-    assert m["source"]["kind"] == "single_file" and m["config"] == "tiny"
-    rng = np.random.default_rng(5)
-    z = {"latents": rng.standard_normal((1, 4, 8, 8), dtype=np.float32)}
-    np.testing.assert_allclose(run_tflite(out / "vae_decoder.tflite", z)["image"],
-                               run_tflite(tiny_export / "vae_decoder.tflite", z)["image"], rtol=0, atol=1e-6)
 
 
 def _edit_folder(src: Path, dst: Path, sub: str, **changes) -> Path:
@@ -151,3 +138,72 @@ def test_disk_full_during_write_leaves_nothing(tmp_path):
     assert r.stderr.strip().startswith("sdconvert: error: no space left while writing"), r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     assert _no_output(out)
+
+
+# -- outputs that would overlap or delete an input, and folders left behind (issue 34) ---------------------------
+def _source_folder(tmp_path: Path) -> Path:
+    src = tmp_path / "my-sd"
+    (src / "unet").mkdir(parents=True)
+    (src / "model_index.json").write_text("{}")
+    (src / "unet" / "diffusion_pytorch_model.safetensors").write_bytes(b"weights")
+    return src
+
+
+def _intact(src: Path) -> bool:
+    return (src / "unet" / "diffusion_pytorch_model.safetensors").read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    ("{src}", "output {src} is the input {src}; give another output folder"),
+    ("{src}/out", "output {src}/out is inside the input {src}; give a folder outside it"),
+    ("{parent}", "output {parent} contains the input {src}; replacing it would delete the input"),
+])
+def test_output_may_not_overlap_the_input(capsys, tmp_path, out, message):
+    src = _source_folder(tmp_path)
+    out = out.format(src=src, parent=tmp_path)
+    rc = main([str(src), "-o", out, "--overwrite", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"sdconvert: error: {message.format(src=src, parent=tmp_path)}\n"
+    assert _intact(src) and sorted(p.name for p in tmp_path.iterdir()) == ["my-sd"]
+
+
+def test_overwrite_replaces_only_sdconvert_outputs(capsys, tmp_path):
+    out = tmp_path / "photos"
+    out.mkdir()
+    (out / "cat.jpg").write_bytes(b"jpg")
+    rc = main(["--random-weights", "tiny", "-o", str(out), "--overwrite", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == (f"sdconvert: error: output {out} is a folder with other files (no manifest.json), not an "
+                               "sdconvert output; refusing to replace it\n")
+    assert (out / "cat.jpg").read_bytes() == b"jpg"
+
+
+def test_failed_conversion_leaves_no_parent_folders(capsys, tmp_path):
+    out = tmp_path / "a" / "b" / "c"
+    rc = main([str(tmp_path / "no-such-model"), "-o", str(out), "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("sdconvert: error: ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_optimize_leaves_no_parent_folders(capsys, tiny_export, tmp_path):
+    from sdconvert.optimize_cli import main as optimize_main
+
+    src = tmp_path / "export"
+    shutil.copytree(tiny_export, src)
+    (src / "vae_decoder.tflite").write_bytes((tiny_export / "vae_decoder.tflite").read_bytes()[:5000])
+    rc = optimize_main([str(src), "--fuse", "-q", "-o", str(tmp_path / "x" / "y" / "fused")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"sdconvert optimize: error: {src / 'vae_decoder.tflite'}: corrupt flatbuffer: ")
+    assert err.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]
+
+
+def test_optimize_output_inside_its_input_folder_is_refused(capsys, tiny_export, tmp_path):
+    from sdconvert.optimize_cli import main as optimize_main
+
+    rc = optimize_main([str(tiny_export), "--fuse", "-o", str(tiny_export / "fused")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == (f"sdconvert optimize: error: output {tiny_export / 'fused'} is inside the input "
+                               f"{tiny_export}; give a folder outside it\n")
+    assert not (tiny_export / "fused").exists()

@@ -69,7 +69,8 @@ def test_invalid_options_are_listed_and_exit_1(tmp_path, capsys):
     path = _fused_model(tmp_path / "m.tflite", gelu_options=bad)
     assert main([str(path)]) == 1
     cap = capsys.readouterr()
-    assert "SdGelu INVALID: SdGelu: approximate must be one of" in cap.out
+    # the delegate's own reason: what the runtime says when it refuses this op
+    assert "SdGelu INVALID: SdGelu: attribute 'approximate' = 'cubic' is not one of none|tanh|quick" in cap.out
     assert "1 fused op(s) with invalid options" in cap.err
 
 
@@ -95,3 +96,48 @@ def test_inspect_a_fused_tiny_model(tiny_export, tmp_path, capsys):
     assert info["histogram"]["SdAttention"] == 2 and info["histogram"]["SdGelu"] == 2
     assert all(f["attrs"]["causal"] for f in info["fused"] if f["op"] == "SdAttention")
     assert np.prod(info["fused"][0]["outputs"][0]) > 0
+
+
+def test_inspect_a_folder(tiny_export, tmp_path, capsys):
+    """A conversion's output folder is inspected model by model (it used to say "no such file")."""
+    assert main([str(tiny_export)]) == 0
+    out = capsys.readouterr().out
+    headers = [line.split(":")[0] for line in out.splitlines() if line.endswith(" ops") and "bytes" in line]
+    assert headers == [str(tiny_export / f"{n}.tflite") for n in ("text_encoder", "unet", "vae_decoder", "vae_encoder")]
+    assert main([str(tiny_export), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["folder"] == str(tiny_export) and data["invalid_fused"] == 0
+    assert [Path(m["file"]).name for m in data["models"]] == [Path(h).name for h in headers]
+    assert main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"sdconvert inspect: error: {tmp_path}: folder has no .tflite files\n"
+    assert main([str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err == f"sdconvert inspect: error: {tmp_path / 'nothing'}: no such file or folder\n"
+
+
+def test_a_closed_pipe_ends_quietly(tiny_export):
+    """`sdconvert inspect ... | head`: the reader leaves early; no BrokenPipeError traceback, exit status 141."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from sdconvert.cli import main; sys.exit(main())",
+                             "inspect", str(tiny_export / "unet.tflite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child writes anything: its first write finds no reader
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""
+
+
+def test_without_the_native_library_options_are_judged_by_opspec(tmp_path, capsys, monkeypatch):
+    """No delegate built: the fused ops' options are still checked (``OpSpec.decode``, which the C++ parsers mirror),
+    and inspect says that the shape rules were not applied."""
+    from flatbuffers import flexbuffers
+
+    import sdlite.model_check
+
+    monkeypatch.setattr(sdlite.model_check, "native_op_checker", lambda: (None, "not checked: no library"))
+    path = _fused_model(tmp_path / "m.tflite", gelu_options=bytes(flexbuffers.Dumps({"approximate": "cubic"})))
+    assert main([str(path)]) == 1
+    cap = capsys.readouterr()
+    assert "SdGelu INVALID: SdGelu: approximate must be one of" in cap.out
+    assert "(checked by: sdconvert.ops, without shape rules (not checked: no library))" in cap.out

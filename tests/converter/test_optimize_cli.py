@@ -94,8 +94,11 @@ def test_fuse_counts_and_table_match_a_fused_conversion(tiny_export, fused_conve
     # the table sdconvert --fuse prints: "unet: N -> M ops" then one row per rule
     lines = stdout.splitlines()
     assert lines[0] == f"unet: {conv['ops_before']} -> {conv['ops_after']} ops"
-    assert lines[1:5] == [f"  {'attention':<24}{14:>6}", f"  {'gelu':<24}{7:>6}", f"  {'group_norm':<24}{30:>6}",
-                          f"  {'layer_norm':<24}{21:>6}"]
+    fit = conv["fit_residual_max"]  # the norm rules' own numeric check: worst residual of the accepted sites
+    assert set(fit) == {"group_norm", "layer_norm"} and all(0 <= v <= 1e-6 for v in fit.values())
+    assert lines[1:5] == [f"  {'attention':<24}{14:>6}", f"  {'gelu':<24}{7:>6}",
+                          f"  {'group_norm':<24}{30:>6}   fit residual <= {fit['group_norm']:.1e}",
+                          f"  {'layer_norm':<24}{21:>6}   fit residual <= {fit['layer_norm']:.1e}"]
     assert "Winograd plan" not in stdout
     hist = read_model_info(out).op_histogram
     assert {op: hist.get(op, 0) for op in FUSED_OPS} == _fused_ops(TINY_UNET_SITES)
@@ -182,6 +185,24 @@ def test_conversion_releases_torch_module_before_graph_and_tflite(fused_conversi
     assert fused_conversion["manifest"]["parity"][0]["rel"] <= 1e-4
 
 
+def test_fused_conversion_verify_records_the_per_op_table(fused_conversion):
+    """``sdconvert --fuse --winograd 4 --verify``: one row per Sd* op of the written UNet in the manifest, each with
+    its CPU error against the unfused graph; the unfused copy the check needed is gone."""
+    m = fused_conversion["manifest"]
+    table = m["op_errors"]["unet"]
+    hist = m["models"]["unet"]["op_histogram"]
+    counts: dict[str, int] = {}
+    for row in table["rows"]:
+        counts[row["op"]] = counts.get(row["op"], 0) + 1
+        assert "problem" not in row and row["errors"]["cpu"]["rel"] <= 2e-5, row
+    assert counts == {op: n for op, n in hist.items() if op.startswith("Sd")}
+    assert counts == {**_fused_ops(TINY_UNET_SITES), "SdConv2DWinograd": 26}
+    assert table["backends"] == ["cpu"] and table["end_to_end"]["cpu"]["noise_pred"]["rel"] <= 1e-4
+    assert [s["stage"] for s in m["stages"]] == ["load", "export unet", "graph unet", "op check unet", "verify unet"]
+    assert sorted(p.name for p in fused_conversion["out"].iterdir()) == [
+        "conversion.log", "manifest.json", "scheduler", "tokenizer", "unet.tflite"]
+
+
 # ---------------------------------------------------------------- errors: one line on stderr, exit 2, nothing written
 
 def _one_line_error(rc: int, stdout: str, stderr: str, needle: str) -> None:
@@ -239,6 +260,9 @@ def test_in_place_with_overwrite(tiny_export, tmp_path):
     (("--winograd", "4", "--target", "litert"), "--winograd emits SdConv2DWinograd custom ops"),
     (("--fuse", "--device-profile", "toaster"), "unknown device profile 'toaster'"),
     (("--winograd", "auto", "--memory-budget", "lots"), "--memory-budget: cannot parse 'lots'"),
+    (("--fuse", "--verify-backend", "gl"), "--verify-backend applies with --verify"),
+    (("--fuse", "--verify", "--verify-backend", "cpu,vulkan"),
+     "--verify-backend takes a comma list of cpu, opencl, gl, got 'cpu,vulkan'"),
 ])
 def test_bad_options(tiny_export, tmp_path, capsys, args: tuple[str, ...], needle: str):
     rc, out, err = _optimize(capsys, str(tiny_export / "unet.tflite"), *args, "-o", str(tmp_path / "o.tflite"))

@@ -11,7 +11,7 @@ from sdconvert.export.configs import SD15, TINY
 from sdconvert.winograd.buffers import kernel_buffers, kernel_flops
 from sdconvert.winograd.convspec import ConvSpec, suitability
 from sdconvert.winograd.cost import GiB, MiB, PROFILES, estimate, get_profile, parse_bytes, runs_winograd
-from sdconvert.winograd.plan import WinogradPlan, make_plan, parse_mode
+from sdconvert.winograd.plan import WinogradPlan, make_plan, parse_mode, short_conv_name
 from sdconvert.winograd.sd_shapes import unet_convs
 
 BIG = ConvSpec("big", 1, 64, 64, 320, 320)
@@ -149,8 +149,33 @@ def test_json_round_trip_and_table() -> None:
     assert again.to_json() == data
     table = plan.format_table().splitlines()
     assert table[0].startswith("| # | conv | N x H x W |")
-    assert len([ln for ln in table[2:] if ln.startswith("| ")]) == len(specs)
+    # one row per Winograd-suitable conv; the 1x1 and stride-2 convs only counted, by reason
+    suitable = [d for d in plan.decisions if d.suitable]
+    rows = [ln for ln in table[2:] if ln.startswith("| ")]
+    assert [int(r.split("|")[1]) for r in rows] == [i for i, d in enumerate(plan.decisions) if d.suitable]
+    assert len(rows) == len(suitable) == 26
+    reasons = {}
+    for d in plan.decisions:
+        if not d.suitable:
+            reasons[d.reason] = reasons.get(d.reason, 0) + 1
+    assert reasons == {"kernel 1x1": 21, "stride 2x2": 2}
+    assert (f"not listed: 23 convs Winograd cannot replace (kernel 1x1: 21, stride 2x2: 2); they stay direct "
+            "(every conv is in the manifest's winograd plan)") in table
     assert any(ln.startswith("winograd=auto profile=h200") for ln in table)
+
+
+def test_table_names_are_short() -> None:
+    """TFLite tensor names (~300 characters) shortened to their innermost module scopes."""
+    long = ("sdconvert.export.wrappers.UNet/diffusers.models.unets.unet_2d_condition.UNet2DConditionModel_unet/"
+            "diffusers.models.unets.unet_2d_blocks.CrossAttnDownBlock2D_0/diffusers.models.resnet.ResnetBlock2D_0/"
+            "torch.nn.modules.conv.Conv2d_conv1;2")
+    assert short_conv_name(long) == ".../CrossAttnDownBlock2D_0/ResnetBlock2D_0/Conv2d_conv1"
+    assert short_conv_name("sdconvert.export.wrappers.VaeDecoder/torch.nn.modules.conv.Conv2d_conv_in;2") == (
+        "VaeDecoder/Conv2d_conv_in")
+    assert short_conv_name("down_blocks.0.resnets.0.conv1") == "down_blocks.0.resnets.0.conv1"  # no class: kept
+    plan = make_plan([ConvSpec(long, 1, 8, 8, 32, 32)], "4", "h200")
+    assert "| .../CrossAttnDownBlock2D_0/ResnetBlock2D_0/Conv2d_conv1 | 1x8x8 |" in plan.format_table()
+    assert max(len(line) for line in plan.format_table().splitlines()[:3]) < 150
 
 
 def test_user_errors() -> None:

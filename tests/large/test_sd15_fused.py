@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 from sdconvert.cli import main
 from sdconvert.export.configs import SD15
@@ -29,7 +30,7 @@ def test_sd15_unet_fp32_fused_winograd_auto(tmp_path_factory, capfd):
     out = tmp_path_factory.mktemp("sd15-fused") / "sd15-unet-fused"
     rc = main(["--random-weights", "sd15", "--models", "unet", "--fuse", "--winograd", "auto", "--verify",
                "-o", str(out)])
-    _, err = capfd.readouterr()
+    out_text, err = capfd.readouterr()
     assert rc == 0, err[-3000:]
     m = json.loads((out / "manifest.json").read_text())
     unet = m["models"]["unet"]
@@ -95,7 +96,21 @@ def test_sd15_unet_fp32_fused_winograd_auto(tmp_path_factory, capfd):
     assert len(re.findall(r"^\| \d+ \| ", err, flags=re.M)) == len(convs)
     assert f"winograd=auto profile=adreno740 convs={len(convs)}" in err
 
+    # the per-op table (issue #38): a row for every Sd* op and Winograd conv of the written UNet, each op's own error
+    # against the unfused graph on the delegate's CPU kernels, and the GroupNorm / LayerNorm rules' fit residuals
+    table = m["op_errors"]["unet"]
+    rows = table["rows"]
+    assert Counter(r["op"] for r in rows) == {op: n for op, n in unet["op_histogram"].items() if op.startswith("Sd")}
+    assert all("problem" not in r and r["errors"]["cpu"]["rel"] <= FP32_TOLERANCE for r in rows)
+    assert sum("fit_residual" in r for r in rows) == 61 + 48
+    assert all(re.fullmatch(r"F[246]", r["detail"]) for r in rows if r["op"] == "SdConv2DWinograd")
+    assert table["end_to_end"]["cpu"]["noise_pred"]["rel"] <= FP32_TOLERANCE
+    worst = max(rows, key=lambda r: r["errors"]["cpu"]["rel"])
+    print(f"  per-op: worst #{worst['index']} {worst['op']} {worst['detail']} {worst['location']} "
+          f"rel {worst['errors']['cpu']['rel']:.2e}")
+    assert "unet on cpu: whole model noise_pred rel " in out_text
+
     stages = {s["stage"]: s for s in m["stages"]}
-    assert {"export unet", "graph unet", "verify unet"} <= set(stages)
+    assert {"export unet", "graph unet", "op check unet", "verify unet"} <= set(stages)
     print("  stages: " + ", ".join(f"{k} {v['seconds']:.0f} s (peak {v['peak_rss_mb'] / 1024:.1f} GiB)"
                                     for k, v in stages.items()))

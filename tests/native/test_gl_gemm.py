@@ -1,15 +1,22 @@
-"""GEMM-shaped ops on the GL backend (llvmpipe in CI) vs float64 NumPy, where GL differs from OpenCL: the GLSL
-tiled GEMM's tile configs with split-K (the gemm_tiles option), and half-stored weights read as 32-bit words. The tests
-every GPU backend shares (transposed / broadcast operands, convs, Winograd transforms) are in test_gpu_gemm.py."""
+"""GEMM-shaped ops on the GL backend (llvmpipe in CI) vs float64 NumPy, where GL differs from OpenCL: half-stored
+weights read as 32-bit words, and devices smaller than llvmpipe. GL ES 3.1 guarantees only 16 KiB of shared memory,
+128 invocations per work-group and 4 storage blocks per compute shader, and phones sit near those minimums; the
+delegate option gl_limits makes llvmpipe report such limits, and the planner must then pick only kernels the device
+can run (never a failed launch). The tests every GPU backend shares (tile configs, split-K, convs, Winograd, tuner)
+are in test_gpu_gemm.py."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+from ai_edge_litert.interpreter import load_delegate
 
-from harness import assert_close, run
-from tflite_gemm_models import fully_connected_model, fully_connected_ref
-
-TILE_CONFIGS = ("64x64", "128x64", "128x128")
+from harness import assert_close, make_interpreter, run
+from sdlite import native
+from test_opencl_layer_norm_fold import _model as layer_norm_model, _want as layer_norm_want
+from tflite_gemm_models import conv2d_model, conv2d_ref, fully_connected_model, fully_connected_ref
 
 
 def _run(model: bytes, inputs: dict[str, np.ndarray], **opts) -> np.ndarray:
@@ -19,14 +26,8 @@ def _run(model: bytes, inputs: dict[str, np.ndarray], **opts) -> np.ndarray:
     return result.outputs["y"]
 
 
-@pytest.mark.parametrize("config", [*TILE_CONFIGS, "64x64/3", "128x128/2"])
-@pytest.mark.parametrize("m,k,n", [(128, 64, 128), (70, 37, 45), (3, 200, 130)])
-def test_fully_connected_every_tile_config_and_split(rng, config, m, k, n):
-    x = rng.standard_normal((1, m, k)).astype(np.float32)
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32)
-    got = _run(fully_connected_model(x.shape, w, b, "relu"), {"x": x}, gemm_tiles=config)
-    assert_close(got, fully_connected_ref(x, w, b, "relu"), rtol=1e-5)
+def _kernels(profile: Path) -> list[str]:
+    return [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]]
 
 
 @pytest.mark.parametrize("n,k", [(72, 96), (33, 37)])
@@ -41,3 +42,101 @@ def test_weights_fp16_reads_half_words(rng, n, k):
     fp32 = fully_connected_ref(x, w, b)
     err = float(np.abs(got - fp32).max() / np.abs(fp32).max())
     assert 1e-5 < err < 2e-3, err  # it really is half storage
+
+
+def test_a_16_kib_device_gets_no_kernel_with_more_local_memory(rng, tmp_path):
+    """A few rows plan on the skinny gemm_t16x64 (20736 bytes of shared memory); with the ES 3.1 minimum of 16 KiB the
+    same FC plans on a tile config that fits (gemm_t128x128, 16896 bytes, is out too) and computes the same."""
+    x = rng.standard_normal((1, 9, 200)).astype(np.float32)
+    w = rng.standard_normal((256, 200)).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    model, want = fully_connected_model(x.shape, w, b, "relu"), fully_connected_ref(x, w, b, "relu")
+    for limits, skinny in ((None, True), ("shared_bytes=16384", False)):
+        profile = tmp_path / f"{skinny}.json"
+        opts = {"gl_limits": limits} if limits else {}
+        got = _run(model, {"x": x}, profile_path=str(profile), gemm_autotune=False, **opts)
+        assert_close(got, want, rtol=1e-5)
+        kernels = _kernels(profile)
+        assert kernels and ("gemm_t16x64" in kernels) == skinny, kernels
+        assert "gemm_t128x128" not in kernels
+
+
+def test_a_16_kib_device_tunes_only_configs_that_fit(rng):
+    """The tuner's candidates come from the same planner: every one it launches must fit the device (a failed launch
+    would fail the invoke)."""
+    x = rng.standard_normal((1, 300, 600)).astype(np.float32)
+    w = rng.standard_normal((200, 600)).astype(np.float32)
+    got = _run(fully_connected_model(x.shape, w, None), {"x": x}, gemm_autotune=True,
+               gl_limits="shared_bytes=16384,invocations=128")
+    assert_close(got, fully_connected_ref(x, w, None), rtol=1e-5)
+
+
+def test_a_128_invocation_device_runs_the_128_thread_configs(rng, tmp_path):
+    """GL ES 3.1 guarantees 128 invocations per work-group: FCs and convs then plan on the 16 x 8 instances (n128), the
+    split-K reduce launches 16 x 8 work-groups, and the results match."""
+    x = rng.standard_normal((16, 4096)).astype(np.float32)  # one output tile, K = 4096: the cost model splits K
+    w = rng.standard_normal((16, 4096)).astype(np.float32)
+    profile = tmp_path / "fc.json"
+    got = _run(fully_connected_model(x.shape, w, None), {"x": x}, profile_path=str(profile), gemm_autotune=False,
+               gl_limits="invocations=128")
+    assert_close(got, fully_connected_ref(x, w, None), rtol=1e-5)
+    kernels = _kernels(profile)
+    assert kernels[0].startswith("gemm_t") and kernels[0].endswith("n128") and kernels[1:] == ["gemm_splitk_reduce"]
+    xc = rng.standard_normal((1, 12, 10, 32)).astype(np.float32)
+    wc = rng.standard_normal((40, 3, 3, 32)).astype(np.float32)
+    bc = rng.standard_normal(40).astype(np.float32)
+    profile = tmp_path / "conv.json"
+    got = _run(conv2d_model(xc.shape, wc, bc), {"x": xc}, profile_path=str(profile), gemm_autotune=False,
+               gl_limits="invocations=128")
+    assert_close(got, conv2d_ref(xc, wc, bc), rtol=1e-5)
+    (kernel,) = _kernels(profile)
+    assert kernel.startswith("conv_t") and kernel.endswith("n128"), kernel
+
+
+def test_a_forced_config_the_device_cannot_hold_is_declined_with_the_reason(rng):
+    x = rng.standard_normal((1, 20, 64)).astype(np.float32)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    result = run(fully_connected_model(x.shape, w, None), {"x": x}, backend="gl", gemm_tiles="128x128",
+                 gl_limits="shared_bytes=16384")
+    assert result.stats["claimed_nodes"] == 0
+    (declined,) = result.stats["declined"]
+    assert declined["reason"] == ("gemm_tiles config does not fit the device: gemm_t128x128 needs 16896 bytes of "
+                                  "local memory, the device has 16384"), declined
+    assert_close(result.outputs["y"], fully_connected_ref(x, w, None), rtol=1e-5)  # ran on the CPU instead
+
+
+def test_kernels_with_more_storage_blocks_than_the_device_allows_are_skipped(rng, tmp_path):
+    """A shader's storage blocks are its buffers plus their vec4 / packed-half views: the LayerNorm twins (gemm_t*_ln)
+    declare 9, the plain tiled GEMMs and convs 8, the skinny GEMM 6. With 8 allowed the LayerNorm stays its own launch;
+    with 7 the FC runs on the skinny kernel and the conv on the untiled conv2d_igemm."""
+    model, gamma, beta, w, b = layer_norm_model(rng, 200, 64, 48, True, False)
+    xv = (rng.standard_normal((200, 1, 64)) + 3.0).astype(np.float32)
+    for blocks, ln_folds in ((9, True), (8, False)):
+        profile = tmp_path / f"ln{blocks}.json"
+        delegate = native.load(backend="gl", profile_path=str(profile), gemm_autotune=False,
+                               gl_limits=f"storage_blocks={blocks}")
+        out = make_interpreter(model, delegate).get_signature_runner("serving_default")(x=xv)
+        assert native.stats(delegate)["declined_nodes"] == 0
+        assert_close(out["ff"][0], layer_norm_want(xv, gamma, beta, w, b, False), rtol=1e-5)
+        nodes = json.loads(profile.read_text())["nodes"]
+        fc = [k["name"] for n in nodes if n["op"] == "FULLY_CONNECTED" for k in n["kernels"]]
+        assert fc and all(name.endswith("_ln") == ln_folds for name in fc), fc
+    x = rng.standard_normal((1, 70, 37)).astype(np.float32)
+    wf = rng.standard_normal((45, 37)).astype(np.float32)
+    profile = tmp_path / "fc7.json"
+    got = _run(fully_connected_model(x.shape, wf, None), {"x": x}, profile_path=str(profile),
+               gl_limits="storage_blocks=7")
+    assert_close(got, fully_connected_ref(x, wf, None), rtol=1e-5)
+    assert _kernels(profile) == ["gemm_t16x64"]
+    xc = rng.standard_normal((1, 8, 8, 16)).astype(np.float32)
+    wc = rng.standard_normal((8, 3, 3, 16)).astype(np.float32)
+    profile = tmp_path / "conv7.json"
+    got = _run(conv2d_model(xc.shape, wc, None), {"x": xc}, profile_path=str(profile), gl_limits="storage_blocks=7")
+    assert_close(got, conv2d_ref(xc, wc, None), rtol=1e-5)
+    assert _kernels(profile) == ["conv2d_igemm"]
+
+
+@pytest.mark.parametrize("value", ["shared_bytes=0", "shared=16384", "invocations=128,", "compute_units"])
+def test_gl_limits_is_validated(value):
+    with pytest.raises(ValueError, match=f"option gl_limits='{value}' is malformed"):
+        load_delegate(str(native.delegate_path()), {"backend": "gl", "gl_limits": value})

@@ -75,3 +75,33 @@ def test_fused_winograd_model_fully_delegated_and_matches_unfused_cpu(tiny_expor
     histogram = _check(tiny_export / f"{model}.tflite", tiny_fused_winograd_export / f"{model}.tflite", rng)
     assert histogram.get("SdConv2DWinograd", 0) > 0, histogram
     assert histogram.get("SdAttention", 0) > 0, histogram
+
+
+def test_a_profile_that_cannot_be_written_is_one_warning_not_a_failed_inference(tmp_path):
+    """The profile folder vanishes after the delegate was created: the inference still succeeds, the delegate logs
+    one warning (it used to fail every invoke, a RuntimeError traceback out of sdlite's runner)."""
+    import subprocess
+    import sys
+
+    from tflite_models import flex, gelu_model
+
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    model = tmp_path / "gelu.tflite"
+    model.write_bytes(gelu_model([2, 8], flex({"approximate": "tanh"})))
+    code = (
+        "import shutil\nimport numpy as np\nfrom ai_edge_litert.interpreter import Interpreter\nfrom sdlite import native\n"
+        f"d = native.load('gl', profile_path={str(folder / 'p.json')!r}, log_level='warning')\n"
+        f"it = Interpreter(model_path={str(model)!r}, experimental_delegates=[d])\n"
+        "it.allocate_tensors()\n"
+        f"shutil.rmtree({str(folder)!r})\n"
+        "for _ in range(3):\n"
+        "    it.set_tensor(it.get_input_details()[0]['index'], np.ones((2, 8), np.float32))\n"
+        "    it.invoke()\n"
+        "print(float(it.get_tensor(it.get_output_details()[0]['index'])[0, 0]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert abs(float(proc.stdout) - 0.8411920) < 1e-5
+    warnings = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert warnings == [f"sdgpu: WARNING: gl: cannot write the profile to {folder / 'p.json'}"], proc.stderr

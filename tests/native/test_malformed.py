@@ -12,20 +12,24 @@ import pytest
 from harness import make_interpreter
 from sdconvert.ops import REGISTRY, OpAttrError
 from sdlite import native
+from sdlite.model_check import check_model
 from tflite_models import GraphBuilder, attention_model, flex, gelu_model, group_norm_model
 
 ATT = {"heads": 2, "head_dim": 4, "scale": 0.5}
 
 
 def _declined_reason(model: bytes) -> str:
-    """Apply the delegate, expect exactly one declined node and the runtime's unresolved-op failure."""
+    """Apply the delegate, expect exactly one declined node and the runtime's unresolved-op failure; the model
+    validator (sdlite.model_check, what inspect / bench / generate run first) must give the very same reason."""
     delegate = native.load(num_threads=1, log_level="silent")
     interpreter = make_interpreter(model, delegate)
     with pytest.raises(RuntimeError, match="unresolved custom op"):
         interpreter.allocate_tensors()
     stats = native.stats(delegate)
     assert stats["claimed_nodes"] == 0 and stats["declined_nodes"] == 1, stats
-    return stats["declined"][0]["reason"]
+    reason = stats["declined"][0]["reason"]
+    assert [f.error for f in check_model(content=model).fused] == [reason]
+    return reason
 
 
 @pytest.mark.parametrize(
@@ -189,3 +193,21 @@ def test_native_parser_accepts_exactly_what_python_decode_accepts(op, options):
     assert (message == "") == native_ok
     if not native_ok:
         assert message.startswith(f"{op}: ") and "\n" not in message
+
+
+def test_fused_op_version_is_judged_from_the_file():
+    """The delegate never sees a custom op's opcode version (TFLite's placeholder registration says 1): it claims an
+    SdGelu of version 2 on its options and shapes alone. The model validator reads the version from the file and
+    refuses it with the delegate's own CheckOpHeader message (custom_ops/README.md, Known limits)."""
+    g = GraphBuilder()
+    x = g.input("x", [4])
+    y = g.tensor("y", [4])
+    g.custom("SdGelu", [x], [y], flex({"approximate": "none"}), version=2)
+    g.output(y)
+    model = g.build()
+    delegate = native.load(num_threads=1, log_level="silent")
+    make_interpreter(model, delegate).allocate_tensors()
+    assert native.stats(delegate)["claimed_nodes"] == 1
+    assert [f.error for f in check_model(content=model).fused] == ["SdGelu: version 2 is not supported (expected 1)"]
+    assert native.check_node("SdGelu", 1, flex({"approximate": "none"}), [native.NodeTensor(0, 0, (4,))],
+                             [native.NodeTensor(1, 0, (4,))]) == (True, "")

@@ -1,16 +1,19 @@
-"""SdAttention's tiled OpenCL kernels (PoCL in CI) vs the float64 numpy reference.
+"""SdAttention's tiled kernels on both GPU backends (PoCL and llvmpipe in CI) vs the float64 numpy reference.
 
 The tiled kernels work on blocks of queries (32-64 per work-group) and tiles of keys (16-32), so the shapes here
 put partial blocks/tiles at both ends: Sq and Sk not multiples of the block/tile, Sq != Sk, causal masks that end
 inside a tile, batch > 1 and several heads (the head offset inside the [N, S, H*D] rows). Head dims: the SD1.x
 ones with their own instantiations (40/80/160, the VAE's 512) and the any-head-dim kernel (resident Q for
-D <= 32, Q/K streamed in 32-wide chunks above, a last partial chunk and D % 4 != 0 included).
+D <= 32, Q/K streamed in 32-wide chunks above, a last partial chunk and D % 4 != 0 included). A device runs a
+tiling only where its local memory fits (llvmpipe's 32 KiB takes r40, "dyn" and the short kernels up to 32 queries);
+a forced tiling it cannot run is ignored, as one for another head dim.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from attention_cases import BACKENDS, profile_attention
 from attention_cases import run_attention as _run
 from harness import assert_close, make_interpreter
 from sdconvert.ops import attention as A
@@ -18,6 +21,7 @@ from sdlite import native
 from tflite_models import attention_model
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
@@ -31,24 +35,36 @@ from tflite_models import attention_model
         (1, 37, 41, 1, 260),  # dyn, 9 chunks (8 x 32 + 4), above the fallback kernels' 256
     ],
 )
-def test_tiled_attention_matches_reference(rng, variant, causal, n, sq, sk, heads, head_dim):
+def test_tiled_attention_matches_reference(rng, backend, variant, causal, n, sq, sk, heads, head_dim):
     # up to 80 keys the op picks attn_short_q* at head dims but 160 (test_opencl_attention_short.py): force the tiling
     forced = {} if sk > 80 or head_dim % 4 or head_dim == 160 else {"attention_tiling": "d40" if head_dim == 40 else "dyn"}
-    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim, **forced)
+    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim, backend=backend, **forced)
     assert_close(actual, expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
-def test_sharp_softmax_is_stable(rng, variant):
+def test_sharp_softmax_is_stable(rng, backend, variant):
     # logits with std ~ 40: exp() without the running max would overflow fp32; one key dominates most rows.
-    actual, expected = _run(rng, variant, False, 1, 70, 90, 2, 40, scale=1.0, spread=2.5)
+    actual, expected = _run(rng, variant, False, 1, 70, 90, 2, 40, scale=1.0, spread=2.5, backend=backend)
     assert np.isfinite(actual).all()
     assert_close(actual, expected, rtol=1e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
-def test_vae_head_dim_512(rng, variant):
-    actual, expected = _run(rng, variant, False, 1, 40, 40, 1, 512)
+@pytest.mark.parametrize("sk", [40, 100])
+def test_vae_head_dim_512(tmp_path, rng, backend, variant, sk):
+    # the VAE's single 512-wide head: up to 80 keys one attn_short_q* launch, above them d512 where its local memory
+    # fits the device, else "dyn"
+    p = profile_attention(tmp_path, rng, 40, sk, 1, 512, variant=variant, backend=backend)
+    tiling = "d512" if p.fits("d512") else "dyn"
+    if sk <= 80:
+        assert len(p.kernels) == 1 and p.kernels[0].startswith("attn_short_q"), p.kernels
+    else:
+        assert p.kernels == ([f"attn_flash_{tiling}"] if variant == "flash"
+                             else [f"attn_stats_{tiling}", f"attn_pv_{tiling}"])
+    actual, expected = _run(rng, variant, False, 1, 40, sk, 1, 512, backend=backend)
     assert_close(actual, expected, rtol=1e-5)
 
 
@@ -57,22 +73,24 @@ def test_vae_head_dim_512(rng, variant):
     ("d40", 80, 37, 45),  # a tiling for another head dim is ignored: the op's own pick runs
 ])
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])
-def test_every_tiling_gives_the_same_answer(rng, tiling, head_dim, sq, sk, variant):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_tiling_gives_the_same_answer(rng, backend, tiling, head_dim, sq, sk, variant):
     # attention_tiling (the micro-benchmark's knob) is read when the op is built: the any-head-dim
     # kernels and the fallback kernels agree with the reference at the head dims that have their own.
-    actual, expected = _run(rng, variant, True, 1, sq, sk, 2, head_dim, attention_tiling=tiling)
+    actual, expected = _run(rng, variant, True, 1, sq, sk, 2, head_dim, backend=backend, attention_tiling=tiling)
     assert_close(actual, expected, rtol=1e-5)
 
 
-def test_head_dim_above_the_tiled_limit_declines_with_reason(rng):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_head_dim_above_the_tiled_limit_runs_on_the_cpu_kernels_with_the_reason(rng, backend):
     # (up to 80 keys attn_short_q* takes any head dim % 4 == 0: test_opencl_attention_short.py)
     attrs = A.AttentionAttrs(heads=1, head_dim=600, scale=0.1, causal=False, variant="flash")
     q = rng.standard_normal((1, 4, 600)).astype(np.float32)
     kv = rng.standard_normal((1, 100, 600)).astype(np.float32)
-    delegate = native.load(backend="opencl")
+    delegate = native.load(backend=backend)
     interpreter = make_interpreter(attention_model(1, 4, 100, 1, 600, A.SPEC.encode(attrs)), delegate)
-    with pytest.raises(RuntimeError, match="unresolved custom op: SdAttention"):  # nothing else can run it
-        interpreter.get_signature_runner("serving_default")(q=q, k=kv, v=kv)
+    (out,) = interpreter.get_signature_runner("serving_default")(q=q, k=kv, v=kv).values()
+    assert_close(out, A.reference([q, kv, kv], attrs), rtol=1e-5)
     stats = native.stats(delegate)
-    assert stats["claimed_nodes"] == 0 and stats["declined_nodes"] == 1
+    assert stats["claimed_nodes"] == 0 and stats["declined_nodes"] == 1 and stats["host_fallback_nodes"] == 1
     assert stats["declined"][0]["reason"] == "head_dim 600 above the kernel limit 512"

@@ -1,5 +1,5 @@
-"""SdGroupNorm's OpenCL paths (PoCL in CI) vs the float64 numpy reference, each case checked for the kernels it
-launches (from the delegate's profile):
+"""SdGroupNorm's GPU paths (OpenCL on PoCL, GL on llvmpipe in CI: one kernel source, the same plans) vs the float64
+numpy reference, each case checked for the kernels it launches (from the delegate's profile):
 
 - channels last (B == 1) with C/G <= 512 and groups of at most 16384 floats (SD's UNet at 16x16 and 8x8): ONE
   launch of group_norm_nhwc, a work-group per (batch, group);
@@ -33,15 +33,17 @@ GROUP_NORM_PATHS = [
 ]
 
 
+@pytest.mark.parametrize("backend", gpu_cases.GPU_BACKENDS)
 @pytest.mark.parametrize("shape,groups,axis,act,kernels", GROUP_NORM_PATHS)
-def test_group_norm_paths_match_reference(rng, tmp_path, shape, groups, axis, act, kernels):
-    launched = gpu_cases.check_group_norm("opencl", rng, shape, groups, axis, act, profile=tmp_path / "p.json")
+def test_group_norm_paths_match_reference(rng, tmp_path, backend, shape, groups, axis, act, kernels):
+    launched = gpu_cases.check_group_norm(backend, rng, shape, groups, axis, act, profile=tmp_path / "p.json")
     assert launched == kernels
 
 
-def test_one_launch_group_norm_keeps_digits_at_a_large_mean(rng, tmp_path):
+@pytest.mark.parametrize("backend", gpu_cases.GPU_BACKENDS)
+def test_one_launch_group_norm_keeps_digits_at_a_large_mean(rng, tmp_path, backend):
     # mean 1e3, spread 2: the variance is taken around the mean (no cancellation); the output is affine in
     # x - mean, so it keeps float32's relative accuracy.
-    launched = gpu_cases.check_group_norm("opencl", rng, (1, 24, 24, 320), 32, -1, "none",
+    launched = gpu_cases.check_group_norm(backend, rng, (1, 24, 24, 320), 32, -1, "none",
                                           profile=tmp_path / "p.json", mean=1000.0)
     assert launched == NHWC

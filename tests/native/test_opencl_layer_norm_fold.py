@@ -1,11 +1,12 @@
-"""LayerNorm folded into the FULLY_CONNECTED that reads it (OpenCL, PoCL in CI): an SdGroupNorm LayerNorm ([rows, 1, C]
+"""LayerNorm folded into the FULLY_CONNECTED that reads it (OpenCL on PoCL and GL on llvmpipe in CI): an SdGroupNorm LayerNorm ([rows, 1, C]
 view, no SiLU, constant gamma / beta) whose output only an FC reads, directly or through a RESHAPE (SD's transformer
 norm1/2/3 -> QKV / attn2 Q / GEGLU projections), launches nothing: the FC's weights are scaled by gamma, beta goes
 into its bias, and the LayerNorm twins of the tiled GEMM kernels (NAME_ln, NAME_gg_ln) normalise each row of the
 LayerNorm's input inside the GEMM. Rows with a mean far from zero check the shifted statistics; K = 100 leaves a
 partial k step; 200 rows leave a partial row tile. Cases that keep the LayerNorm launch: a second reader of its
 output, K % 4 != 0, a split-K plan (its unsplit twin measured slower than the LayerNorm launch), half weights
-(weights_fp16), fuse_epilogues=0."""
+(weights_fp16), fuse_epilogues=0. The other form (layer_norm_fold=rows) launches layer_norm_rows, which only
+OpenCL has so far: on GL the LayerNorm then keeps its own launch."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from sdconvert.ops import gelu as G
 from sdconvert.ops import group_norm as GN
 from sdlite import native
 from tflite_gemm_models import OpGraphBuilder
-from test_opencl_residual import _fc, _rand, _reshape, _slice
+from test_opencl_residual import _fc, _rand, _reshape, _slice, backend  # noqa: F401 (fixture)
 
 
 def _layer_norm(rng, g: OpGraphBuilder, m: int, k: int) -> tuple[int, int, np.ndarray, np.ndarray]:
@@ -58,10 +59,10 @@ def _want(xv, gamma, beta, w, b, gated: bool) -> np.ndarray:
     return h
 
 
-def _run(tmp_path, model: bytes, xv: np.ndarray, **options):
+def _run(tmp_path, model: bytes, xv: np.ndarray, backend: str = "opencl", **options):
     profile = tmp_path / "profile.json"
     delegate = load_delegate(str(native.delegate_path()),
-                             {"backend": "opencl", "profile_path": str(profile), "gemm_autotune": "0",
+                             {"backend": backend, "profile_path": str(profile), "gemm_autotune": "0",
                               **{key: str(value) for key, value in options.items()}})
     runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
     out = runner(x=xv)
@@ -79,10 +80,10 @@ def _run(tmp_path, model: bytes, xv: np.ndarray, **options):
     (200, 100, 40, False, False),  # K = 100: a partial k step; no bias of its own (beta makes one)
     (130, 64, 96, True, True),     # + the gated GELU epilogue: NAME_gg_ln
 ])
-def test_layer_norm_runs_inside_the_gemm(rng, tmp_path, offset, m, k, n, bias, gated):
+def test_layer_norm_runs_inside_the_gemm(rng, tmp_path, backend, offset, m, k, n, bias, gated):
     model, gamma, beta, w, b = _model(rng, m, k, n, bias, gated)
     xv = (_rand(rng, m, 1, k) * 2.0 + offset).astype(np.float32)
-    out, kernels, _ = _run(tmp_path, model, xv)
+    out, kernels, _ = _run(tmp_path, model, xv, backend)
     assert kernels["SdGroupNorm"] == [] and kernels["SdGelu"] == []
     assert kernels["FULLY_CONNECTED"] and all(name.endswith("_gg_ln" if gated else "_ln")
                                               for name in kernels["FULLY_CONNECTED"])
@@ -91,7 +92,7 @@ def test_layer_norm_runs_inside_the_gemm(rng, tmp_path, offset, m, k, n, bias, g
 
 @pytest.mark.parametrize("case", ["second_reader", "k_not_multiple_of_4", "forced_split", "fuse_epilogues_off",
                                   "weights_fp16"])
-def test_layer_norm_keeps_its_launch(rng, tmp_path, case):
+def test_layer_norm_keeps_its_launch(rng, tmp_path, backend, case):
     k = 30 if case == "k_not_multiple_of_4" else 64
     model, gamma, beta, w, b = _model(rng, 200, k, 48, True, False, also_output_norm=case == "second_reader")
     options = {"fuse_epilogues": "0"} if case == "fuse_epilogues_off" else {}
@@ -100,22 +101,29 @@ def test_layer_norm_keeps_its_launch(rng, tmp_path, case):
     if case == "weights_fp16":  # half weights: the column sums of the fp32 weights would not match them
         options = {"weights_fp16": "1"}
     xv = _rand(rng, 200, 1, k) + 3.0
-    out, kernels, _ = _run(tmp_path, model, xv, **options)
-    assert kernels["SdGroupNorm"] == ["layer_norm_rows"] or (kernels["SdGroupNorm"] and case == "k_not_multiple_of_4")
+    out, kernels, _ = _run(tmp_path, model, xv, backend, **options)
+    if backend == "opencl":
+        assert kernels["SdGroupNorm"] == ["layer_norm_rows"] or (kernels["SdGroupNorm"] and case == "k_not_multiple_of_4")
+    else:  # GL's SdGroupNorm kernels are the other op family's
+        assert kernels["SdGroupNorm"]
     assert not any(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"])
     assert_close(out["ff"][0], _want(xv, gamma, beta, w, b, False), rtol=2e-3 if case == "weights_fp16" else 1e-5)
 
 
-def test_few_rows_replan_only_when_the_grid_fills_the_device(rng, tmp_path):
+@pytest.mark.parametrize("backend,limits", [("opencl", None), ("gl", None), ("gl", "compute_units=2")])
+def test_few_rows_replan_only_when_the_grid_fills_the_device(rng, tmp_path, backend, limits):
     # 40 rows plan on gemm_t16x64, which has no twin: the fold re-plans on the cheapest unsplit tiled config with
     # one, but only while that grid has at least one work-group per compute unit (else the LayerNorm launch is
-    # cheaper than an idle device): n = 128 * (CUs + 1) columns fold; 48 columns (one tile) fold only on 1 CU.
+    # cheaper than an idle device): n = 128 * (CUs + 1) columns fold; 48 columns (one tile) fold only on 1 CU. GL
+    # reports no compute units (0: the fold always re-plans) unless gl_limits sets them.
     k = 64
-    _, _, cus = _run(tmp_path, _model(rng, 8, 16, 8, False, False)[0], _rand(rng, 8, 1, 16))
+    options = {"gl_limits": limits} if limits else {}
+    _, _, cus = _run(tmp_path, _model(rng, 8, 16, 8, False, False)[0], _rand(rng, 8, 1, 16), backend, **options)
+    assert cus == {None: 0, "compute_units=2": 2}[limits] or backend == "opencl"
     for n, folds in ((128 * (cus + 1), True), (48, cus <= 1)):
         model, gamma, beta, w, b = _model(rng, 40, k, n, True, False)
         xv = _rand(rng, 40, 1, k) + 2.0
-        out, kernels, _ = _run(tmp_path, model, xv)
+        out, kernels, _ = _run(tmp_path, model, xv, backend, **options)
         assert (kernels["SdGroupNorm"] == []) == folds, (n, kernels)
         assert all(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"]) == folds, (n, kernels)
         assert_close(out["ff"][0], _want(xv, gamma, beta, w, b, False), rtol=1e-5)
@@ -132,7 +140,7 @@ def _column_split(rng, m: int, k: int, w: int):
     return g, parts, wt, gamma, beta
 
 
-def test_column_split_fc_folds_per_block(rng, tmp_path):
+def test_column_split_fc_folds_per_block(rng, tmp_path, backend):
     # SD's merged QKV projection: one FC read only through three column SLICEs runs as a GEMM batched over the column
     # blocks (zero-copy SLICEs); the LayerNorm twins read each block's bias (beta W) and column sums at its offset.
     m, k, w = 150, 64, 40
@@ -143,7 +151,7 @@ def test_column_split_fc_folds_per_block(rng, tmp_path):
     g.mul(s01, parts[2], y)
     g.output(y)
     xv = _rand(rng, m, 1, k) * 3.0 + 50.0
-    out, kernels, _ = _run(tmp_path, g.build(), xv)
+    out, kernels, _ = _run(tmp_path, g.build(), xv, backend)
     assert kernels["SdGroupNorm"] == [] and kernels["FULLY_CONNECTED"]
     assert all(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"])
     full = _want(xv, gamma, beta, wt, None, False)
@@ -179,12 +187,12 @@ def test_rows_form_of_a_column_split_fc_normalises_the_shared_rows_once(rng, tmp
         assert_close(out[f"s{i}"][0], full[:, i * w:(i + 1) * w], rtol=1e-5)
 
 
-def test_auto_times_both_forms_and_keeps_one(rng, tmp_path):
+def test_auto_times_both_forms_and_keeps_one(rng, tmp_path, backend):
     """layer_norm_fold=auto with the tuner on: twins and rows plans are timed together; whichever wins, the result
-    matches and exactly one form runs (on PoCL either can win)."""
+    matches and exactly one form runs (on PoCL either can win; GL has only the twins)."""
     model, gamma, beta, w, b = _model(rng, 256, 64, 128, True, True)
     xv = (_rand(rng, 256, 1, 64) + 5.0).astype(np.float32)
-    out, kernels, _ = _run(tmp_path, model, xv, layer_norm_fold="auto", gemm_autotune="1")
+    out, kernels, _ = _run(tmp_path, model, xv, backend, layer_norm_fold="auto", gemm_autotune="1")
     fc = kernels["FULLY_CONNECTED"]
     rows = fc[:1] == ["layer_norm_rows"]
     assert kernels["SdGroupNorm"] == [] and (rows or all(name.endswith("_gg_ln") for name in fc)), fc
@@ -192,11 +200,11 @@ def test_auto_times_both_forms_and_keeps_one(rng, tmp_path):
     assert_close(out["y"][0], _want(xv, gamma, beta, w, b, True), rtol=1e-5)
 
 
-def test_default_times_twins_only(rng, tmp_path):
+def test_default_times_twins_only(rng, tmp_path, backend):
     """The default (layer_norm_fold=twin) with the tuner on: only twin plans are candidates."""
     model, gamma, beta, w, b = _model(rng, 256, 64, 128, True, True)
     xv = (_rand(rng, 256, 1, 64) + 5.0).astype(np.float32)
-    out, kernels, _ = _run(tmp_path, model, xv, gemm_autotune="1")
+    out, kernels, _ = _run(tmp_path, model, xv, backend, gemm_autotune="1")
     assert kernels["SdGroupNorm"] == [] and kernels["FULLY_CONNECTED"]
     assert all(name.endswith("_gg_ln") for name in kernels["FULLY_CONNECTED"]), kernels
     assert_close(out["y"][0], _want(xv, gamma, beta, w, b, True), rtol=1e-5)

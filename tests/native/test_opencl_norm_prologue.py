@@ -1,9 +1,9 @@
-"""GroupNorm prologues (OpenCL, PoCL in CI): an SdGroupNorm(+SiLU) whose output only an SdConv2DWinograd reads
-writes a per-(image, channel) norm table (scale, shift) instead of its normalised tensor, and the conv's input
-transform applies it, then SiLU, to the pixels it reads (zero padding stays zero). Both GroupNorm paths that can
-(the one-launch channels-last kernel and the two-stage partials, by rows or by groups) drop their output pass;
-the results match GroupNorm then a float64 convolution. Cases that must keep the GroupNorm's own output: a second
-reader, fuse_epilogues=0."""
+"""GroupNorm prologues on both GPU backends (OpenCL on PoCL, GL on llvmpipe in CI: one kernel source, the same
+plans): an SdGroupNorm(+SiLU) whose output only an SdConv2DWinograd reads writes a per-(image, channel) norm table
+(scale, shift) instead of its normalised tensor, and the conv's input transform applies it, then SiLU, to the pixels
+it reads (zero padding stays zero). Both GroupNorm paths that can (the one-launch channels-last kernel and the
+two-stage partials, by rows or by groups) drop their output pass; the results match GroupNorm then a float64
+convolution. Cases that must keep the GroupNorm's own output: a second reader, fuse_epilogues=0."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from gpu_cases import GPU_BACKENDS, mark_gl_gemm_gap, winograd_tiles
 from harness import assert_close, make_interpreter
 from sdconvert.ops import group_norm as GN
 from sdconvert.ops.conv2d_winograd import SPEC as WINO_SPEC, Conv2DWinogradAttrs
@@ -46,9 +47,14 @@ def _model(x_shape, groups: int, silu: bool, tile: int, w, b, gamma, beta, also_
     return g.build()
 
 
-def _run(model: bytes, tmp_path, xv: np.ndarray, **options):
+@pytest.fixture(params=GPU_BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+def _run(backend: str, model: bytes, tmp_path, xv: np.ndarray, **options):
     profile = tmp_path / "profile.json"
-    delegate = native.load(backend="opencl", profile_path=str(profile), **options)
+    delegate = native.load(backend=backend, profile_path=str(profile), **options)
     out = make_interpreter(model, delegate).get_signature_runner("serving_default")(x=xv)
     stats = native.stats(delegate)
     assert stats["partitions"] == 1 and stats["declined_nodes"] == 0
@@ -72,9 +78,10 @@ def _case(rng, path: str, silu: bool, co: int = 24):
 @pytest.mark.parametrize("silu", [True, False])
 @pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("tile", [2, 4, 6])
-def test_group_norm_folds_into_the_winograd_input_transform(rng, tmp_path, tile, path, silu):
+def test_group_norm_folds_into_the_winograd_input_transform(request, backend, rng, tmp_path, tile, path, silu):
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles(PATHS[path][0], tile))
     xv, groups, gamma, beta, w, b, _, want = _case(rng, path, silu)
-    out, kernels = _run(_model(xv.shape, groups, silu, tile, w, b, gamma, beta), tmp_path, xv)
+    out, kernels = _run(backend, _model(xv.shape, groups, silu, tile, w, b, gamma, beta), tmp_path, xv)
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert not OUTPUT_KERNELS & set(kernels["SdGroupNorm"]), kernels
     assert kernels["SdGroupNorm"][-1] == ("group_norm_nhwc_affine" if path == "nhwc" else "group_norm_finalize_affine")
@@ -82,21 +89,23 @@ def test_group_norm_folds_into_the_winograd_input_transform(rng, tmp_path, tile,
 
 
 @pytest.mark.parametrize("path", ["nhwc", "rows"])
-def test_a_second_reader_keeps_the_normalised_output(rng, tmp_path, path):
+def test_a_second_reader_keeps_the_normalised_output(request, backend, rng, tmp_path, path):
     """The normalised tensor is also a model output: the GroupNorm writes it, the conv reads it as is."""
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles(PATHS[path][0], 4))
     xv, groups, gamma, beta, w, b, h, want = _case(rng, path, True)
-    out, kernels = _run(_model(xv.shape, groups, True, 4, w, b, gamma, beta, also_output_norm=True), tmp_path, xv)
+    out, kernels = _run(backend, _model(xv.shape, groups, True, 4, w, b, gamma, beta, also_output_norm=True),
+                        tmp_path, xv)
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert_close(out["h"], h.astype(np.float32), rtol=1e-5)
     assert OUTPUT_KERNELS & set(kernels["SdGroupNorm"]), kernels
     assert kernels["SdConv2DWinograd"][0] == "winograd_input_f4"
 
 
-def test_fuse_epilogues_off_keeps_the_group_norm_pass(rng, tmp_path):
+def test_fuse_epilogues_off_keeps_the_group_norm_pass(backend, rng, tmp_path):
     xv, groups, gamma, beta, w, b, _, want = _case(rng, "rows", True)
     model = _model(xv.shape, groups, True, 4, w, b, gamma, beta)
-    on, k_on = _run(model, tmp_path, xv)
-    off, k_off = _run(model, tmp_path, xv, fuse_epilogues=False)
+    on, k_on = _run(backend, model, tmp_path, xv)
+    off, k_off = _run(backend, model, tmp_path, xv, fuse_epilogues=False)
     for out in (on, off):
         assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert k_on["SdGroupNorm"] == ["group_norm_partial_rows", "group_norm_finalize_affine"]
@@ -104,11 +113,15 @@ def test_fuse_epilogues_off_keeps_the_group_norm_pass(rng, tmp_path):
 
 
 @pytest.mark.parametrize("tiles", ["64x64/2", "16x64/2"])
-def test_split_winograd_gemm_partials_are_summed_by_the_output_transform(rng, tmp_path, tiles):
+@pytest.mark.parametrize("path", ["nhwc", "rows"])
+def test_split_winograd_gemm_partials_are_summed_by_the_output_transform(request, backend, rng, tmp_path, tiles,
+                                                                          path):
     """A split-K plan for the Winograd GEMM (forced here; UseSkinny4 picks one on GPUs with few work-groups) leaves
     its partials to the output transform: no gemm_splitk_reduce launch, same result (with the GroupNorm prologue)."""
-    xv, groups, gamma, beta, w, b, _, want = _case(rng, "nhwc", True)
-    out, kernels = _run(_model(xv.shape, groups, True, 4, w, b, gamma, beta), tmp_path, xv, gemm_tiles=tiles)
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles(PATHS[path][0], 4), forced=tiles)
+    xv, groups, gamma, beta, w, b, _, want = _case(rng, path, True)
+    out, kernels = _run(backend, _model(xv.shape, groups, True, 4, w, b, gamma, beta), tmp_path, xv,
+                        gemm_tiles=tiles)
     assert_close(out["y"], want.astype(np.float32), rtol=1e-4)
     assert kernels["SdConv2DWinograd"] == ["winograd_input_f4_gnsilu", f"gemm_t{tiles.split('/')[0]}",
                                            "winograd_output_f4_sum"]

@@ -1,10 +1,11 @@
-"""GroupNorm statistics epilogue (OpenCL, PoCL in CI): an SdGroupNorm over a channels-last tensor that an
-SdConv2DWinograd writes -- after its folded residual ADD, when there is one -- takes the (count, mean, M2) chunk
-partials of its groups from the conv's output transform (winograd_output_f*_st), so the GroupNorm launches only
-group_norm_finalize_affine (its norm table for the next conv's input transform) or group_norm_finalize + apply: no
-pass over its input. Results match float64 convolutions and GroupNorm; tiles cropped at the map's edge, several
-images, channels % 4 != 0 and split-K plans included. Cases that keep the statistics pass: fuse_epilogues=0, a
-producer that is not a Winograd conv, a second GroupNorm over the same conv output (one of them only)."""
+"""GroupNorm statistics epilogue on both GPU backends (OpenCL on PoCL, GL on llvmpipe in CI: one kernel source, the
+same plans): an SdGroupNorm over a channels-last tensor that an SdConv2DWinograd writes -- after its folded residual
+ADD, when there is one -- takes the (count, mean, M2) chunk partials of its groups from the conv's output transform
+(winograd_output_f*_st), so the GroupNorm launches only group_norm_finalize_affine (its norm table for the next conv's
+input transform) or group_norm_finalize + apply: no pass over its input. Results match float64 convolutions and
+GroupNorm; tiles cropped at the map's edge, several images, channels % 4 != 0 and split-K plans included. Cases that
+keep the statistics pass: fuse_epilogues=0, a producer that is not a Winograd conv, a second GroupNorm over the same
+conv output (one of them only)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as S
 
+from gpu_cases import GPU_BACKENDS, mark_gl_gemm_gap, winograd_tiles
 from harness import assert_close, make_interpreter
 from sdconvert.ops import group_norm as GN
 from sdconvert.ops.conv2d_winograd import SPEC as WINO_SPEC, Conv2DWinogradAttrs
@@ -47,9 +49,14 @@ def _add(g: OpGraphBuilder, a: int, b: int, shape, name: str) -> int:
     return y
 
 
-def _run(model: bytes, tmp_path, feeds: dict[str, np.ndarray], **options):
+@pytest.fixture(params=GPU_BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+def _run(backend: str, model: bytes, tmp_path, feeds: dict[str, np.ndarray], **options):
     profile = tmp_path / "profile.json"
-    delegate = native.load(backend="opencl", profile_path=str(profile), **options)
+    delegate = native.load(backend=backend, profile_path=str(profile), **options)
     out = make_interpreter(model, delegate).get_signature_runner("serving_default")(**feeds)
     stats = native.stats(delegate)
     assert stats["partitions"] == 1 and stats["declined_nodes"] == 0
@@ -112,9 +119,10 @@ def _kernels(launches, op: str) -> list[list[str]]:
 @pytest.mark.parametrize("shape,groups", [((1, 48, 48, 32), 4),    # two-stage path before (18432-float groups)
                                           ((2, 19, 17, 16), 4),    # one launch before; cropped edge tiles, 2 images
                                           ((1, 20, 20, 36), 3)])   # cpg 12 across work-groups of 64 channels
-def test_conv_output_transform_writes_the_group_norm_statistics(rng, tmp_path, tile, shape, groups):
+def test_conv_output_transform_writes_the_group_norm_statistics(request, backend, rng, tmp_path, tile, shape, groups):
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles(shape, tile))
     case = ResnetHalf(rng, shape, ci=16, groups=groups, tile=tile)
-    out, launches = _run(case.model(), tmp_path, case.feeds())
+    out, launches = _run(backend, case.model(), tmp_path, case.feeds())
     want, _ = case.want()
     assert_close(out["y2"], want.astype(np.float32), rtol=1e-4)
     convs = _kernels(launches, "SdConv2DWinograd")
@@ -125,62 +133,73 @@ def test_conv_output_transform_writes_the_group_norm_statistics(rng, tmp_path, t
 
 
 @pytest.mark.parametrize("tile", [2, 6])
-def test_statistics_hold_under_a_large_mean(rng, tmp_path, tile):
+def test_statistics_hold_under_a_large_mean(request, backend, rng, tmp_path, tile):
     """Outputs of mean ~300 and spread ~3 (conv bias 300): the transform's one-pass partials are shifted by each
     tile's first output, so their M2 keeps its precision (unshifted sums of squares lose ~1e-3 of it here)."""
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles((2, 19, 17), tile))
     case = ResnetHalf(rng, (2, 19, 17, 16), ci=16, groups=4, tile=tile)
     case.b1 = case.b1 + 300.0
-    out, launches = _run(case.model(), tmp_path, case.feeds())
+    out, launches = _run(backend, case.model(), tmp_path, case.feeds())
     assert_close(out["y2"], case.want()[0].astype(np.float32), rtol=1e-4)
     assert _kernels(launches, "SdConv2DWinograd")[0][-1] == f"winograd_output_f{tile}_st"
     assert _kernels(launches, "SdGroupNorm") == [["group_norm_finalize_affine"]]
 
 
 @pytest.mark.parametrize("residual", ["full", "per_image"])
-def test_statistics_include_the_folded_residual(rng, tmp_path, residual):
+@pytest.mark.parametrize("shape,tile", [((2, 16, 16, 32), 4), ((2, 16, 16, 32), 2)])
+def test_statistics_include_the_folded_residual(request, backend, rng, tmp_path, residual, shape, tile):
     """conv1 + R (SD: the time embedding, one row per image; or a full-shape skip): the partials are of y + R."""
-    case = ResnetHalf(rng, (2, 16, 16, 32), ci=8, groups=8, tile=4, residual=residual)
-    out, launches = _run(case.model(), tmp_path, case.feeds())
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles(shape, tile))
+    case = ResnetHalf(rng, shape, ci=8, groups=8, tile=tile, residual=residual)
+    out, launches = _run(backend, case.model(), tmp_path, case.feeds())
     assert_close(out["y2"], case.want()[0].astype(np.float32), rtol=1e-4)
     assert [o for o, _ in launches].count("ADD") == 0
-    assert _kernels(launches, "SdConv2DWinograd")[0][-1] == "winograd_output_f4_st"
+    assert _kernels(launches, "SdConv2DWinograd")[0][-1] == f"winograd_output_f{tile}_st"
     assert _kernels(launches, "SdGroupNorm") == [["group_norm_finalize_affine"]]
 
 
+@pytest.mark.parametrize("tile", [4, 2])
 @pytest.mark.parametrize("channels,apply", [(32, "group_norm_apply4"), (18, "group_norm_apply")])
-def test_a_group_norm_writing_its_output_keeps_only_finalize_and_apply(rng, tmp_path, channels, apply):
+def test_a_group_norm_writing_its_output_keeps_only_finalize_and_apply(request, backend, rng, tmp_path, channels,
+                                                                        apply, tile):
     """The normalised tensor is also a model output (SD: a transformer's norm feeding proj_in): the GroupNorm writes
     it from the conv's partials (finalize + apply), and the second conv reads it as is."""
-    case = ResnetHalf(rng, (1, 16, 16, channels), ci=8, groups=channels // 6 if channels == 18 else 8, tile=4)
-    out, launches = _run(case.model(silu=False, norm_output=True), tmp_path, case.feeds())
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles((1, 16, 16), tile))
+    case = ResnetHalf(rng, (1, 16, 16, channels), ci=8, groups=channels // 6 if channels == 18 else 8, tile=tile)
+    out, launches = _run(backend, case.model(silu=False, norm_output=True), tmp_path, case.feeds())
     want, h = case.want(silu=False)
     assert_close(out["h"], h.astype(np.float32), rtol=1e-5)
     assert_close(out["y2"], want.astype(np.float32), rtol=1e-4)
     assert _kernels(launches, "SdGroupNorm") == [["group_norm_finalize", apply]]
-    assert _kernels(launches, "SdConv2DWinograd")[0][-1] == "winograd_output_f4_st"
+    assert _kernels(launches, "SdConv2DWinograd")[0][-1] == f"winograd_output_f{tile}_st"
 
 
-def test_split_k_plan_sums_partials_and_writes_statistics(rng, tmp_path):
-    case = ResnetHalf(rng, (1, 16, 16, 32), ci=24, groups=8, tile=4)
-    out, launches = _run(case.model(), tmp_path, case.feeds(), gemm_tiles="16x64/2")
+@pytest.mark.parametrize("shape,tiles", [((1, 16, 16, 32), "16x64/2"), ((1, 32, 32, 32), "64x64/2")])
+def test_split_k_plan_sums_partials_and_writes_statistics(request, backend, rng, tmp_path, shape, tiles):
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles(shape, 4), forced=tiles)
+    case = ResnetHalf(rng, shape, ci=24, groups=8, tile=4)
+    out, launches = _run(backend, case.model(), tmp_path, case.feeds(), gemm_tiles=tiles)
     assert_close(out["y2"], case.want()[0].astype(np.float32), rtol=1e-4)
-    assert _kernels(launches, "SdConv2DWinograd")[0] == ["winograd_input_f4", "gemm_t16x64", "winograd_output_f4_sum_st"]
+    assert _kernels(launches, "SdConv2DWinograd")[0] == ["winograd_input_f4", f"gemm_t{tiles.split('/')[0]}",
+                                                         "winograd_output_f4_sum_st"]
     assert _kernels(launches, "SdGroupNorm") == [["group_norm_finalize_affine"]]
 
 
-def test_fuse_epilogues_off_keeps_the_statistics_pass(rng, tmp_path):
+def test_fuse_epilogues_off_keeps_the_statistics_pass(backend, rng, tmp_path):
     case = ResnetHalf(rng, (1, 48, 48, 32), ci=16, groups=4, tile=4)
-    out, launches = _run(case.model(), tmp_path, case.feeds(), fuse_epilogues=False)
+    out, launches = _run(backend, case.model(), tmp_path, case.feeds(), fuse_epilogues=False)
     assert_close(out["y2"], case.want()[0].astype(np.float32), rtol=1e-4)
     assert _kernels(launches, "SdGroupNorm") == [["group_norm_partial_rows", "group_norm_finalize", "group_norm_apply4"]]
     assert not any(k[-1].endswith("_st") for k in _kernels(launches, "SdConv2DWinograd"))
 
 
-def test_one_conv_feeds_the_statistics_of_one_group_norm_only(rng, tmp_path):
+@pytest.mark.parametrize("tile", [4, 2])
+def test_one_conv_feeds_the_statistics_of_one_group_norm_only(request, backend, rng, tmp_path, tile):
     """Two GroupNorms over conv1's output (8 and 4 groups): the first takes the partials, the second keeps its own
     statistics pass; both are right."""
-    case = ResnetHalf(rng, (1, 16, 16, 32), ci=8, groups=8, tile=4)
-    out, launches = _run(case.model(second_norm_groups=4), tmp_path, case.feeds())
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles((1, 16, 16), tile))
+    case = ResnetHalf(rng, (1, 16, 16, 32), ci=8, groups=8, tile=tile)
+    out, launches = _run(backend, case.model(second_norm_groups=4), tmp_path, case.feeds())
     assert_close(out["y2"], case.want()[0].astype(np.float32), rtol=1e-4)
     assert_close(out["h2"], _gn_ref(case.y1(), 4, False, case.gamma, case.beta).astype(np.float32), rtol=1e-5)
     gns = _kernels(launches, "SdGroupNorm")
@@ -188,10 +207,10 @@ def test_one_conv_feeds_the_statistics_of_one_group_norm_only(rng, tmp_path):
     assert gns[1][0] in STATS_PASSES, gns
 
 
-def test_a_producer_that_is_not_a_winograd_conv_keeps_the_statistics_pass(rng, tmp_path):
+def test_a_producer_that_is_not_a_winograd_conv_keeps_the_statistics_pass(backend, rng, tmp_path):
     """An input tensor (no producing step) and a conv run direct (too few tiles for the Winograd GEMM) write no
     partials."""
     case = ResnetHalf(rng, (1, 6, 6, 32), ci=8, groups=8, tile=4)  # 4 tiles: the direct conv
-    out, launches = _run(case.model(), tmp_path, case.feeds())
+    out, launches = _run(backend, case.model(), tmp_path, case.feeds())
     assert_close(out["y2"], case.want()[0].astype(np.float32), rtol=1e-4)
     assert _kernels(launches, "SdGroupNorm")[0][0] in STATS_PASSES

@@ -1,6 +1,7 @@
-"""Residual ADDs folded into the epilogue of the op that produces one of their operands (OpenCL, PoCL in CI):
-FULLY_CONNECTED, CONV_2D (tiled implicit GEMM) and SdConv2DWinograd write ADD(op output, R) directly, split-K GEMMs
-add R in their reduce, and the ADD launches nothing. R may have the output's shape, one row per image (SD's time
+"""Residual ADDs folded into the epilogue of the op that produces one of their operands (OpenCL on PoCL and GL on
+llvmpipe in CI): FULLY_CONNECTED, CONV_2D (tiled implicit GEMM) and SdConv2DWinograd (OpenCL only so far: its GL
+output transform takes no residual) write ADD(op output, R) directly, split-K GEMMs add R in their reduce, and the ADD
+launches nothing. R may have the output's shape, one row per image (SD's time
 embedding, [B, 1, 1, C]) or one row ([C]), or be a column SLICE of a wider tensor (cfg batch 2's merged
 time-embedding projections: the epilogue reads the SLICE's input with its row stride, the SLICE launches nothing).
 Cases that must keep their ADD launch: a fused activation on the ADD, an op output with a second reader, an R
@@ -20,6 +21,11 @@ from sdlite import native
 from tflite_gemm_models import OpGraphBuilder, conv2d_ref
 
 RELU = S.ActivationFunctionType.RELU
+
+
+@pytest.fixture(params=["opencl", "gl"])
+def backend(request) -> str:
+    return request.param
 
 
 def _add(g: OpGraphBuilder, a: int, b: int, shape, name: str, act: int = 0) -> int:
@@ -57,12 +63,12 @@ def _wino(g: OpGraphBuilder, x: int, w: np.ndarray, b: np.ndarray, shape, name: 
     return y
 
 
-def _run(model: bytes, tmp_path, options: dict[str, str] | None = None, **feeds):
+def _run(model: bytes, tmp_path, options: dict[str, str] | None = None, backend: str = "opencl", **feeds):
     """``options``: more delegate options (e.g. ``{"gemm_tiles": "64x64/2"}``)."""
     profile = tmp_path / "profile.json"
     # the cost model's plans (gemm_autotune's host-timed pick could differ from run to run on a busy machine)
     delegate = load_delegate(str(native.delegate_path()),
-                             {"backend": "opencl", "profile_path": str(profile), "gemm_autotune": "0", **(options or {})})
+                             {"backend": backend, "profile_path": str(profile), "gemm_autotune": "0", **(options or {})})
     runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
     out = runner(**feeds)
     stats = native.stats(delegate)
@@ -99,7 +105,7 @@ def _rand(rng, *shape) -> np.ndarray:
 
 
 @pytest.mark.parametrize("tiles", ["", "64x64/4", "16x64/2"])
-def test_fc_residual(rng, tmp_path, tiles):
+def test_fc_residual(rng, tmp_path, backend, tiles):
     """[M, N] FC output (keepNumDims off) + a [1, M, N] R, with the FC's bias and RELU applied before R; forced
     split-K plans put R in the reduce."""
     m, k, n = 20, 192, 40
@@ -109,7 +115,7 @@ def test_fc_residual(rng, tmp_path, tiles):
     y = _fc(g, x, w, b, [m, n], "f", act=RELU)
     g.output(_add(g, y, r, [1, m, n], "y"))
     xv, rv = _rand(rng, 1, m, k), _rand(rng, 1, m, n)
-    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": tiles} if tiles else None, x=xv, r=rv)
+    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": tiles} if tiles else None, backend, x=xv, r=rv)
     want = np.maximum(xv[0].astype(np.float64) @ w.T + b, 0.0) + rv[0]
     assert_close(out["y"], want[None].astype(np.float32), rtol=1e-5)
     assert _add_launches(nodes) == [False]
@@ -118,7 +124,7 @@ def test_fc_residual(rng, tmp_path, tiles):
 
 @pytest.mark.parametrize("r_shape", [(2, 12, 10, 32), (2, 1, 1, 32), (32,)])
 @pytest.mark.parametrize("kind", ["conv", "conv/2", "wino2", "wino4"])
-def test_conv_residual(rng, tmp_path, kind, r_shape):
+def test_conv_residual(rng, tmp_path, backend, kind, r_shape):
     """A 3x3 conv (tiled implicit GEMM, or split in two along K, or Winograd F2 / F4) + R of the output's shape,
     one row per image (the time embedding) or one row."""
     shape = (2, 12, 10, 32)
@@ -129,16 +135,17 @@ def test_conv_residual(rng, tmp_path, kind, r_shape):
     y = _wino(g, x, w, b, shape, "c", int(kind[-1])) if kind.startswith("wino") else _conv(g, x, w, b, shape, "c")
     g.output(_add(g, r, y, shape, "y"))  # R first: the op's operand may be either side
     xv, rv = _rand(rng, 2, 12, 10, 16), _rand(rng, *r_shape)
-    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": "64x64/2"} if kind == "conv/2" else None, x=xv, r=rv)
+    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": "64x64/2"} if kind == "conv/2" else None, backend, x=xv,
+                      r=rv)
     assert_close(out["y"], conv2d_ref(xv, w, b) + rv, rtol=1e-4)
-    assert _add_launches(nodes) == [False]
+    assert _add_launches(nodes) == [False]  # every kernel family takes the residual on both backends
     op = "SdConv2DWinograd" if kind.startswith("wino") else "CONV_2D"
     names = _kernels(nodes, op)
     assert ("gemm_splitk_reduce" in names) == (kind == "conv/2")
     assert any(k.startswith("winograd_output") for k in names) == kind.startswith("wino")
 
 
-def test_adds_that_keep_their_launch(rng, tmp_path):
+def test_adds_that_keep_their_launch(rng, tmp_path, backend):
     g = OpGraphBuilder()
     x, r = g.input("x", [1, 8, 32]), g.input("r", [1, 8, 32])
     w1, w2, w3 = _rand(rng, 32, 32), _rand(rng, 32, 32), _rand(rng, 32, 32)
@@ -153,7 +160,7 @@ def test_adds_that_keep_their_launch(rng, tmp_path):
     for t in (yb, yb2, yc):
         g.output(t)
     xv, rv = _rand(rng, 1, 8, 32), _rand(rng, 1, 8, 32)
-    out, nodes = _run(g.build(), tmp_path, x=xv, r=rv)
+    out, nodes = _run(g.build(), tmp_path, None, backend, x=xv, r=rv)
     x64, r64 = xv.astype(np.float64), rv.astype(np.float64)
     av, bv, cv = x64 @ w1.T, x64 @ w2.T, x64 @ w3.T
     yav = np.maximum(av + r64, 0.0)
@@ -163,7 +170,7 @@ def test_adds_that_keep_their_launch(rng, tmp_path):
     assert _add_launches(nodes) == [True] * 5  # ya, yb, yb2, late, yc
 
 
-def test_either_operand_and_a_chain(rng, tmp_path):
+def test_either_operand_and_a_chain(rng, tmp_path, backend):
     """ADD(c, d) of two FC outputs, c first: d's epilogue adds c; then ADD(that, e) with e = FC after it: e's
     epilogue adds the first sum (a residual chain, as in SD's transformer blocks)."""
     g = OpGraphBuilder()
@@ -175,14 +182,14 @@ def test_either_operand_and_a_chain(rng, tmp_path):
     e = _fc(g, s1, w3, None, [1, 8, 32], "e")
     g.output(_add(g, s1, e, [1, 8, 32], "y"))
     xv = _rand(rng, 1, 8, 32)
-    out, nodes = _run(g.build(), tmp_path, x=xv)
+    out, nodes = _run(g.build(), tmp_path, None, backend, x=xv)
     x64 = xv.astype(np.float64)
     s1v = x64 @ w1.T + x64 @ w2.T
     assert_close(out["y"], (s1v + s1v @ w3.T).astype(np.float32), rtol=1e-5)
     assert _add_launches(nodes) == [False, False]
 
 
-def test_fuse_epilogues_option(rng, tmp_path):
+def test_fuse_epilogues_option(rng, tmp_path, backend):
     """fuse_epilogues=0 keeps every ADD as its own launch (A/B benchmarks), with the same result; a bad value is
     rejected when the delegate is created."""
     g = OpGraphBuilder()
@@ -194,34 +201,34 @@ def test_fuse_epilogues_option(rng, tmp_path):
     want = (xv.astype(np.float64) @ w.T + rv).astype(np.float32)
     for fuse in (True, False):
         profile = tmp_path / f"p{int(fuse)}.json"
-        delegate = native.load(backend="opencl", profile_path=str(profile), fuse_epilogues=fuse)
+        delegate = native.load(backend=backend, profile_path=str(profile), fuse_epilogues=fuse)
         out = make_interpreter(model, delegate).get_signature_runner("serving_default")(x=xv, r=rv)
         assert_close(out["y"], want, rtol=1e-5)
         assert _add_launches(json.loads(profile.read_text())["nodes"]) == [not fuse]
     with pytest.raises(ValueError, match="option fuse_epilogues='yes' must be 0 or 1"):
-        load_delegate(str(native.delegate_path()), {"backend": "opencl", "fuse_epilogues": "yes"})
+        load_delegate(str(native.delegate_path()), {"backend": backend, "fuse_epilogues": "yes"})
     with pytest.raises(native.NativeDelegateError, match="fuse_epilogues must be a bool"):
-        native.load(backend="opencl", fuse_epilogues="1")
+        native.load(backend=backend, fuse_epilogues="1")
 
 
 @pytest.mark.parametrize("slice_is_output", [False, True])
 @pytest.mark.parametrize("kind", ["conv", "conv/2", "wino4"])
-def test_strided_slice_residual(rng, tmp_path, kind, slice_is_output):
+def test_strided_slice_residual(rng, tmp_path, backend, kind, slice_is_output):
     """cfg batch 2's time embedding: FC [2, 24] -> [2, 96], SLICE columns 32..63 ([2, 32], not one contiguous run),
     RESHAPE [2, 1, 1, 32], ADD to a conv's [2, H, W, 32] output. The conv's epilogue reads the FC output at column
     32 with row stride 96: neither the ADD nor the SLICE launches. When the SLICE's output is also a partition
     output it keeps its launch and the ADD folds with the SLICE's own output as R."""
-    _strided_case(rng, tmp_path, kind, slice_is_output, blocks=False)
+    _strided_case(rng, tmp_path, backend, kind, slice_is_output, blocks=False)
 
 
-def test_column_block_residual_is_not_read_strided(rng, tmp_path):
+def test_column_block_residual_is_not_read_strided(rng, tmp_path, backend):
     """A bias-free FC whose readers are all SLICEs of equal column blocks writes [3][2][32] (the split GEMM of
     `sdconvert --fuse`'s q/k/v), so its block 1 is NOT columns 32..63 of [2, 96] rows: the ADD folds with the
     block's view as R (a contiguous run), never the strided read of the FC output."""
-    _strided_case(rng, tmp_path, "conv", False, blocks=True)
+    _strided_case(rng, tmp_path, backend, "conv", False, blocks=True)
 
 
-def _strided_case(rng, tmp_path, kind, slice_is_output, blocks):
+def _strided_case(rng, tmp_path, backend, kind, slice_is_output, blocks):
     shape = (2, 12, 10, 32)
     g = OpGraphBuilder()
     e, x = g.input("e", [2, 24]), g.input("x", [2, 12, 10, 16])
@@ -241,7 +248,8 @@ def _strided_case(rng, tmp_path, kind, slice_is_output, blocks):
     if slice_is_output:
         g.output(s)
     ev, xv = _rand(rng, 2, 24), _rand(rng, 2, 12, 10, 16)
-    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": "64x64/2"} if kind == "conv/2" else None, e=ev, x=xv)
+    out, nodes = _run(g.build(), tmp_path, {"gemm_tiles": "64x64/2"} if kind == "conv/2" else None, backend, e=ev,
+                      x=xv)
     t = ev.astype(np.float64) @ we.T + be
     assert_close(out["y"], conv2d_ref(xv, w, b) + t[:, None, None, 32:64].astype(np.float32), rtol=1e-4)
     want_other = t[:, 64:] + (t[:, :32] if blocks else 0.0)

@@ -1,9 +1,13 @@
-"""SdConv2DWinograd through the TFLite interpreter + sdgpu delegate (CPU backend) vs float64 direct conv."""
+"""SdConv2DWinograd through the TFLite interpreter + sdgpu delegate vs float64 direct conv: the CPU backend, and
+chained convs with a residual ADD on every backend (the GPU backends fold the ADD into the output transform)."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
+from gpu_cases import mark_gl_gemm_gap, winograd_tiles
 from harness import make_interpreter, run
 from sdconvert.ops.conv2d_winograd import SPEC, Conv2DWinogradAttrs
 from sdconvert.winograd.accuracy import random_problem
@@ -54,10 +58,14 @@ def test_single_conv_matches_direct_within_bound(tile: int, padding: str) -> Non
     assert result.stats["max_node_scratch_bytes"] == scratch
 
 
-def test_chained_convs_and_repeated_invokes() -> None:
+@pytest.mark.parametrize("backend,tile", [("cpu", 4), ("opencl", 4), ("opencl", 2), ("gl", 4), ("gl", 2)])
+def test_chained_convs_and_repeated_invokes(request, tmp_path, backend: str, tile: int) -> None:
+    mark_gl_gemm_gap(request, backend, tiles=winograd_tiles((1, 16, 16), tile))
     x, w, b = random_problem((1, 16, 16, 32, 32), seed=9)
-    delegate = native.load(num_threads=2)
-    interp = make_interpreter(conv_model(x.shape, w, b, _opts(4, activation="relu"), chained=True), delegate)
+    profile = tmp_path / "profile.json"
+    gpu = {} if backend == "cpu" else {"profile_path": str(profile)}
+    delegate = native.load(backend=backend, num_threads=2, **gpu)
+    interp = make_interpreter(conv_model(x.shape, w, b, _opts(tile, activation="relu"), chained=True), delegate)
     runner = interp.get_signature_runner("serving_default")
     first = runner(x=x)["y2"]
     y1 = direct_conv2d(x, w, b, "SAME", "relu")
@@ -70,7 +78,14 @@ def test_chained_convs_and_repeated_invokes() -> None:
                                atol=5e-5 * np.abs(want).max())
     np.testing.assert_array_equal(runner(x=x)["y2"], first)
     stats = native.stats(delegate)
-    assert stats["claimed_by_op"] == {"SdConv2DWinograd": 2}
+    if backend == "cpu":
+        assert stats["claimed_by_op"] == {"SdConv2DWinograd": 2}
+        return
+    assert stats["claimed_by_op"] == {"SdConv2DWinograd": 2, "ADD": 1} and stats["partitions"] == 1
+    nodes = json.loads(profile.read_text())["nodes"]
+    assert [bool(n["kernels"]) for n in nodes if n["op"] == "ADD"] == [False]  # folded into the first conv
+    outputs = [n["kernels"][-1]["name"] for n in nodes if n["op"] == "SdConv2DWinograd"]
+    assert outputs == [f"winograd_output_f{tile}"] * 2
 
 
 def test_native_options_parser_agrees_with_the_python_spec() -> None:

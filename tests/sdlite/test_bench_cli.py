@@ -16,7 +16,8 @@ TIMINGS = re.compile(
     r"^Timings \(microseconds\): count=(\d+) first=(\d+) curr=(\d+) min=(\d+) max=(\d+) avg=([\d.]+) std=(\d+)$",
     re.M,
 )
-RUNS = ["--num_runs", "5", "--warmup_runs", "1", "--num_threads", "1"]
+# exact run counts: benchmark_model's default minimum durations (--min_secs=1, --warmup_min_secs=0.5) turned off
+RUNS = ["--num_runs", "5", "--warmup_runs", "1", "--num_threads", "1", "--min_secs", "0", "--warmup_min_secs", "0"]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -52,7 +53,7 @@ def test_compare_two_backends(capsys, tiny_export: Path) -> None:
     unet = tiny_export / "unet.tflite"
     rc, out, err = run_cli(capsys, "bench", "--compare", f"{unet}@cpu", f"{unet}@litert-cpu", *RUNS)
     assert rc == 0, err
-    assert out.count("Model: ") == 2 and "Backend: cpu (1 thread)" in out and "Backend: litert-cpu (1 thread)" in out
+    assert out.count("INFO: Loaded model ") == 2 and "Backend: cpu (1 thread)" in out and "Backend: litert-cpu (1 thread)" in out
     avgs = check_timings(out, 5)
     assert len(avgs) == 2
     assert re.search(r"^Memory \(bytes\): weights=\d+ .* peak_activations_estimate=\d+", out, re.M)

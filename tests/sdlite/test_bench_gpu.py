@@ -13,7 +13,7 @@ from sdlite.bench.device_profile import ProfileSnapshot, window_average_ms, wind
 from sdlite.errors import SdliteError
 from sdlite.tflite_info import read_model_info
 
-RUNS = ["--num_runs", "3", "--warmup_runs", "1"]
+RUNS = ["--num_runs", "3", "--warmup_runs", "1", "--min_secs", "0", "--warmup_min_secs", "0"]
 
 
 def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> None:

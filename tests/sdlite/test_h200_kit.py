@@ -107,7 +107,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
         assert sum(e["ms"] for e in prof["by_type"].values()) == pytest.approx(prof["total_ms"], rel=1e-9)
         assert sum(e["count"] for e in prof["by_type"].values()) == row["num_ops"]
         assert sum(e["ms"] for e in prof["by_kernel"].values()) == pytest.approx(prof["total_ms"], rel=1e-4)
-        assert details[f"reports/unet_b1/{rid}.txt"].startswith("Model: ")
+        assert details[f"reports/unet_b1/{rid}.txt"].startswith("INFO: Loaded model ")  # benchmark_model-shaped
         parity = data["derived"]["parity"][f"unet_b1|{rid}"]
         assert parity["reference"] == "litert-cpu-plain" and parity["rel"] < 1e-4
     assert rows["unet_b1|ours-opencl-fused+wino4"]["op_histogram"].get("SdConv2DWinograd", 0) > 0

@@ -287,3 +287,32 @@ def test_fused_img2img_matches_diffusers(tiny_fused_export: Path, tiny_modules, 
         assert assert_sd_ops_ran_in_delegate(pipe, ("vae_encoder", "unet")) == 15 + 72
     finally:
         pipe.close()
+
+
+def test_generate_noise_torch_reproduces_diffusers_from_the_seed(tiny_modules, tokenizer, tiny_export: Path,
+                                                                  tmp_path: Path) -> None:
+    """``sdlite generate --seed S --noise torch`` draws what diffusers draws with ``torch.Generator().manual_seed(S)``
+    (initial latents and euler_a's per-step noise): the same image from the seed alone, no latents handed over.
+    The default numpy stream gives another image for the same seed."""
+    from PIL import Image
+
+    from sdlite.cli import main
+
+    seed, steps = 1234, 6
+    ref = diffusers_pipe(diffusers.StableDiffusionPipeline, tiny_modules, tokenizer, tiny_export, "euler_a")
+    with torch.no_grad():
+        (expected,) = reference_images(ref(
+            prompt=PROMPT, negative_prompt=NEGATIVE, num_inference_steps=steps, guidance_scale=7.5, height=64,
+            width=64, output_type="np", generator=torch.Generator().manual_seed(seed)).images)
+    images = {}
+    for noise in ("torch", "numpy"):
+        out = tmp_path / f"{noise}.png"
+        assert main(["generate", str(tiny_export), "-p", PROMPT, "-n", NEGATIVE, "--steps", str(steps),
+                     "--scheduler", "euler_a", "--seed", str(seed), "--noise", noise, "-o", str(out),
+                     "--num-threads", "1", "--no-progress"]) == 0
+        with Image.open(out) as im:
+            images[noise] = np.asarray(im.convert("RGB"))
+            assert f"Seed: {seed}" in im.text["parameters"] and f"RNG: {noise}" in im.text["parameters"]
+    assert expected.std() > 5.0
+    assert psnr(images["torch"], expected) >= MIN_PSNR_DB
+    assert psnr(images["numpy"], expected) < 30

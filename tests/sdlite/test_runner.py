@@ -149,7 +149,7 @@ def test_unknown_backend_and_bad_files(tmp_path: Path) -> None:
         open_runner(tmp_path / "none.tflite")
     junk = tmp_path / "junk.tflite"
     junk.write_bytes(b"\0" * 64)
-    with pytest.raises(SdliteError, match="is not a .tflite model"):
+    with pytest.raises(SdliteError, match=r"^junk.tflite is not a .tflite model \(no TFL3 identifier\)$"):
         open_runner(junk)
 
 

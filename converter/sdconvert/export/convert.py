@@ -19,7 +19,7 @@ from typing import Any, Sequence, TextIO
 
 import numpy as np
 
-from sdconvert.atomic_dir import publish_dir
+from sdconvert.atomic_dir import make_parents, publish_dir, refuse_foreign_folder, refuse_overlap, remove_created
 from sdconvert.errors import ParityError, UserError
 
 from . import checks, litert, sources, verify
@@ -37,12 +37,14 @@ class ConvertOptions:
     model_dir: Path | None = None
     checkpoint: Path | None = None
     allow_pickle: bool = False
+    ema: bool | None = None  # single file: None = diffusers' default (non-EMA), True = model_ema.*, False = non-EMA
     precision: str = "fp32"
     height: int | None = None
     width: int | None = None
     cfg_batch: int = 1
     models: tuple[str, ...] = MODEL_NAMES
     verify: bool = False
+    verify_backends: tuple[str, ...] = ("cpu",)  # --verify-backend: where the .tflite files run for --verify
     seed: int = 0
     overwrite: bool = False
     quiet: bool = False
@@ -63,6 +65,8 @@ class ConvertResult:
     manifest: dict[str, Any]
     parity: list[verify.Parity] = field(default_factory=list)
     stages: list[StageTime] = field(default_factory=list)
+    op_reports: dict[str, Any] = field(default_factory=dict)  # model -> opcheck.report.OpReport (fused + --verify)
+    weights_note: str = ""  # which weights of the source were converted (single file: EMA or not), for the summary
 
     @property
     def ok(self) -> bool:
@@ -77,22 +81,28 @@ def _load(opts: ConvertOptions) -> sources.LoadedPipeline:
     given = [x for x in (opts.random_weights, opts.model_dir, opts.checkpoint) if x is not None]
     if len(given) != 1:
         raise UserError("give exactly one source: MODEL_DIR, --checkpoint FILE or --random-weights {sd15,tiny}")
+    if opts.ema is not None and opts.checkpoint is None:
+        raise UserError(f"--{'' if opts.ema else 'no-'}ema applies to --checkpoint files only")
     if opts.random_weights is not None:
         return sources.from_random(opts.random_weights, opts.seed)
     if opts.model_dir is not None:
         return sources.from_diffusers_folder(opts.model_dir)
     from . import single_file
 
-    return single_file.load(opts.checkpoint, allow_pickle=opts.allow_pickle)
+    return single_file.load(opts.checkpoint, allow_pickle=opts.allow_pickle, ema=opts.ema)
 
 
-def _prepare_tmp(out: Path, overwrite: bool) -> Path:
+def _prepare_tmp(out: Path, overwrite: bool, created: list[Path]) -> Path:
+    """The temporary sibling folder the job writes into; parent folders it had to create are added to ``created``."""
     out = out.absolute()
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"output {out} already exists; pass --overwrite to replace it")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output {out} is a file, not a folder")
+    refuse_foreign_folder(out)
     parent = out.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        created += make_parents(out)
         tmp = parent / f".{out.name}.tmp-{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -101,12 +111,14 @@ def _prepare_tmp(out: Path, overwrite: bool) -> Path:
         probe.write_bytes(b"x")
         probe.unlink()
     except OSError as e:
+        remove_created(created)
         raise UserError(f"cannot write output folder {out}: {e.strerror or e}") from None
     return tmp
 
 
 def run(opts: ConvertOptions) -> ConvertResult:
-    """Run the whole job. Raises :class:`UserError` for user-fixable problems, leaving no output behind."""
+    """Run the whole job. Raises :class:`UserError` for user-fixable problems, leaving no output behind (no
+    parent folder it created either); an existing output is replaced only once the new one is complete."""
     if opts.precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {PRECISIONS}, got {opts.precision!r}")
     if opts.cfg_batch not in (1, 2):
@@ -116,7 +128,15 @@ def run(opts: ConvertOptions) -> ConvertResult:
         raise UserError(f"unknown model(s) {sorted(unknown)}; choose from {list(MODEL_NAMES)}")
     checks.check_size(opts.height or 64, opts.width or 64)
     opts.graph.validate()
-    tmp = _prepare_tmp(opts.out, opts.overwrite)
+    from sdconvert.opcheck.args import VERIFY_BACKENDS
+
+    if not opts.verify_backends or set(opts.verify_backends) - set(VERIFY_BACKENDS):
+        raise UserError(f"--verify-backend takes a comma list of {', '.join(VERIFY_BACKENDS)}")
+    if tuple(opts.verify_backends) != ("cpu",) and not opts.verify:
+        raise UserError("--verify-backend applies with --verify")
+    refuse_overlap(opts.out, [opts.model_dir, opts.checkpoint, opts.clip_bpe])
+    created: list[Path] = []
+    tmp = _prepare_tmp(opts.out, opts.overwrite, created)
     try:
         with litert.redirect_native_output(tmp / "conversion.log") as term:
             result = _run_in(tmp, opts, term)
@@ -125,25 +145,26 @@ def run(opts: ConvertOptions) -> ConvertResult:
         return result
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)
         if e.errno in NO_SPACE:
             raise UserError(f"no space left while writing {opts.out} ({e.strerror}); nothing was written") from None
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)
         raise
 
 
 def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     """The job itself; fds 1/2 go to conversion.log, ``term`` is the user's stderr."""
     import torch
-    from tqdm import tqdm
+
+    from .progress import Reporter
 
     log_path = tmp / "conversion.log"
     stages: list[StageTime] = []
-
-    def say(msg: str) -> None:
-        if not opts.quiet:
-            print(f"sdconvert: {msg}", file=term)
+    reporter = Reporter(term, opts.quiet)
+    say = reporter.say
 
     def timed(stage: str, t0: float) -> None:
         stages.append(StageTime(stage, time.perf_counter() - t0, _peak_rss_mb()))
@@ -152,6 +173,9 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     say("loading model")
     loaded = _load(opts)
     timed("load", t0)
+    weights_note = _weights_note(loaded)
+    if weights_note:
+        say(weights_note)
     height = opts.height or loaded.default_size[0]
     width = opts.width or loaded.default_size[1]
     checks.check_size(height, width)
@@ -163,7 +187,8 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
     parity: list[verify.Parity] = []
     entries: dict[str, dict[str, Any]] = {}
     graph_info: dict[str, dict[str, Any]] = {}
-    bar = tqdm(total=len(opts.models), desc="export", unit="model", file=term, disable=opts.quiet)
+    op_reports: dict[str, Any] = {}
+    bar = reporter.bar(len(opts.models), "export", "model")
     for position, name in enumerate(opts.models):
         bar.set_description(f"export {name}")
         t0 = time.perf_counter()
@@ -198,13 +223,28 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
         gc.collect()
         if opts.graph.active:
             t0 = time.perf_counter()
-            graph_info[name] = optimize(fp32_path, opts.graph, say)
+            # --verify keeps the plain graph until the per-op report has compared every fused op with it
+            unfused = tmp / f"{name}.unfused.tflite" if opts.verify else fp32_path
+            if opts.verify:
+                os.replace(fp32_path, unfused)
+            graph_info[name] = optimize(unfused, opts.graph, say, dst=fp32_path)
             if "fusion" in graph_info[name]:
                 say(format_fusion(name, graph_info[name]["fusion"]))
             if "winograd_table" in graph_info[name] and graph_info[name]["winograd"].get("convs"):
                 say(f"{name} Winograd plan:\n" + graph_info[name].pop("winograd_table"))
             graph_info[name].pop("winograd_table", None)
+            fit = graph_info[name].pop("fit_residuals", None)
             timed(f"graph {name}", t0)
+            if opts.verify:
+                t0 = time.perf_counter()
+                from sdconvert.opcheck.run import op_report
+
+                say(f"per-op check of {name} on {', '.join(opts.verify_backends)}")
+                op_reports[name] = op_report(name, unfused, fp32_path, {k: v.numpy() for k, v in inputs.items()},
+                                             opts.verify_backends, workdir=tmp, fit_residuals=fit)
+                unfused.unlink()
+                gc.collect()
+                timed(f"op check {name}", t0)
         if opts.precision != "fp32":
             t0 = time.perf_counter()
             from .precision import convert_weights
@@ -214,10 +254,12 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
             timed(f"{opts.precision} {name}", t0)
         if opts.verify:
             t0 = time.perf_counter() - ref_s  # the stage's time covers the torch reference as well
-            got = verify.run_tflite(path, {k: v.numpy() for k, v in inputs.items()}, delegates=_delegates_for(path))
-            for out_name, r in ref.items():
-                parity.append(verify.compare(name, got[out_name], r, verify.TOLERANCE[opts.precision]))
-            del got
+            for backend in opts.verify_backends:
+                got = verify.run_tflite(path, {k: v.numpy() for k, v in inputs.items()},
+                                        delegates=_delegates_for(path, backend))
+                for out_name, r in ref.items():
+                    parity.append(verify.compare(name, got[out_name], r, verify.TOLERANCE[opts.precision], backend))
+                del got
             timed(f"verify {name}", t0)
         entries[name] = {}
         del ref
@@ -246,14 +288,28 @@ def _run_in(tmp: Path, opts: ConvertOptions, term: TextIO) -> ConvertResult:
         "parity": [p.as_dict() for p in parity],
         "fusion": {k: v["fusion"] for k, v in graph_info.items() if "fusion" in v},
         "winograd": {k: v["winograd"] for k, v in graph_info.items() if "winograd" in v},
+        "op_errors": {k: r.as_dict() for k, r in op_reports.items()},
         "stages": [vars(s) for s in stages],
         "tools": mf.tool_versions(),
     }
     mf.write(tmp / "manifest.json", manifest)
     bad = [p for p in parity if not p.ok]
     if bad:
-        raise ParityError("parity check failed:\n" + verify.format_table(parity))
-    return ConvertResult(out=tmp, manifest=manifest, parity=parity, stages=stages)
+        worst = [line for r in op_reports.values() for line in r.summary_lines(top=3)]
+        per_op = "\nper-op check (fused ops against the unfused graph):\n" + "\n".join(worst) if worst else ""
+        raise ParityError("parity check failed:\n" + verify.format_table(parity) + per_op)
+    return ConvertResult(out=tmp, manifest=manifest, parity=parity, stages=stages, op_reports=op_reports,
+                         weights_note=weights_note)
+
+
+def _weights_note(loaded: sources.LoadedPipeline) -> str:
+    """The single-file EMA choice as one summary line ("" for other sources)."""
+    ema = loaded.source.get("ema")
+    if loaded.source.get("kind") != "single_file" or not isinstance(ema, dict):
+        return ""
+    from .single_file import EmaChoice
+
+    return EmaChoice(**ema).describe()
 
 
 #: The torch module (key of ``LoadedPipeline.modules``) each exported model's wrapper runs; see ``build_wrapper``.
@@ -299,15 +355,17 @@ def copy_tokenizer(src: Path, dst: Path) -> None:
     (dst / "merges.txt").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")
 
 
-def _delegates_for(path: Path) -> list[Any]:
-    """Our native delegate (CPU kernels) when the model holds fused ``Sd*`` custom ops, else none."""
+def _delegates_for(path: Path, backend: str = "cpu") -> list[Any]:
+    """The delegates ``path`` runs with on ``backend``: on ``cpu`` XNNPACK alone, plus our native delegate's CPU
+    kernels when the model holds fused ``Sd*`` custom ops; on ``opencl`` / ``gl`` our delegate runs the whole graph."""
     from sdlite.tflite_info import read_model_info
 
-    if not read_model_info(path).fused_ops:
+    if backend == "cpu" and not read_model_info(path).fused_ops:
         return []
     try:
         from sdlite import native
 
-        return [native.load(backend="cpu")]
-    except Exception as e:  # noqa: BLE001 - missing/unbuildable library: say what to do
-        raise UserError(f"--verify of a fused model needs the native delegate ({e}); run scripts/install.sh") from None
+        return [native.load(backend=backend)]
+    except Exception as e:  # noqa: BLE001 - missing/unbuildable library or GPU driver: say what to do
+        what = "of a fused model" if backend == "cpu" else f"on {backend}"
+        raise UserError(f"--verify {what} needs the native delegate ({e}); run scripts/install.sh") from None

@@ -11,6 +11,12 @@ from typing import Any
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
 CLIP_PREFIX = "cond_stage_model.transformer."
+#: SD 1.5-era checkpoints nest the CLIP weights under ``text_model.`` (transformers 4's CLIPTextModel); SD 1.4-era
+#: ones (saved from CLIPTextTransformer) start at ``embeddings.`` / ``encoder.`` / ``final_layer_norm.`` directly, as
+#: transformers 5's CLIPTextModel names them.
+CLIP_TEXT_MODEL = "text_model."
+#: LDM's EMA copy of the UNet (``LitEma``): one buffer per UNet parameter, named without dots (see :func:`ema_key`).
+EMA_PREFIX = "model_ema."
 
 _RESNET = {"norm1": "in_layers.0", "conv1": "in_layers.2", "time_emb_proj": "emb_layers.1", "norm2": "out_layers.0",
            "conv2": "out_layers.3", "conv_shortcut": "skip_connection"}
@@ -66,20 +72,44 @@ def vae_key(name: str, num_blocks: int) -> str:
     return name
 
 
-def to_ldm_state_dict(modules: dict[str, Any]) -> dict[str, Any]:
-    """A single-file SD 1.x state dict (torch tensors) from diffusers ``unet``/``vae``/``text_encoder`` modules."""
+def ema_key(ldm_unet_key: str) -> str:
+    """The EMA buffer of a UNet parameter: ``model.diffusion_model.input_blocks.0.0.weight`` ->
+    ``model_ema.diffusion_modelinput_blocks00weight`` (LitEma drops the dots; diffusers' converter reads it so)."""
+    return EMA_PREFIX + "".join(ldm_unet_key.split(".")[1:])
+
+
+def to_ldm_state_dict(modules: dict[str, Any], *, ema_unet: Any = None, clip_layout: str = "sd15") -> dict[str, Any]:
+    """A single-file SD 1.x state dict (torch tensors) from diffusers ``unet``/``vae``/``text_encoder`` modules.
+
+    ``ema_unet``: a second UNet whose weights are stored as the EMA copy (``model_ema.*`` plus LitEma's ``decay`` and
+    ``num_updates``), as in the full ``v1-5-pruned.ckpt``. ``clip_layout``: ``sd15`` writes
+    ``cond_stage_model.transformer.text_model.*``, ``sd14`` the older ``cond_stage_model.transformer.*`` layout;
+    both include CLIP's ``position_ids`` as the original checkpoints do.
+    """
+    if clip_layout not in ("sd15", "sd14"):
+        raise ValueError(f"clip_layout must be 'sd15' or 'sd14', got {clip_layout!r}")
+    import torch
+
     unet, vae, text = modules["unet"], modules["vae"], modules["text_encoder"]
     n = unet.config.layers_per_block
     up_attn = [t.startswith("CrossAttn") for t in unet.config.up_block_types]
     out: dict[str, Any] = {}
     for k, v in unet.state_dict().items():
         out[UNET_PREFIX + unet_key(k, n, up_attn)] = v.contiguous()
+    if ema_unet is not None:
+        for k, v in ema_unet.state_dict().items():
+            out[ema_key(UNET_PREFIX + unet_key(k, n, up_attn))] = v.contiguous()
+        out[EMA_PREFIX + "decay"] = torch.tensor(0.9999)
+        out[EMA_PREFIX + "num_updates"] = torch.tensor(1000, dtype=torch.int32)
     nb = len(vae.config.block_out_channels)
     for k, v in vae.state_dict().items():
         key = vae_key(k, nb)
         if ".attn_1." in key and key.endswith(".weight") and v.ndim == 2:
             v = v[:, :, None, None]  # LDM stores the VAE attention projections as 1x1 convs
         out[VAE_PREFIX + key] = v.contiguous()
-    for k, v in text.state_dict().items():
-        out[CLIP_PREFIX + k] = v.contiguous()
+    clip = {k.removeprefix(CLIP_TEXT_MODEL): v for k, v in text.state_dict().items()}  # transformers 4 nests, 5 not
+    positions = torch.arange(text.config.max_position_embeddings, dtype=torch.int64)[None]
+    clip.setdefault("embeddings.position_ids", positions)
+    for k, v in clip.items():
+        out[CLIP_PREFIX + (CLIP_TEXT_MODEL if clip_layout == "sd15" else "") + k] = v.contiguous()
     return out

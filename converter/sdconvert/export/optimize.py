@@ -101,6 +101,7 @@ def optimize(path: Path, opts: GraphOptions, say: Callable[[str], None], dst: Pa
         report = fuse_model(src, dst, target=opts.target, attention_variant=opts.attention_variant,
                             device_profile=opts.device_profile, merge_fcs=opts.merge_fc)
         out["fusion"] = report.to_dict(include_ops=False)
+        out["fit_residuals"] = report.fit_residuals()
         del report
         gc.collect()
         src = dst
@@ -130,6 +131,7 @@ def optimize(path: Path, opts: GraphOptions, say: Callable[[str], None], dst: Pa
 
 def format_fusion(name: str, fusion: dict[str, Any]) -> str:
     rows = [f"{name}: {fusion['ops_before']} -> {fusion['ops_after']} ops"]
+    fit = fusion.get("fit_residual_max", {})
     for rule, n in sorted(fusion["counts"].items()):
-        rows.append(f"  {rule:<24}{n:>6}")
+        rows.append(f"  {rule:<24}{n:>6}" + (f"   fit residual <= {fit[rule]:.1e}" if rule in fit else ""))
     return "\n".join(rows)

@@ -23,6 +23,7 @@ class Parity:
     rel: float
     psnr_db: float
     tolerance: float
+    backend: str = "cpu"  # where the .tflite ran: cpu (XNNPACK + our delegate's CPU kernels for Sd* ops), opencl, gl
 
     @property
     def ok(self) -> bool:
@@ -32,7 +33,7 @@ class Parity:
         return {**asdict(self), "ok": self.ok}
 
 
-def compare(model: str, got: np.ndarray, ref: np.ndarray, tolerance: float) -> Parity:
+def compare(model: str, got: np.ndarray, ref: np.ndarray, tolerance: float, backend: str = "cpu") -> Parity:
     got64, ref64 = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     if got64.shape != ref64.shape:
         raise ValueError(f"{model}: output shape {got64.shape} != reference {ref64.shape}")
@@ -41,7 +42,7 @@ def compare(model: str, got: np.ndarray, ref: np.ndarray, tolerance: float) -> P
     peak = float(np.abs(ref64).max()) or 1.0
     rmse = float(np.sqrt(np.mean(err**2))) if math.isfinite(max_abs) else float("inf")
     psnr = 20 * math.log10(peak / rmse) if rmse > 0 else float("inf")
-    return Parity(model, max_abs, max_abs / peak, psnr, tolerance)
+    return Parity(model, max_abs, max_abs / peak, psnr, tolerance, backend)
 
 
 def run_tflite(path: Path, inputs: dict[str, np.ndarray], delegates: Sequence[Any] = (), num_threads: int | None = None) -> dict[str, np.ndarray]:
@@ -54,7 +55,8 @@ def run_tflite(path: Path, inputs: dict[str, np.ndarray], delegates: Sequence[An
 
 
 def format_table(rows: Sequence[Parity]) -> str:
-    lines = [f"{'model':<14}{'max_abs':>12}{'rel':>12}{'PSNR dB':>10}{'tol':>10}  ok"]
+    lines = [f"{'model':<14}{'backend':<9}{'max_abs':>12}{'rel':>12}{'PSNR dB':>10}{'tol':>10}  ok"]
     for p in rows:
-        lines.append(f"{p.model:<14}{p.max_abs:>12.3e}{p.rel:>12.3e}{p.psnr_db:>10.1f}{p.tolerance:>10.0e}  {'yes' if p.ok else 'NO'}")
+        lines.append(f"{p.model:<14}{p.backend:<9}{p.max_abs:>12.3e}{p.rel:>12.3e}{p.psnr_db:>10.1f}"
+                     f"{p.tolerance:>10.0e}  {'yes' if p.ok else 'NO'}")
     return "\n".join(lines)

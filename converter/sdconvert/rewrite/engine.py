@@ -106,8 +106,12 @@ class FusedOp:
     inputs: list[TensorRef]
     output: TensorRef
     replaced_ops: int
+    # the rule's own numeric check of the region it replaced, where it has one (GroupNorm / LayerNorm: the max
+    # residual of the fitted gamma * norm(x) + beta against the region on random inputs, relative to max(1, |out|))
+    fit_residual: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {} if self.fit_residual is None else {"fit_residual": self.fit_residual}
         return {
             "rule": self.rule,
             "alternative": self.alternative,
@@ -117,6 +121,7 @@ class FusedOp:
             "inputs": [r.to_dict() for r in self.inputs],
             "output": self.output.to_dict(),
             "replaced_ops": self.replaced_ops,
+            **extra,
         }
 
 

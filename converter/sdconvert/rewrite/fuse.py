@@ -64,11 +64,25 @@ class FuseReport:
             "histogram_before": dict(self.histogram_before),
             "histogram_after": dict(self.histogram_after),
             "rejections": {k: dict(v) for k, v in self.rejections.items()},
+            "fit_residual_max": self.fit_residual_max(),
             "seconds": round(self.seconds, 3),
         }
         if include_ops:
             d["fused"] = [f.to_dict() for f in self.fused]
         return d
+
+    def fit_residual_max(self) -> dict[str, float]:
+        """``{rule: worst fit residual}`` over the rewrites whose rule checked its region numerically (GroupNorm,
+        LayerNorm: each site was accepted because its residual was <= 1e-6; this is how close the worst came)."""
+        worst: dict[str, float] = {}
+        for f in self.fused:
+            if f.fit_residual is not None:
+                worst[f.rule] = max(worst.get(f.rule, 0.0), f.fit_residual)
+        return worst
+
+    def fit_residuals(self) -> dict[str, float]:
+        """``{output tensor name: fit residual}`` per numerically checked rewrite (the per-op report's ``fit``)."""
+        return {f.output.name: f.fit_residual for f in self.fused if f.fit_residual is not None}
 
     def format_table(self) -> str:
         """The ``{rule: count}`` table with alternatives, op counts and rejection reasons, for terminals."""

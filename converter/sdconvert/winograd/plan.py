@@ -160,23 +160,33 @@ class WinogradPlan:
         return cls(data["mode"], profile, data["memory_budget_bytes"], decisions, list(data.get("notes", [])))
 
     def format_table(self) -> str:
-        """Markdown table: one row per conv with shape, decision and predicted cost, then totals."""
-        head = ("| # | conv | N x H x W | Cin -> Cout | k/s | suitable | recommended | decision "
+        """Markdown table: one row per Winograd-suitable conv with shape, decision and predicted cost, then totals.
+
+        Unsuitable convs (1x1, stride 2, ...) are only counted, by reason; every conv is in :meth:`to_json`.
+        Names are the TFLite tensor names shortened to their last module scopes (:func:`short_conv_name`)."""
+        head = ("| # | conv | N x H x W | Cin -> Cout | k/s | recommended | decision "
                 "| direct ms | plan ms | +MiB |")
-        rows = [head, "|" + "---|" * 11]
+        rows = [head, "|" + "---|" * 10]
+        unsuitable: dict[str, int] = {}
         for i, d in enumerate(self.decisions):
+            if not d.suitable:
+                unsuitable[d.reason] = unsuitable.get(d.reason, 0) + 1
+                continue
             s = d.spec
             idx = s.op_index if s.op_index is not None else i
             extra = d.chosen.memory_bytes / MiB
             rows.append(
-                f"| {idx} | {s.name} | {s.batch}x{s.in_h}x{s.in_w} | {s.in_c} -> {s.out_c} "
-                f"| {s.kernel_h}x{s.kernel_w}/{s.stride_h} | {'yes' if d.suitable else 'no (' + d.reason + ')'} "
-                f"| {tile_label(d.recommended)} | {tile_label(d.tile)} | {d.predicted[0].time_s * 1e3:.4f} "
-                f"| {d.chosen.time_s * 1e3:.4f} | {extra:.1f} |")
+                f"| {idx} | {short_conv_name(s.name)} | {s.batch}x{s.in_h}x{s.in_w} | {s.in_c} -> {s.out_c} "
+                f"| {s.kernel_h}x{s.kernel_w}/{s.stride_h} | {tile_label(d.recommended)} | {tile_label(d.tile)} "
+                f"| {d.predicted[0].time_s * 1e3:.4f} | {d.chosen.time_s * 1e3:.4f} | {extra:.1f} |")
         sm = self.summary()
         speedup = self.predicted_direct_s / self.predicted_s if self.predicted_s else 1.0
         counts = ", ".join(f"{k}: {v}" for k, v in sm["decisions"].items())
         rows.append("")
+        if unsuitable:
+            reasons = ", ".join(f"{why}: {n}" for why, n in sorted(unsuitable.items(), key=lambda kv: -kv[1]))
+            rows.append(f"not listed: {sum(unsuitable.values())} convs Winograd cannot replace ({reasons}); they stay "
+                        "direct (every conv is in the manifest's winograd plan)")
         rows.append(
             f"winograd={self.mode} profile={self.profile.name} convs={sm['convs']} suitable={sm['suitable']} "
             f"({counts}); predicted conv time {sm['predicted_direct_ms']:.3f} ms direct -> "
@@ -185,6 +195,31 @@ class WinogradPlan:
             f"of {self.memory_budget / MiB:.0f} MiB budget")
         rows += [f"note: {n}" for n in self.notes]
         return "\n".join(rows)
+
+
+def _scope(part: str) -> str:
+    """``torch.nn.modules.conv.Conv2d_conv1;2`` -> ``Conv2d_conv1``; a diffusers module path such as
+    ``down_blocks.0.resnets.0.conv1`` (no class name at the end) is kept whole."""
+    part = part.split(";")[0]
+    last = part.rsplit(".", 1)[-1]
+    return last if last[:1].isupper() else part
+
+
+def short_conv_name(name: str, width: int = 56) -> str:
+    """A TFLite tensor name (``sdconvert.export.wrappers.UNet/diffusers.models...ResnetBlock2D_0/torch.nn.modules.conv.
+    Conv2d_conv1;2``, ~300 characters) as its module scopes without package paths and ``;N`` suffixes, keeping the
+    innermost ones that fit in ``width``: ``.../CrossAttnDownBlock2D_0/ResnetBlock2D_0/Conv2d_conv1``."""
+    scopes = [_scope(part) for part in name.split("/")]
+    scopes = [s for s in scopes if s] or [name]
+    if len("/".join(scopes)) <= width:
+        return "/".join(scopes)
+    kept: list[str] = []
+    for scope in reversed(scopes):
+        if kept and len("/".join([scope, *kept])) + 4 > width:
+            return ".../" + "/".join(kept)
+        kept.insert(0, scope)
+    text = "/".join(kept)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _candidates(spec: ConvSpec, suitable: bool, tiles: Sequence[int], profile: DeviceProfile,

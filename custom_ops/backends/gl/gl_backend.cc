@@ -14,6 +14,7 @@ Status CreateGlBackend(const DelegateOptions& options, const Logger& logger, std
   o.nv_pragmas = options.gl_nv_pragmas;
   o.kernel_alias = options.gl_kernel_alias;
   o.dump_dir = options.gl_dump_dir;
+  o.limits = options.gl_limits;
   std::unique_ptr<gl::GlDevice> device;
   SDGPU_RETURN_IF_ERROR(gl::GlDevice::Create(o, logger, &device));
   *out = std::make_unique<gpu::GpuBackend>(options, std::move(device), "SdGpuGL");

@@ -118,9 +118,17 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   a.glGetIntegerv(GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS, &max_invocations_);
   a.glGetIntegerv(GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS, &max_ssbo_blocks_);
   a.glGetInteger64v(GL_MAX_SHADER_STORAGE_BLOCK_SIZE, &max_ssbo_size_);
-  GLint shared_bytes = 0;
-  a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes);
+  a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes_);
   SDGPU_RETURN_IF_ERROR(GlCheck(a, "reading the compute limits"));
+  // gl_limits: a smaller device's limits, never above the driver's (delegate/options.h)
+  auto cap = [](GLint* v, int limit) {
+    if (limit > 0 && limit < *v) *v = limit;
+  };
+  cap(&shared_bytes_, options.limits.shared_bytes);
+  cap(&max_invocations_, options.limits.invocations);
+  for (GLint& g : max_group_size_) cap(&g, options.limits.invocations);
+  cap(&max_ssbo_blocks_, options.limits.storage_blocks);
+  compute_units_ = options.limits.compute_units;
   // Mesa's software rasterizers expose the timer query but run dispatches lazily at flush time, so every
   // query reads ~1 ns; they get the glFinish + host clock method instead.
   const bool software = device_name_.rfind("llvmpipe", 0) == 0 || device_name_.rfind("softpipe", 0) == 0 ||
@@ -152,8 +160,9 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
                vendor + "'; work-group invocations " + std::to_string(max_invocations_) + ", group count " +
                std::to_string(max_group_count_[0]) + "x" + std::to_string(max_group_count_[1]) + "x" +
                std::to_string(max_group_count_[2]) + ", SSBO blocks " + std::to_string(max_ssbo_blocks_) +
-               ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes) +
-               " bytes; " + std::to_string(library_.num_kernels()) + " kernels; profiling timer: " + timing_method() +
+               ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes_) +
+               " bytes" + (compute_units_ > 0 ? ", " + std::to_string(compute_units_) + " compute units" : "") +
+               "; " + std::to_string(library_.num_kernels()) + " kernels; profiling timer: " + timing_method() +
                (finish_each_ ? "; gl_finish_each" : "") + (plain_buffers_ ? "; gl_plain_buffers" : "") +
                (barrier_bits_ != GL_ALL_BARRIER_BITS ? "; gl_barrier=minimal" : "") +
                (no_nv_pragmas_ ? "; gl_nv_pragmas=0" : "") + (kernel_alias_.empty() ? "" : "; gl_kernel_alias"));
@@ -236,6 +245,11 @@ Status GlDevice::GetKernel(const std::string& name, const gpu::Kernel** out) con
     const auto alias = kernel_alias_.find(name);
     const KernelSource* src = library_.Find(alias != kernel_alias_.end() ? alias->second : name);
     if (src == nullptr) return Status::Error("gl: no kernel '" + name + "' in the GLSL library");
+    const int blocks = library_.StorageBlocks(*src);
+    if (blocks > max_ssbo_blocks_) {
+      return Status::Error("gl: kernel '" + name + "' declares " + std::to_string(blocks) +
+                           " storage blocks, the device allows " + std::to_string(max_ssbo_blocks_));
+    }
     it = kernels_.emplace(name, std::make_unique<GlKernel>(src)).first;
   }
   *out = it->second.get();

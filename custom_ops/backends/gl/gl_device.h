@@ -27,6 +27,8 @@
 //   gl_kernel_alias=a=b,c=d  GetKernel("a") returns kernel b (A/B a variant under an op's kernel name)
 //   gl_dump_dir=dir       write each compiled program's source (<kernel>_<local>.comp) and driver
 //                         binary (.bin: NVIDIA's holds its assembly as text) into dir
+//   gl_limits=shared_bytes=N,...  report a smaller device's limits (capped, never raised) and N compute units
+//                         (delegate/options.h): the planners' choices for such a device, on this one
 //
 // Threads: a GL context is current on at most one thread. Every entry point
 // takes the context's mutex and makes it current on the calling thread
@@ -74,6 +76,7 @@ struct GlDeviceOptions {
   bool nv_pragmas = true;
   std::string kernel_alias;  // "a=b,c=d"
   std::string dump_dir;
+  GlLimits limits;  // gl_limits
 };
 
 class GlDevice final : public gpu::Device {
@@ -88,13 +91,18 @@ class GlDevice final : public gpu::Device {
   const char* backend_name() const override { return "gl"; }
   const std::string& name() const override { return device_name_; }
   size_t max_work_group_size() const override { return static_cast<size_t>(max_invocations_); }
+  size_t local_memory_bytes() const override { return static_cast<size_t>(shared_bytes_); }
+  // GL has no query for it: 0 (unknown) unless gl_limits sets it.
+  int compute_units() const override { return compute_units_; }
   bool profiling() const override { return options_.profiling; }
   const char* timing_method() const override { return timer_query_ ? "gl_timer_query" : "gl_finish_host_clock"; }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
   Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
   Status Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const override;
-  // Succeeds when the library has the kernel (programs are compiled on first launch per local size).
+  // Succeeds when the library has the kernel and the device allows as many storage blocks as its shader declares
+  // (GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS; an error names both, so planners skip it with that reason); programs are
+  // compiled on first launch per local size.
   Status GetKernel(const std::string& name, const gpu::Kernel** out) const override;
   Status Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global, const gpu::Dim3& local,
                 gpu::Timings* timings) const override;
@@ -133,9 +141,11 @@ class GlDevice final : public gpu::Device {
   ShaderLibrary library_;
   std::string device_name_;
   GLint max_invocations_ = 0;
+  GLint shared_bytes_ = 0;  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE
   std::array<GLint, 3> max_group_count_ = {0, 0, 0};
   std::array<GLint, 3> max_group_size_ = {0, 0, 0};
   GLint max_ssbo_blocks_ = 0;
+  int compute_units_ = 0;  // gl_limits compute_units
   GLint64 max_ssbo_size_ = 0;
   bool timer_query_ = false;
   GLbitfield barrier_bits_ = GL_ALL_BARRIER_BITS;

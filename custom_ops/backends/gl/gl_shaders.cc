@@ -15,6 +15,11 @@ constexpr const char* kIncludeMarker = "//== include ";
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
 
+bool EndsWith(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
 std::string Trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r");
   if (b == std::string::npos) return "";
@@ -108,6 +113,13 @@ const KernelSource* ShaderLibrary::Find(const std::string& name) const {
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
+int ShaderLibrary::StorageBlocks(const KernelSource& kernel) const {
+  std::istringstream in(files_.at(kernel.file).common + Expand(kernel));
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += StartsWith(Trim(line), "layout(std430") ? 1 : 0;
+  return n;
+}
+
 std::string ShaderLibrary::Compose(const KernelSource& kernel, const std::array<size_t, 3>& local) const {
   std::string s = "#version 310 es\n";
   s += "layout(local_size_x = " + std::to_string(local[0]) + ", local_size_y = " + std::to_string(local[1]) +
@@ -116,7 +128,11 @@ std::string ShaderLibrary::Compose(const KernelSource& kernel, const std::array<
     s += "#line " + std::to_string(first_line) + " " + std::to_string(file_no) + "\n";
     s += text;
   };
+  // Shaders generated from the kernel dialect (*.kern) take only the preludes in front of them (the dialect's GLSL
+  // runtime); the hand-written ones take every prelude.
+  const bool generated = EndsWith(files_.at(kernel.file).path, ".kern");
   for (size_t i = 0; i < files_.size(); ++i) {
+    if (generated && static_cast<int>(i) > kernel.file) break;
     if (files_[i].prelude) part(files_[i].common, files_[i].common_line, static_cast<int>(i));
   }
   const File& f = files_.at(kernel.file);

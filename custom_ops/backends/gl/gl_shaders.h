@@ -51,6 +51,10 @@ class ShaderLibrary {
   // File path of `KernelSource::file` (also the `#line` source-string number in compile logs).
   const std::string& file_path(int file) const { return files_.at(file).path; }
 
+  // The storage blocks (lines declaring `layout(std430, ...)`) of the kernel's shader: its buffers and their views
+  // (gen_glsl.py's NAME_v4 / NAME_u32), what GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS limits.
+  int StorageBlocks(const KernelSource& kernel) const;
+
   // A complete compute shader: version line, local size, preludes, the kernel's file-common text and
   // its section, with `#line` directives so compile errors name the .glsl line ("<file no>:<line>").
   std::string Compose(const KernelSource& kernel, const std::array<size_t, 3>& local) const;

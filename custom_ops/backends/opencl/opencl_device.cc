@@ -5,6 +5,8 @@
 #include <iterator>
 #include <sys/stat.h>
 
+#include "backends/opencl/nvidia/attention_tilings.h"
+
 namespace sdgpu::ocl {
 namespace {
 
@@ -129,6 +131,7 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                     PlatformString(api, rt->platform_, CL_PLATFORM_VERSION) + "|" + rt->device_name_ + "|" +
                     DeviceString(api, rt->device_, CL_DRIVER_VERSION);
   const bool nvidia = PlatformString(api, rt->platform_, CL_PLATFORM_NAME).find("NVIDIA") != std::string::npos;
+  rt->nvidia_ = nvidia;
   rt->build_options_ = nvidia ? kNvidiaBuildOptions : kBuildOptions;
   cl_uint cc_major = 0;
   if (nvidia && api.clGetDeviceInfo(rt->device_, kDeviceComputeCapabilityMajorNv, sizeof(cc_major), &cc_major,
@@ -144,6 +147,11 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                                                      nullptr),
                                 "clGetDeviceInfo(MAX_COMPUTE_UNITS)"));
   rt->compute_units_ = static_cast<int>(units);
+  cl_ulong local_bytes = 0;
+  SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(cl_ulong),
+                                                     &local_bytes, nullptr),
+                                "clGetDeviceInfo(LOCAL_MEM_SIZE)"));
+  rt->local_memory_bytes_ = static_cast<size_t>(local_bytes);
 
   cl_context ctx = api.clCreateContext(nullptr, 1, &rt->device_, nullptr, nullptr, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));
@@ -264,6 +272,10 @@ Status OpenClDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t b
 }
 
 Status OpenClDevice::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
+
+std::vector<gpu::AttnTiling> OpenClDevice::vendor_attention_tilings() const {
+  return nvidia_ ? nvidia::AttentionTilings() : std::vector<gpu::AttnTiling>{};
+}
 
 Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global,
                             const gpu::Dim3& local, gpu::Timings* timings) const {

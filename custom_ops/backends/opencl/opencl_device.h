@@ -75,12 +75,13 @@ class OpenClDevice final : public gpu::Device {
   static Status Create(const OpenClDeviceOptions& options, const Logger& logger, std::unique_ptr<OpenClDevice>* out);
 
   const char* backend_name() const override { return "opencl"; }
-  bool residual_epilogue() const override { return true; }
-  bool winograd_io_fusion() const override { return true; }
   const std::string& name() const override { return device_name_; }
   size_t max_work_group_size() const override { return max_wg_; }
   int compute_units() const override { return compute_units_; }
+  size_t local_memory_bytes() const override { return local_memory_bytes_; }
   bool profiling() const override { return options_.profiling; }
+  // NVIDIA's platform: the tilings of backends/opencl/nvidia/attention_nv.cl.
+  std::vector<gpu::AttnTiling> vendor_attention_tilings() const override;
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
   Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
@@ -106,9 +107,11 @@ class OpenClDevice final : public gpu::Device {
   cl_device_id device_ = nullptr;
   std::string device_name_;
   std::string device_key_;
+  bool nvidia_ = false;  // NVIDIA's platform (the program is built with SDGPU_NV_PTX)
   std::string build_options_;  // kBuildOptions, plus -DSDGPU_NV_PTX=1 on NVIDIA's platform (and -DSDGPU_NV_SM90=1 on sm_90+)
   size_t max_wg_ = 0;
   int compute_units_ = 0;
+  size_t local_memory_bytes_ = 0;  // CL_DEVICE_LOCAL_MEM_SIZE
   ClContextHandle context_;
   ClQueueHandle queue_;
   ClProgramHandle program_;

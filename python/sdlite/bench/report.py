@@ -1,4 +1,11 @@
-"""Text report in TFLite benchmark_model's shape (sections, columns, the ``Timings (microseconds)`` line)."""
+"""Text report in TFLite benchmark_model's shape: its lines in its order, then sdlite's extras.
+
+benchmark_model's own lines keep its ``INFO: `` prefix (``INFO: Initialized session in 12.3ms.``, the run loops'
+``count=`` lines, ``Inference timings in us``, the memory footprint); lines without the prefix are sdlite's
+additions (backend, placement, model memory, the delegate's figures). The op profile follows as in
+benchmark_model (``Operator-wise Profiling Info for Regular Benchmark Runs:`` and its sections), as text or
+(``--profiling_output_csv_file``) CSV, with the "Summary by kernel" extra on the GPU backends.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -11,6 +18,10 @@ if TYPE_CHECKING:
 
 RULE = "=" * 30
 MB = float(1 << 20)  # benchmark_model's "MB" (2^20 bytes)
+INFO = "INFO: "
+PROFILE_HEADER = "Operator-wise Profiling Info for Regular Benchmark Runs:"
+MEMORY_NOTE = ("Note: as the benchmark tool itself affects memory footprint, the following is only APPROXIMATE to "
+               "the actual memory footprint of the model at runtime. Take the information at your discretion.")
 
 
 def _section(title: str) -> str:
@@ -56,6 +67,7 @@ def profile_sections(prof: OpProfile, whole_model_avg_us: float, top: int = 10) 
     for op in prof.ops:
         by_type[op.op_name].append(op)
     summary = sorted(by_type.items(), key=lambda kv: -sum(o.avg_us for o in kv[1]))
+    lines.append(f"Number of nodes executed: {len(prof.ops)}")
     lines.append(_section("Summary by node type"))
     lines.append("\t{:>24}\t{:>9}\t{:>9}\t{:>9}\t{:>9}\t{:>9}\t{:>14}".format(
         "[Node type]", "[count]", "[avg ms]", "[avg %]", "[cdf %]", "[out KB]", "[times called]"))
@@ -115,26 +127,109 @@ def device_setup_line(r: "BenchResult") -> str | None:
             f"{d.setup_tuning_us / 1e3:.1f} (delegate stats setup_*_us)")
 
 
-def model_report(r: "BenchResult", top: int = 10) -> str:
+def profile_csv(prof: OpProfile, top: int = 10) -> str:
+    """The op profile in benchmark_model's CSV form (``--profiling_output_csv_file``): its section rules, then
+    ``node type, start, first, avg_ms, %, cdf%, mem KB, times called, name`` rows (``start`` is not measured here:
+    0; ``mem KB`` is the node's output size), then the by-type summary."""
+    total = prof.total_us
+
+    def rows(ops: list[OpTiming]) -> list[str]:
+        out, cdf = [], 0.0
+        for op in ops:
+            pct = 100.0 * op.avg_us / total if total > 0 else 0.0
+            cdf += pct
+            out.append(f"{op.op_name}, 0, {op.first_us / 1e3:g}, {op.avg_us / 1e3:g}, {pct:g}%, {cdf:g}%, "
+                       f"{op.out_bytes / 1e3:g}, {op.times_called}, {op.name}")
+        return out
+
+    header = "node type, start, first, avg_ms, %, cdf%, mem KB, times called, name"
+    lines = [PROFILE_HEADER, _section("Run Order"), header, *rows(prof.ops), ""]
+    lines += [_section("Top by Computation Time"), header, *rows(sorted(prof.ops, key=lambda o: -o.avg_us)[:top]), ""]
+    by_type: dict[str, list[OpTiming]] = defaultdict(list)
+    for op in prof.ops:
+        by_type[op.op_name].append(op)
+    lines += [f"Number of nodes executed: {len(prof.ops)}", _section("Summary by node type"),
+              "node type, count, avg_ms, avg %, cdf %, mem KB, times called"]
+    cdf = 0.0
+    for name, ops in sorted(by_type.items(), key=lambda kv: -sum(o.avg_us for o in kv[1])):
+        t = sum(o.avg_us for o in ops)
+        pct = 100.0 * t / total if total > 0 else 0.0
+        cdf += pct
+        lines.append(f"{name}, {len(ops)}, {t / 1e3:g}, {pct:g}%, {cdf:g}%, {sum(o.out_bytes for o in ops) / 1e3:g}, "
+                     f"{sum(o.times_called for o in ops)}")
+    return "\n".join(lines) + "\n"
+
+
+def delegate_lines(r: "BenchResult") -> list[str]:
+    """benchmark_model's lines on applying a delegate (only when ours was loaded)."""
+    if r.delegate_kernels < 0:
+        return []
+    if r.fully_delegated:
+        how = "will be completely executed by the delegate."
+    elif r.delegate_kernels > 0:
+        how = f"will be partially executed by the delegate w/ {r.delegate_kernels} delegate kernels."
+    else:
+        return [f"{INFO}Going to apply 1 delegates one after another.",
+                f"{INFO}Though EXTERNAL delegate is explicitly applied, the model graph will not be executed by the "
+                "delegate."]
+    return [f"{INFO}Going to apply 1 delegates one after another.",
+            f"{INFO}Explicitly applied EXTERNAL delegate, and the model graph {how}"]
+
+
+def memory_lines(r: "BenchResult") -> list[str]:
+    """benchmark_model's memory footprint lines (see :mod:`sdlite.bench.memory`)."""
+    lines = [INFO + MEMORY_NOTE,
+             f"{INFO}Memory footprint delta from the start of the tool (MB): init={r.mem_init_kb / 1024:g} "
+             f"overall={r.mem_overall_kb / 1024:g}"]
+    if r.peak_mem_mb > 0:
+        lines.append(f"{INFO}Overall peak memory footprint (MB) via periodic monitoring: {r.peak_mem_mb:g}")
+        if r.rss_end is not None:
+            rss = r.rss_end
+            lines += [f"{INFO}Memory status at the end of execution:",
+                      f"{INFO}- VmRSS              : {rss.rss // (1 << 20)} MB",
+                      f"{INFO}+ RssAnnon           : {rss.anon // (1 << 20)} MB",
+                      f"{INFO}+ RssFile + RssShmem : {rss.shared // (1 << 20)} MB"]
+    return lines
+
+
+def model_report(r: "BenchResult", top: int = 10, profile_in_csv: bool = False) -> str:
+    """One model's report: benchmark_model's lines in its order with sdlite's extras between them.
+
+    ``profile_in_csv``: the op profile goes to a CSV file (:func:`profile_csv`), so only the rest is printed.
+    """
     hist = ", ".join(f"{k} {v}" for k, v in list(r.op_histogram.items())[:8])
     more = "" if len(r.op_histogram) <= 8 else f", ... ({len(r.op_histogram)} types)"
     lines = [
-        f"Model: {r.path}",
+        f"{INFO}Loaded model {r.path}",
+        *delegate_lines(r),
+        f"{INFO}The input model file size (MB): {r.model_bytes / 1e6:g}",
+        f"{INFO}Initialized session in {r.init_us / 1e3:g}ms.",
         f"Backend: {r.backend} ({r.threads} thread{'s' if r.threads != 1 else ''})",
         f"Nodes: {r.num_ops} ({hist}{more})",
         f"Placement: {r.placement}",
-        f"Memory (bytes): weights={r.weight_bytes} (sum of constant buffers) "
-        f"peak_activations_estimate={r.peak_activation_bytes} (liveness over graph order; "
-        "the runtime reports no arena size)",
-        *([device_memory_line(r)] if r.device is not None else []),
-        f"Inference timings in us: Init: {r.load_s * 1e6:.0f}, First inference: {r.first_run_us:.0f}, "
-        f"Warmup (avg): {r.warmup_avg_us:.0f}, Inference (avg): {r.stats.avg:.1f}",
     ]
+    if "pre-invoke" in r.states:
+        lines.append(INFO + r.states["pre-invoke"])
+    phases = [r.warmup, r.stats] if r.warmup is not None else [r.stats]
+    for loop, stats in zip(r.loops, phases):
+        lines += [INFO + loop.announce(), INFO + stats.stream_text(), ""]
+    lines.append(f"{INFO}Inference timings in us: Init: {r.init_us:.0f}, First inference: {r.first_run_us:.0f}, "
+                 f"Warmup (avg): {r.warmup_avg_us:.0f}, Inference (avg): {r.stats.avg:.1f}")
     if (setup := device_setup_line(r)) is not None:
         lines.append(setup)
-    if r.profile is not None:
-        lines += ["", *profile_sections(r.profile, r.stats.avg, top)]
+    lines += memory_lines(r)
+    lines.append(f"Memory (bytes): weights={r.weight_bytes} (sum of constant buffers) "
+                 f"peak_activations_estimate={r.peak_activation_bytes} (liveness over graph order; "
+                 "the runtime reports no arena size)")
+    if r.device is not None:
+        lines.append(device_memory_line(r))
+    if "post-invoke" in r.states:
+        lines.append(INFO + r.states["post-invoke"])
+    if r.profile is not None and not profile_in_csv:
+        lines += [INFO + PROFILE_HEADER, *profile_sections(r.profile, r.stats.avg, top)]
     lines.append(r.stats.line())
+    if r.profile is not None and not profile_in_csv:
+        lines.append(f"{len(r.profile.ops)} nodes observed")
     return "\n".join(lines)
 
 

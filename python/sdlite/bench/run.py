@@ -7,6 +7,11 @@ benchmark_model): synthetic inputs - floats standard-normal, token ids a fixed C
 Per-node profiles: on the GPU backends (``opencl``, ``gl``) the delegate's own device timings of the same
 runs (:mod:`sdlite.bench.device_profile`); elsewhere each node timed alone (:mod:`sdlite.bench.op_profile`).
 On the GPU backends the result also carries the delegate's memory figures (:class:`DeviceFigures`).
+
+Run counts follow benchmark_model (:mod:`sdlite.bench.loop`): the first inference opens the warm-up phase, which
+lasts ``warmup_runs`` runs and ``warmup_min_secs``; the timed phase ``num_runs`` runs and ``min_secs``; each phase
+stops starting runs after ``max_secs``. "Init" is the wall time of loading the model (delegates, interpreter,
+tensor allocation), and the memory footprint is benchmark_model's (:mod:`sdlite.bench.memory`).
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import dataclasses
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,10 @@ import numpy as np
 
 from sdlite.backends import BACKENDS, DELEGATE_NAME, BackendOptions
 from sdlite.bench.device_profile import DEVICE_BACKENDS, ProfileSnapshot, device_op_profile
+from sdlite.bench.loop import RunLoop, TimingRules
+from sdlite.bench.memory import PeakMonitor, RssStatus, footprint_kb, rss_status
 from sdlite.bench.op_profile import OpProfile, profile_ops
+from sdlite.bench.state import state_text
 from sdlite.bench.stats import TimingStats
 from sdlite.errors import SdliteError
 from sdlite.manifest import MANIFEST_NAME, load_manifest
@@ -129,13 +137,28 @@ class BenchResult:
     device: DeviceFigures | None = None  # GPU backends only
     outputs: dict[str, np.ndarray] | None = None  # outputs of the last timed run (keep_outputs=True)
     profile_error: str = ""  # why the delegate's device profile could not be read (GPU backends)
+    # benchmark_model's figures (see the module docstring)
+    init_us: float = 0.0  # wall time of loading the model
+    model_bytes: int = 0
+    warmup: TimingStats | None = None  # every warm-up run, the first inference first
+    loops: tuple[RunLoop, ...] = ()  # (warm-up, timed) as run
+    mem_init_kb: int = 0  # growth of the peak resident set during init / over the whole benchmark
+    mem_overall_kb: int = 0
+    peak_mem_mb: float = -1.0  # --report_peak_memory_footprint (-1: not sampled)
+    rss_end: RssStatus | None = None
+    delegate_kernels: int = -1  # partitions of our delegate (-1: not loaded)
+    fully_delegated: bool = False
+    states: dict[str, str] = field(default_factory=dict)  # "pre-invoke" / "post-invoke" interpreter state text
 
     def to_dict(self) -> dict[str, Any]:
-        skip = ("stats", "profile", "path", "device", "outputs")
+        skip = ("stats", "profile", "path", "device", "outputs", "warmup", "loops", "rss_end", "states")
         d = {k: getattr(self, k) for k in (f.name for f in dataclasses.fields(self)) if k not in skip}
         d["op_histogram"] = dict(self.op_histogram)
         d["path"] = str(self.path)
         d["timings_us"] = self.stats.to_dict()
+        d["warmup_us"] = self.warmup.to_dict() if self.warmup is not None else None
+        d["loops"] = [dataclasses.asdict(loop) for loop in self.loops]
+        d["rss_end"] = dataclasses.asdict(self.rss_end) if self.rss_end is not None else None
         if self.device is not None:
             d["device"] = {**dataclasses.asdict(self.device),
                            "arena_mb": self.device.arena_bytes / 2**20, "weight_mb": self.device.weight_bytes / 2**20}
@@ -198,9 +221,53 @@ def expand(spec: str, default: BackendOptions, models: tuple[str, ...] | None = 
     return [BenchTarget(path.name, path, options, "model")]
 
 
+@dataclass(frozen=True)
+class ReportOptions:
+    """benchmark_model's optional outputs and checks: interpreter state before the first / after the last run,
+    a sampled peak of the resident set (interval in ms, 0 = off) and ``require_full_delegation``."""
+
+    preinvoke_state: bool = False
+    postinvoke_state: bool = False
+    peak_memory_interval_ms: int = 0
+    require_full_delegation: bool = False
+
+
+def _delegate_kernels(runner: ModelRunner) -> tuple[int, bool]:
+    """Partitions of our delegate in ``runner`` (-1 when not loaded) and whether it runs every node."""
+    if not getattr(runner, "_delegates", None):
+        return -1, False
+    placement = runner.placement
+    kernels = placement.partitions.get(DELEGATE_NAME, 0)
+    full = kernels == 1 and bool(placement.node_executor) and all(
+        ex == DELEGATE_NAME for ex in placement.node_executor)
+    return kernels, full
+
+
+def unique_labels(targets: list[BenchTarget]) -> list[BenchTarget]:
+    """``targets`` relabelled so different files never share a label: ``a/unet.tflite`` and ``b/unet.tflite`` instead
+    of two ``unet.tflite`` (the shortest trailing part of the paths that tells them apart)."""
+    groups: dict[str, set[Path]] = {}
+    for t in targets:
+        groups.setdefault(t.label, set()).add(t.path.absolute())
+    relabel: dict[Path, str] = {}
+    for label, paths in groups.items():
+        if len(paths) < 2:
+            continue
+        depth = label.count("/") + 1
+        longest = max(len(p.parts) for p in paths)
+        while depth < longest and len({Path(*p.parts[-depth:]) for p in paths}) < len(paths):
+            depth += 1
+        for p in paths:
+            relabel[p] = str(Path(*p.parts[-depth:]))
+    return [dataclasses.replace(t, label=relabel.get(t.path.absolute(), t.label)) for t in targets]
+
+
 def bench_target(target: BenchTarget, num_runs: int, warmup_runs: int, op_profiling: bool = False,
-                 seed: int = 0, keep_outputs: bool = False, isolated_fallback: bool = True) -> BenchResult:
-    """Time ``target``: one first run, ``warmup_runs`` untimed, ``num_runs`` timed (``invoke`` only).
+                 seed: int = 0, keep_outputs: bool = False, isolated_fallback: bool = True, *,
+                 rules: TimingRules = TimingRules(), report: ReportOptions = ReportOptions()) -> BenchResult:
+    """Time ``target``: a warm-up phase that starts with the first inference, then the timed phase (``invoke``
+    only), with ``rules`` deciding how long each lasts (defaults: exactly ``warmup_runs`` / ``num_runs`` runs,
+    with at least the first inference).
 
     With ``op_profiling`` on a GPU backend the delegate profiles these very runs on the device; elsewhere the
     nodes are timed in isolation after the model is closed (see the module docstring). When the delegate
@@ -211,10 +278,18 @@ def bench_target(target: BenchTarget, num_runs: int, warmup_runs: int, op_profil
         raise SdliteError(f"--num_runs must be >= 1, got {num_runs}")
     if warmup_runs < 0:
         raise SdliteError(f"--warmup_runs must be >= 0, got {warmup_runs}")
+    warm_loop, timed_loop = RunLoop.warmup(warmup_runs, rules), RunLoop.timed(num_runs, rules)
     on_device = op_profiling and target.options.name in DEVICE_BACKENDS
     profile: OpProfile | None = None
+    monitor = PeakMonitor(report.peak_memory_interval_ms) if report.peak_memory_interval_ms > 0 else None
+    if monitor is not None:
+        monitor.start()
+    mem_start = footprint_kb()
     with ExitStack() as stack:
+        if monitor is not None:
+            stack.callback(monitor.stop)
         profile_file: Path | None = None
+        t_init = time.perf_counter()
         if on_device:
             from sdlite import native
 
@@ -224,7 +299,14 @@ def bench_target(target: BenchTarget, num_runs: int, warmup_runs: int, op_profil
                 runner = open_runner(target.path, target.options)
         else:
             runner = open_runner(target.path, target.options)
+        init_us = (time.perf_counter() - t_init) * 1e6
+        mem_init = footprint_kb()
         stack.callback(runner.close)
+        kernels, full = _delegate_kernels(runner)
+        if report.require_full_delegation and not full:
+            raise SdliteError(f"{target.label}: Disallowed CPU fallback detected "
+                              f"(--require_full_delegation; placement: {runner.placement.summary(runner.info)})")
+        states: dict[str, str] = {}
         snapshots: list[ProfileSnapshot] = []
         unavailable = ""
 
@@ -237,35 +319,38 @@ def bench_target(target: BenchTarget, num_runs: int, warmup_runs: int, op_profil
                     unavailable = str(exc)
 
         runner.set_inputs(synthetic_inputs(runner, seed))
+        if report.preinvoke_state:
+            states["pre-invoke"] = state_text(runner, "pre-invoke")
         t0 = time.perf_counter()
         runner.invoke()
-        first_us = (time.perf_counter() - t0) * 1e6
+        first_s = time.perf_counter() - t0
+        first_us = first_s * 1e6
         snapshot()
-        warm = []
-        for _ in range(warmup_runs):
-            t0 = time.perf_counter()
-            runner.invoke()
-            warm.append(time.perf_counter() - t0)
+        warm = warm_loop.run(runner.invoke, [first_s], started=t0)
         snapshot()
-        samples = []
-        for _ in range(num_runs):
-            t0 = time.perf_counter()
-            runner.invoke()
-            samples.append(time.perf_counter() - t0)
+        samples = timed_loop.run(runner.invoke)
         snapshot()
+        mem_overall = footprint_kb()
+        if report.postinvoke_state:
+            states["post-invoke"] = state_text(runner, "post-invoke")
         info = runner.info
         placement = runner.placement
         result = BenchResult(
             label=target.label, path=target.path, backend=target.options.name, threads=target.options.threads,
             group=target.group, stats=TimingStats.from_seconds(samples), load_s=runner.load_s,
-            first_run_us=first_us, warmup_avg_us=float(np.mean(warm)) * 1e6 if warm else 0.0,
+            first_run_us=first_us, warmup_avg_us=float(np.mean(warm)) * 1e6,
             placement=placement.summary(info), num_ops=len(info.ops), op_histogram=info.op_histogram,
             weight_bytes=info.weight_bytes, peak_activation_bytes=info.peak_activation_bytes(),
             device=device_figures(runner) if target.options.name in DEVICE_BACKENDS else None,
             outputs=runner.get_outputs() if keep_outputs else None,
+            init_us=init_us, model_bytes=info.file_bytes, warmup=TimingStats.from_seconds(warm),
+            loops=(warm_loop, timed_loop), mem_init_kb=mem_init - mem_start, mem_overall_kb=mem_overall - mem_start,
+            rss_end=rss_status(), delegate_kernels=kernels, fully_delegated=full, states=states,
         )
         if on_device and not unavailable:
             profile = device_op_profile(info, placement, *snapshots)
+    if monitor is not None:
+        result.peak_mem_mb = monitor.stop()
     result.profile_error = unavailable
     if op_profiling and profile is None and (isolated_fallback or not on_device):
         profile = profile_ops(target.path, info, placement, target.options, num_runs, warmup_runs, seed)

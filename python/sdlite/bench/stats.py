@@ -27,10 +27,14 @@ class TimingStats:
         return cls(len(us), float(us[0]), float(us[-1]), float(us.min()), float(us.max()), float(us.mean()),
                    float(us.std()), float(np.median(us)))
 
+    def stream_text(self) -> str:
+        """``count=50 first=4070 curr=3856 min=3721 max=4690 avg=3893.4 std=157`` (benchmark_model's ``Stat``)."""
+        return (f"count={self.count} first={self.first:.0f} curr={self.curr:.0f} "
+                f"min={self.min:.0f} max={self.max:.0f} avg={self.avg:.1f} std={self.std:.0f}")
+
     def line(self) -> str:
         """``Timings (microseconds): count=50 first=4070 curr=3856 min=3721 max=4690 avg=3893.4 std=157``."""
-        return (f"Timings (microseconds): count={self.count} first={self.first:.0f} curr={self.curr:.0f} "
-                f"min={self.min:.0f} max={self.max:.0f} avg={self.avg:.1f} std={self.std:.0f}")
+        return f"Timings (microseconds): {self.stream_text()}"
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

@@ -1,7 +1,9 @@
 """Numpy diffusion schedulers (one file each) and the name -> scheduler registry used by the CLI.
 
 Names: ``pndm`` (SD 1.x default, PLMS), ``ddim``, ``euler_a`` (Euler ancestral), ``dpmpp_2m``
-(DPM-Solver++ 2M) and ``dpmpp_2m_karras`` (same with Karras sigmas).
+(DPM-Solver++ 2M) and ``dpmpp_2m_karras`` (same with Karras sigmas). The classes also go by diffusers' names
+(``EulerAncestralDiscreteScheduler``, ``DPMSolverMultistepScheduler``), so diffusers code swaps samplers the same
+way: ``pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config, use_karras_sigmas=True)``.
 """
 from __future__ import annotations
 
@@ -23,6 +25,18 @@ SCHEDULERS: dict[str, Callable[[SchedulerConfig], Scheduler]] = {
 }
 
 
+# diffusers' class names for the same samplers (diffusers' DPMSolverMultistepScheduler defaults to 2M, DPM-Solver++)
+EulerAncestralDiscreteScheduler = EulerAncestralScheduler
+DPMSolverMultistepScheduler = DPMSolverPlusPlus2MScheduler
+
+
+def scheduler_name(scheduler: Scheduler) -> str:
+    """The registry name of ``scheduler`` (what ``sdlite generate --scheduler`` and the PNG metadata call it)."""
+    if isinstance(scheduler, DPMSolverPlusPlus2MScheduler) and scheduler.use_karras_sigmas:
+        return "dpmpp_2m_karras"
+    return scheduler.name
+
+
 def make_scheduler(name: str, config: SchedulerConfig | None = None) -> Scheduler:
     """Scheduler ``name`` over the training noise schedule ``config`` (SD 1.x defaults when None)."""
     try:
@@ -33,6 +47,7 @@ def make_scheduler(name: str, config: SchedulerConfig | None = None) -> Schedule
 
 
 __all__ = [
-    "SCHEDULERS", "DDIMScheduler", "DPMSolverPlusPlus2MScheduler", "EulerAncestralScheduler", "PNDMScheduler",
-    "Scheduler", "SchedulerConfig", "make_scheduler",
+    "SCHEDULERS", "DDIMScheduler", "DPMSolverMultistepScheduler", "DPMSolverPlusPlus2MScheduler",
+    "EulerAncestralDiscreteScheduler", "EulerAncestralScheduler", "PNDMScheduler", "Scheduler", "SchedulerConfig",
+    "make_scheduler", "scheduler_name",
 ]

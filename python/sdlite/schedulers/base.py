@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -131,6 +132,14 @@ class Scheduler(ABC):
         self.alphas_cumprod = make_alphas_cumprod(self.betas)
         self.timesteps = np.zeros(0, dtype=np.float64)
         self.num_inference_steps = 0
+
+    @classmethod
+    def from_config(cls, config: SchedulerConfig | Mapping[str, Any], **kwargs: Any) -> "Scheduler":
+        """This scheduler over another one's noise schedule, as diffusers swaps samplers:
+        ``pipe.scheduler = DDIMScheduler.from_config(pipe.scheduler.config)``. ``config`` may also be a diffusers
+        ``scheduler_config.json`` dict; ``kwargs`` are this class's options (e.g. ``use_karras_sigmas=True``)."""
+        cfg = config if isinstance(config, SchedulerConfig) else SchedulerConfig.from_dict(dict(config))
+        return cls(cfg, **kwargs)
 
     @property
     def stochastic(self) -> bool:

@@ -122,6 +122,7 @@ class _Plan:
     region: list[Op]
     has_broadcast: bool
     post_perm: tuple[int, ...] | None = None  # a TRANSPOSE kept after the op (SiLU folded across it)
+    fit_residual: float | None = None  # verify_norm's residual (None: a composite, nothing fitted)
 
 
 MIN_FIT_INSTANCES = 16  # instances a channel is fitted over when it has one position per instance (LayerNorm rows)
@@ -489,6 +490,7 @@ def _check_decomposed(ctx: Context, m: Match) -> Check:
                     ops,
                     any(o.type == "BROADCAST_TO" for o in ops),
                     post_perm,
+                    resid,
                 )
             )
     return Check.reject(f"region is not a GroupNorm(groups={groups}, eps={eps:g}) (fit residual {resid:.1e})")
@@ -561,6 +563,7 @@ def _record(ctx: Context, m: Match, p: _Plan, attrs: GroupNormAttrs, op_type: st
         ],
         ref(p.out, p.x_in.shape, perm=inv),
         p.replaced,
+        p.fit_residual,
     )
 
 

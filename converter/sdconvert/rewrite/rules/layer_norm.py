@@ -83,6 +83,7 @@ class _Plan:
     beta: np.ndarray
     eps: float
     region: list[Op]
+    fit_residual: float  # verify_norm's exact max residual of the fitted one-group GroupNorm
 
 
 def _check(ctx: Context, m: Match) -> Check:
@@ -108,7 +109,7 @@ def _check(ctx: Context, m: Match) -> Check:
             return Check.reject(f"cannot evaluate region: {e}")
         resid = fit.resid
         if resid <= FIT_TOLERANCE:
-            return Check.accept(_Plan(x, out, fit.gamma, fit.beta, float(eps), ops))
+            return Check.accept(_Plan(x, out, fit.gamma, fit.beta, float(eps), ops, resid))
     return Check.reject(f"region is not a LayerNorm over the last axis (eps={eps:g}, fit residual {resid:.1e})")
 
 
@@ -155,6 +156,7 @@ def _rewrite(ctx: Context, m: Match, p: _Plan) -> FusedOp:
         [ref(src, view), ref(g, value=gamma), ref(b, value=beta)],
         ref(p.out, view),
         len(p.region) + dead,
+        p.fit_residual,
     )
 
 

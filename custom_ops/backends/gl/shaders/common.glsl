@@ -6,25 +6,6 @@
 // interpreter to 1e-4 relative; mediump is fp16 on mobile GPUs (10-bit
 // mantissa), which would break that by orders of magnitude (NVIDIA and
 // llvmpipe compute in fp32 either way, so there is nothing to win there).
-precision highp float;
-precision highp int;
-
-// NVIDIA: unroll every loop with a constant trip count (the tiled GEMM keeps its micro-tile in registers
-// only when its loops are unrolled; the OpenCL sources say #pragma unroll). Other compilers ignore it.
-#pragma optionNV(unroll all)
-
-// Work-group offset of a split dispatch: the device sets it when a dimension
-// needs more groups than GL_MAX_COMPUTE_WORK_GROUP_COUNT (GlDevice::kGroupBaseLocation).
-layout(location = 120) uniform uvec3 sd_group_base;
-
-// OpenCL's get_group_id / get_local_id / get_local_size / get_global_id. The
-// device launches ceil(global / local) groups, so kernels bounds-check global
-// ids; group-indexed kernels (reductions, attention rows) get exact counts.
-int sd_group_id(int d) { return int(gl_WorkGroupID[d] + sd_group_base[d]); }
-int sd_local_id(int d) { return int(gl_LocalInvocationID[d]); }
-int sd_local_size(int d) { return int(gl_WorkGroupSize[d]); }
-int sd_global_id(int d) { return sd_group_id(d) * sd_local_size(d) + sd_local_id(d); }
-
 // barrier() orders execution; memoryBarrierShared() makes the shared-memory
 // writes before it visible to the group (OpenCL's barrier(CLK_LOCAL_MEM_FENCE)).
 //
@@ -44,7 +25,6 @@ int sd_global_id(int d) { return sd_group_id(d) * sd_local_size(d) + sd_local_id
 #define SD_NEG_INF uintBitsToFloat(0xff800000u)
 
 // TFLite fused activations (elementwise and GEMM epilogues).
-float sd_tanh(float x);
 float sd_act(float v, int act) {
   switch (act) {
     case 1: return max(v, 0.0);                  // RELU
@@ -56,16 +36,3 @@ float sd_act(float v, int act) {
   }
 }
 
-// tanh without the overflow of exp-based built-ins (|x| large -> inf/inf) and without the cancellation of
-// (1 - e) / (1 + e) near 0: odd Taylor series below 0.55 (truncation < 3e-8), exp form above.
-float sd_tanh(float x) {
-  float a = abs(x);
-  if (a < 0.55) {
-    float z = x * x;
-    return x * (1.0 + z * (-0.33333333333 + z * (0.13333333333 + z * (-0.05396825397 + z * (0.02186948854 +
-           z * (-0.00886323552 + z * (0.00359212803 + z * -0.00145583438)))))));
-  }
-  if (a > 15.0) return sign(x);
-  float e = exp(-2.0 * a);
-  return sign(x) * (1.0 - e) / (1.0 + e);
-}

@@ -3,7 +3,7 @@
 // auto, the default, for FP64 on sm_90), or forces one under gemm_tiles "BMxBNtc").
 //
 // gemm_xBMxBN[_gg][_ln]: the parameter list, grid, split-K, residual, gated-GELU and LayerNorm contracts of
-// gemm_tBMxBN (gemm_tiled.cl), for operands with A's k axis contiguous (sak = 1) and B's n axis (sbn = 1, "KN") or
+// gemm_tBMxBN (gpu/kernels/gemm_tiled.kern), for operands with A's k axis contiguous (sak = 1) and B's n axis (sbn = 1, "KN") or
 // k axis (sbk = 1, "NK": K^T of attention scores) contiguous, fp32 B storage, row-major B layout (no tile-major U);
 // conv_xBMxBN: conv_tBMxBN's (NHWC implicit GEMM, Ci % 16 == 0: one K step = 16 channels of one filter tap).
 // Products: every fp32 operand x = big + small, big = x with its 13 low mantissa bits cleared (a TF32 value: one
@@ -18,7 +18,7 @@
 // runtime, work-group-uniform choice); out-of-range elements are zero-filled (cp.async src-size 0).
 // LayerNorm twins (_ln): each lane shifts its A fragment values by its rows' first element x0 and sums (x - x0) and
 // (x - x0)^2 (redundantly in the warps of one row band; the quad's lanes are summed by shfl.bfly at the end), then
-// normalises as gemm_tiled.cl's twins do: rstd * (acc - (mean - x0) * c[n]).
+// normalises as gemm_tiled.kern's twins do: rstd * (acc - (mean - x0) * c[n]).
 // FP64 (gemm_d64x64[_gg][_ln], conv_d64x64; sm_90 only, built where SDGPU_NV_SM90 is; tensor_cores=fp64 or auto):
 // the same data path with each fragment value converted to double (exact) and mma.sync m16n8k8 .f64, fp64
 // accumulators rounded to fp32 once in the epilogue: every product exact, so the results are at least as accurate as

@@ -1,6 +1,7 @@
 // Inline-PTX primitives of the NVIDIA-only kernel paths (built where the host passes -DSDGPU_NV_PTX=1: NVIDIA's
-// OpenCL): warp shuffles for the attention's head-dim split (ATR_XS) and the 3xTF32 / FP64 tensor-core kernels
-// (ops/attention/opencl.cl's SD_ATTN_MMA, gemm_tc.cl). Defined once so that every kernel splits and multiplies alike.
+// OpenCL): warp shuffles for the attention's head-dim split (ATR_XS, ops/attention/gpu.kern through the dialect's
+// SD_HAS_NV_SHFL) and the 3xTF32 / FP64 tensor-core kernels (backends/opencl/nvidia/attention_nv.cl's SD_ATTN_MMA,
+// gemm_tc.cl). Defined once so that every kernel splits and multiplies alike.
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 #define NV_INLINE inline __attribute__((always_inline))
 

@@ -1,0 +1,143 @@
+// The GPU kernel dialect: one kernel source for the OpenCL C 1.2 and the GLSL ES 3.10 backends.
+//
+// Every portable kernel file (gpu/kernels/*.kern, ops/<op>/gpu.kern; the list is gpu/kernel_sources.txt) is
+// OpenCL-C-shaped code written against the macros below. The OpenCL backend compiles the files as they are, with
+// this prelude first and SD_API_OPENCL defined. For GL the build runs the C preprocessor over the same files with
+// SD_API_GLSL defined and gpu/dialect/gen_glsl.py turns each expanded kernel into one compute shader (buffer
+// parameters -> SSBO bindings in order, scalars -> uniforms at locations 0, 1, ...; `LOCAL` arrays hoisted to
+// `shared`; casts, `const`, `.s0`..`.s3`, attributes and `inline` rewritten). What the translator cannot rewrite
+// is the dialect's rule set (gpu/dialect/README.md): no pointer variables or pointer arithmetic (index a buffer
+// parameter instead, or use LD4/ST4/LDH below), no buffer / local / private-array parameters in helper functions
+// (write such helpers as macros), barriers only in kernels (or macros expanded in kernels), explicit conversions
+// between int and float and `!= 0` for int conditions (GLSL has no implicit ones), no vector subscripts (use
+// LGETC / LSETC for a float inside a float4 local array).
+//
+// API-specific choices live here and in gen_glsl.py only; kernels never test SD_API_* themselves except through
+// the capability macros documented below.
+#pragma once
+
+#define SD_WG_MAX_SHARED_BYTES 16384  // local memory a kernel may use on every supported device (GL ES 3.1 minimum)
+
+#if defined(SD_API_GLSL)
+// ---- GLSL ES 3.10 (expanded by the C preprocessor at build time; see gen_glsl.py for the rest) ----
+#define KERNEL __sd_kernel
+#define GLOBAL __sd_global
+#define LOCAL __sd_local
+#define CONSTANT_TABLE __sd_constant
+#define SD_INLINE
+#define get_global_id sd_global_id
+#define get_local_id sd_local_id
+#define get_group_id sd_group_id
+#define get_local_size sd_local_size
+#define WG_SIZE(x, y, z)
+#define UNROLL
+#define BARRIER() \
+  {                       \
+    memoryBarrierShared(); \
+    barrier();            \
+  }
+#define float2 vec2
+#define float3 vec3
+#define float4 vec4
+#define int2 ivec2
+#define int4 ivec4
+#define uint2 uvec2
+#define uint4 uvec4
+#define mad(a, b, c) ((a) * (b) + (c))
+#define fma(a, b, c) ((a) * (b) + (c))
+#define fmax max
+#define fmin min
+#define fabs abs
+#define rsqrt inversesqrt
+#define native_exp exp
+#define native_exp2 exp2
+#define native_log log
+#define native_recip(x) (1.0f / (x))
+#define native_divide(a, b) ((a) / (b))
+#define erf sd_erf
+#define erfc sd_erfc
+#define tanh sd_tanh
+#define sin sd_sin
+#define cos sd_cos
+#define pow sd_pow
+#define round sd_round
+#define INFINITY uintBitsToFloat(0x7f800000u)
+#define as_float intBitsToFloat
+#define as_uint floatBitsToUint
+// Buffer views (gen_glsl.py declares NAME_v4 / NAME_u32 as extra SSBOs on NAME's binding where a kernel uses them).
+#define LD4(buf, i) vec4((buf)[(i)], (buf)[(i) + 1], (buf)[(i) + 2], (buf)[(i) + 3])
+#define LD4A(buf, i) buf##_v4[(i) >> 2]
+#define ST4(buf, i, v)       \
+  {                          \
+    vec4 st4_ = (v);         \
+    (buf)[(i)] = st4_.x;     \
+    (buf)[(i) + 1] = st4_.y; \
+    (buf)[(i) + 2] = st4_.z; \
+    (buf)[(i) + 3] = st4_.w; \
+  }
+#define ST4A(buf, i, v) buf##_v4[(i) >> 2] = (v)
+#define LDH(buf, i) unpackHalf2x16(buf##_u32[(i) >> 1])[(i) & 1]
+#define LDH4A(buf, i) \
+  vec4(unpackHalf2x16(buf##_u32[(i) >> 1]), unpackHalf2x16(buf##_u32[((i) >> 1) + 1]))
+#define LDH4(buf, i) vec4(LDH(buf, (i)), LDH(buf, (i) + 1), LDH(buf, (i) + 2), LDH(buf, (i) + 3))
+// One float of a float4 local array, by float index (the array viewed as floats).
+#define LGETC(arr, idx) arr[(idx) >> 2][(idx) & 3]
+#define LSETC(arr, idx, v) arr[(idx) >> 2][(idx) & 3] = (v)
+// One float of a private float4 by index c (a constant once loops unroll; VSETC is a statement). A vector subscript:
+// Mesa (llvmpipe) miscompiled OpenCL's if-chain form (every component took the last write; gemm_tiled.kern's loaders).
+#define VGETC(v, c) (v)[(c)]
+#define VSETC(v, c, val) { (v)[(c)] = (val); }
+// The float4 at float index idx (a multiple of 4) of a float4 local array (LLD4A: OpenCL may assume the alignment).
+#define LLD4(arr, idx) arr[(idx) >> 2]
+#define LLD4A(arr, idx) arr[(idx) >> 2]
+// Capability switches (see the OpenCL section): none on GL.
+#define SD_HAS_NV_SHFL 0
+
+#elif defined(SD_API_OPENCL)
+// ---- OpenCL C 1.2 (this text is the first part of the program source) ----
+#define KERNEL __kernel
+#define GLOBAL __global
+#define LOCAL __local
+#define CONSTANT_TABLE __constant
+#define SD_INLINE inline __attribute__((always_inline))
+#define WG_SIZE(x, y, z) __attribute__((reqd_work_group_size(x, y, z)))
+#define UNROLL _Pragma("unroll")
+#define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#define LD4(buf, i) vload4(0, (buf) + (i))
+#define LD4A(buf, i) (*(__global const float4*)((buf) + (i)))
+#define ST4(buf, i, v) vstore4((v), 0, (buf) + (i))
+#define ST4A(buf, i, v) (*(__global float4*)((buf) + (i)) = (v))
+#define LDH(buf, i) vload_half((i), (__global const half*)(buf))
+#define LDH4A(buf, i) vloada_half4((i) >> 2, (__global const half*)(buf))
+#define LDH4(buf, i) vload_half4(0, (__global const half*)(buf) + (i))
+#define LGETC(arr, idx) (((__local float*)(arr))[(idx)])
+#define LSETC(arr, idx, v) (((__local float*)(arr))[(idx)] = (v))
+// One float of a private float4 by index c (a constant once loops unroll); no type punning through pointers.
+#define VGETC(v, c) ((c) == 0 ? (v).x : (c) == 1 ? (v).y : (c) == 2 ? (v).z : (v).w)
+#define VSETC(v, c, val) \
+  if ((c) == 0) {        \
+    (v).x = (val);       \
+  } else if ((c) == 1) { \
+    (v).y = (val);       \
+  } else if ((c) == 2) { \
+    (v).z = (val);       \
+  } else {               \
+    (v).w = (val);       \
+  }
+#define LLD4(arr, idx) vload4(0, (__local const float*)(arr) + (idx))
+#define LLD4A(arr, idx) (*(__local const float4*)((__local const float*)(arr) + (idx)))
+// Capability switches: the one place where a portable kernel learns that it may take an API- or vendor-only body;
+// the kernel keeps its portable twin under the switch's #else, which GL and every other device compile.
+// SD_HAS_NV_SHFL: NVIDIA's OpenCL (the host builds with -DSDGPU_NV_PTX=1 there): 32-lane warps and their shuffles,
+// nv_shfl_xor(v, mask) (inline PTX in backends/opencl/kernels/nv_ptx.cl, which follows the portable kernels in the
+// program: declared here).
+#if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
+#define SD_HAS_NV_SHFL 1
+inline __attribute__((always_inline)) float nv_shfl_xor(float v, int mask);
+#else
+#define SD_HAS_NV_SHFL 0
+#endif
+
+#else
+#error "define SD_API_OPENCL or SD_API_GLSL before the kernel dialect prelude"
+#endif
