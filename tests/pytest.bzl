@@ -12,6 +12,9 @@ def pytest_test(name, tests, data, env = {}, size = "medium"):
         # `import harness` works as in the plain pytest run).
         legacy_create_init = False,
         main = "bazel_pytest.py",
+        # "external": never a cached result; the tests depend on the Python environment (numpy, ai-edge-litert, ...),
+        # which Bazel does not track.
+        tags = ["external"],
         python_version = "PY3",
         deps = [
             "//converter:sdconvert",
