@@ -17,8 +17,9 @@ BAZEL_DELEGATE_LISTS = ("CORE_SRCS", "GPU_SRCS", "OPENCL_SRCS", "GL_SRCS")
 
 
 def cmake_delegate_sources(cmake: str) -> list[str]:
-    """The .cc files CMakeLists.txt compiles into the delegate: every source line (one path per line) of the file."""
-    return re.findall(r"^\s+([\w./-]+\.cc)\s*$", cmake, re.M)
+    """The .cc files CMakeLists.txt compiles into the delegate: every relative .cc path outside comments, however the
+    lines are laid out (the generated ${CMAKE_CURRENT_BINARY_DIR}/....cc files excluded)."""
+    return re.findall(r"(?<![\w./}-])([\w-]+(?:/[\w.-]+)*\.cc)\b", re.sub(r"#.*", "", cmake))
 
 
 def bazel_list(build: str, name: str) -> list[str]:
@@ -58,6 +59,8 @@ def test_a_source_missing_from_either_build_is_reported():
     assert source_differences(cmake.replace("  gpu/ops.cc\n", ""), build) == (set(), {"gpu/ops.cc"})
     new = cmake.replace("  gpu/ops.cc\n", "  gpu/ops.cc\n  gpu/weight_prep.cc\n")
     assert source_differences(new, build) == ({"gpu/weight_prep.cc"}, set())
+    new = cmake + "target_sources(sdgpu_delegate PRIVATE common/disk_cache.cc)  # common/not_a_source.cc\n"
+    assert source_differences(new, build) == ({"common/disk_cache.cc"}, set())
 
 
 def test_every_cc_file_is_in_the_delegate_or_a_test_entry_point():
