@@ -1,11 +1,12 @@
 """pytest_test: pytest files of //tests as one py_test (main: tests/bazel_pytest.py)."""
 
-def pytest_test(name, tests, data, env = {}, size = "medium"):
+def pytest_test(name, tests, data, env = {}, size = "medium", pytest_args = []):
+    """pytest_args: extra pytest arguments, e.g. ["-k", "'a or b'"] (Bazel splits each like a shell) to run part of a file."""
     native.py_test(
         name = name,
         size = size,
         srcs = ["bazel_pytest.py"] + tests,
-        args = ["$(rootpath %s)" % t for t in tests],
+        args = pytest_args + ["$(rootpath %s)" % t for t in tests],
         data = data,
         env = env,
         # No generated __init__.py files: the test folders are not packages (pytest puts each on sys.path, so
