@@ -41,8 +41,8 @@ def test_env_override_accepts_a_build_directory(monkeypatch, delegate_lib):
         ({"bogus": 1}, "unknown delegate option(s): bogus"),
         ({"backend": "vulkan"}, "unknown backend 'vulkan'"),
         ({"log_level": "loud"}, "unknown log_level 'loud'"),
-        ({"num_threads": 0}, "num_threads must be a positive int"),
-        ({"attention_block_q": 5000}, "attention_block_q='5000' must be 1..1024"),
+        ({"num_threads": 0}, "num_threads must be an int in 1..256, got 0"),
+        ({"attention_block_q": 5000}, "attention_block_q must be an int in 1..1024, got 5000"),
     ],
 )
 def test_bad_delegate_options_are_one_line_errors(opts, message):
