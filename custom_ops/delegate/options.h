@@ -45,19 +45,19 @@
 //                      = inside the GEMM (its _ln kernels), "rows" = one layer_norm_rows launch into the FC's scratch,
 //                      then the plain GEMM; "auto" = the tuner times both (gemm_autotune; untuned: "twin"). On the
 //                      H200 auto gained <= 1.5% on SD's b2 GEGLUs and its picks lost 11% on b1's 32x32 GEGLUs
-//                      (the tuner's spread; BENCHMARKS session 19), hence twin.
+//                      (the tuner's spread; BENCHMARKS.md), hence twin.
 //   tensor_cores       opencl: "3xtf32" runs on NVIDIA tensor cores (Ampere or newer), with 3xTF32 products, an
 //                      fp32-accurate emulation (each product a*b as big*big + big*small + small*big of TF32 halves,
 //                      fp32 accumulation): SdAttention's long self-attention at head dim 40 (SD1.5's 64x64 level,
 //                      ~1.5x there) and 80 (32x32, grids of more than one wave) and the tiled GEMMs and convolutions
 //                      (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, Winograd's batched GEMM: gemm_tc.cl, 1.4-1.7x at
 //                      SD1.5's FC shapes) as tuner candidates. H200 UNet step
-//                      14-18% faster, full-UNet parity ~3e-5 against ~2e-5 in fp32 (BENCHMARKS session 22). "fp64"
+//                      14-18% faster, full-UNet parity ~3e-5 against ~2e-5 in fp32 (BENCHMARKS.md). "fp64"
 //                      runs the same ops on the FP64 tensor cores (Hopper or newer: sm_90's mma.sync m16n8k8 .f64):
 //                      fp32 operands converted to double exactly, exact products, fp64 sums rounded to fp32 once
 //                      (the attention's softmax stays fp32), so the products are at least as accurate as fp32 FMAs;
 //                      gemm_d64x64 / conv_d64x64 and attn_flash_f40 / f80. H200: UNet step 7-12% faster, full-UNet
-//                      parity 1.1e-5 against 2.1e-5 with fp32 FMAs (BENCHMARKS session 23). "auto" (default) = "fp64"
+//                      parity 1.1e-5 against 2.1e-5 with fp32 FMAs (BENCHMARKS.md). "auto" (default) = "fp64"
 //                      where the device built those kernels (NVIDIA, compute capability >= 9), else "off". "off" = fp32
 //                      FMA arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) the fp32 kernels run.
 //   gl_finish_each, gl_barrier, gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir

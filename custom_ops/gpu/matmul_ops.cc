@@ -19,7 +19,7 @@
 // (GL ES 3.1 guarantees only 128 invocations and 16 KiB), is skipped. Winograd's tile-major U can also run on
 // gemm_s16x128 (same parameters, float4 columns; UseSkinny4), which is not a tile config of the planner.
 // With tensor_cores=3xtf32 (or gemm_tiles "BMxBNtc") the 3xTF32 tensor-core configs gemm_x / conv_x {128x128, 128x64,
-// 64x64} (gemm_tc.cl, NVIDIA only, 128 threads, same parameters and twins) join the candidates of GEMMs whose A has
+// 64x64} (backends/opencl/nvidia/gemm_tc.cl, NVIDIA only, 128 threads, same parameters and twins) join the candidates of GEMMs whose A has
 // a contiguous k axis and B a contiguous n or k axis in fp32 (TensorCoreGemm), and of every tiled convolution
 // without half weights. With tensor_cores=fp64 the FP64 tensor-core config gemm_d64x64 / conv_d64x64 (NVIDIA sm_90:
 // exact products, fp64 sums, at least fp32-accurate) takes their place.
@@ -101,7 +101,7 @@ constexpr TileConfig kTileConfigs[] = {
     {32, 128, 128, 0.35, "gemm_t32x128n128", nullptr, TiledLocalBytes(32, 128)},
     {16, 64, 256, 0.35, "gemm_t16x64", nullptr, kSkinnyLocalBytes},
     // 3xTF32 on tensor cores (NVIDIA, tensor_cores=3xtf32); speeds from mma_lab.py --async on the H200 (BENCHMARKS
-    // session 22: 1.4-1.7x the best fp32 tile at SD1.5's FC shapes)
+    // 1.4-1.7x the best fp32 tile at SD1.5's FC shapes)
     {128, 128, 128, 1.3, "gemm_x128x128", "conv_x128x128", TcLocalBytes(128, 128, 2), true},
     {128, 64, 128, 1.25, "gemm_x128x64", "conv_x128x64", TcLocalBytes(128, 64, 3), true},
     {64, 64, 128, 1.2, "gemm_x64x64", "conv_x64x64", TcLocalBytes(64, 64, 4), true},
@@ -122,11 +122,11 @@ constexpr int kFreeSplitConfigs = 3;
 constexpr size_t kTuneScratchCap = size_t{16} << 20;  // split-K partials a tuning candidate may add
 // Tuning time per candidate: kTuneRounds rounds (candidates interleaved), each of at least kTuneRuns launches and
 // at least kTuneMinRoundS of host time (at most kTuneMaxRuns launches); the fastest round counts. Three launches
-// of a 70 us kernel timed once on the host clock (session 11's tuner) picked a 7% slower Winograd GEMM plan in an
+// of a 70 us kernel timed once on the host clock (an earlier tuner) picked a 7% slower Winograd GEMM plan in an
 // H200 run: Finish latency and host jitter were a large share of the ~0.2 ms measured. Timing the rounds by OpenCL
 // events instead (on a second, profiling-enabled queue; each launch's duration summed, or the round's span from
 // first start to last end) made the graphs slower on the H200 (unfused b1 +1.4-3.5%: 16-row FCs dropped their
-// split-K plans; BENCHMARKS session 20), so the host clock stays.
+// split-K plans; BENCHMARKS.md), so the host clock stays.
 constexpr int kTuneRuns = 3;
 constexpr int kTuneMaxRuns = 64;
 constexpr int kTuneRounds = 2;
@@ -206,7 +206,7 @@ uint16_t FloatToHalf(float f) {
 }
 
 // Weight packing runs once, at an op's first Enqueue, but SD1.5's UNet packs ~3.3 GB of FC / conv weights: one
-// thread took 2.4 s of the H100 host's first inference (BENCHMARKS session 17), so matrices from 2^20 elements are
+// thread took 2.4 s of the H100 host's first inference (BENCHMARKS.md), so matrices from 2^20 elements are
 // split into bands of whole 32-row cache blocks of the source over several host threads.
 void TransposeInto(const float* src, int rows, int cols, float* dst) {
   constexpr int kBlock = 32;  // cache blocking
@@ -962,7 +962,7 @@ class TiledGemmOp final : public GpuOp {
     }
     const bool gated = s_.act >= kGeluKernelErf;
     // A split plan stays as it is: its unsplit replacement cost more than the LayerNorm launch it saves (H200,
-    // BENCHMARKS session 14: SD's 32x32-level attn2 Q 45 -> 58 us, 8x8 GEGLU 79 -> 94 us, vs ~7 us of LayerNorm).
+    // BENCHMARKS.md: SD's 32x32-level attn2 Q 45 -> 58 us, 8x8 GEGLU 79 -> 94 us, vs ~7 us of LayerNorm).
     if (plan_.splits > 1) return false;
     const LnFold fold = dev.overrides().ln_fold;
     TilePlan plan = plan_;
@@ -982,7 +982,7 @@ class TiledGemmOp final : public GpuOp {
     }
     // The other form (TilePlan::ln_rows; layer_norm_fold=rows, or auto: the tuner times both): layer_norm_rows into
     // the op's scratch, then the plain GEMM. A twin's LayerNorm work sits in its main loop and costs some shapes more
-    // than the extra launch (H200, BENCHMARKS session 19: SD's 64x64 GEGLU at b2, twin 424 us vs 13.5 + 404), but by
+    // than the extra launch (H200, BENCHMARKS.md: SD's 64x64 GEGLU at b2, twin 424 us vs 13.5 + 404), but by
     // little, and under auto the tuner's picks also lost elsewhere (b1 32x32 GEGLU 225 -> 7 + 243 us): twin stays
     // the default.
     size_t rows_bytes = 0;

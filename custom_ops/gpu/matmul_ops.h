@@ -78,11 +78,11 @@ bool TensorCoresWanted(const Device& dev);
 bool HasFp64TensorCoreKernels(const Device& dev);
 // Winograd's GEMM of small maps (tile-major U): a gemm_t16x64 plan becomes gemm_s16x128 (gemm_tiled.kern: 16 FMAs per
 // local read instead of 4) when that kernel has at least two 128-thread work-groups per compute unit, the fill at
-// which it measured faster on the H200 (BENCHMARKS session 10: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs
+// which it measured faster on the H200 (BENCHMARKS.md: 16x16 map, F4, 1280 -> 1280 channels, b1 0.100 vs
 // 0.115 ms), unsplit. With fewer work-groups and max_splits > 1 it splits K instead, into as many slices (at most
 // max_splits, each >= kSkinny4MinKSplit deep) as fit one wave at 4 work-groups per compute unit (the kernel's 128
 // registers): the 8x8 map at F2, b1, 160 work-groups, 3 splits: GEMM 0.052 vs 0.061 ms, 0.084 vs 0.113 at 2560
-// input channels (BENCHMARKS session 11; a split-K plan needs its partials summed, which only pays without the
+// input channels (BENCHMARKS.md; a split-K plan needs its partials summed, which only pays without the
 // reduce launch: Winograd's output transform sums them). Not under gemm_tiles (a forced config stays
 // forced), nor when the backend lacks the kernel or does not report its compute units. True when it swapped the
 // plan (same U layout; a split plan's scratch_bytes set, its reduce kernel left null).

@@ -48,7 +48,7 @@
 //   column offset with row stride Ctot and the SLICE launches nothing: cfg
 //   batch 2's time-embedding projections, which `--fuse` merges into one
 //   [2, 22*C] FULLY_CONNECTED, are strided columns that no byte-offset view
-//   covers (BENCHMARKS session 13: 22 ADD + 22 SLICE launches at b2).
+//   covers (BENCHMARKS.md: 22 ADD + 22 SLICE launches at b2).
 //   Gated GELUs: an SdGelu(gated) whose input is a FULLY_CONNECTED's output,
 //   directly or through a RESHAPE (each its only reader, not a partition
 //   output; constant weights) launches nothing: the FC's epilogue writes

@@ -32,7 +32,7 @@ constexpr int64_t kGroupNormRowsChunk = 8192;
 // group_norm_nhwc (ops/group_norm/gpu.kern): work-group size GN1_WG (a correctness constant, also the widest
 // group cpg = C/G it takes) and the largest group it handles in one launch. One work-group per (batch, group)
 // sweeps its group three times, so its time grows with the group while the three launches of the two-stage
-// path cost ~18-20 us whatever the size. Measured on the H200 (SD1.5 UNet b1, BENCHMARKS session 8): one launch
+// path cost ~18-20 us whatever the size. Measured on the H200 (SD1.5 UNet b1, BENCHMARKS.md): one launch
 // 7.5 us vs 19.5 at 8x8x1280 (2560 floats per group), 10.9 vs 17.9 at 16x16x1280 (10240), but 20.5 vs 18.2 at
 // 32x32x640 (20480) and 35.4 vs 20.8 at 64x64x320 (40960): one launch up to 16384 floats.
 constexpr size_t kGroupNormNhwcWg = 512;
@@ -371,7 +371,7 @@ constexpr int kAttnShortMaxKeys = 80;
 constexpr int kAttnShortBq[] = {16, 32, 64};
 
 // Whether attn_short_q* runs an attention of `keys` keys at `head_dim` (unless attention_tiling forces a tiling): up
-// to 80 keys, at every head dim but 160. H200, 8 heads, device ms (BENCHMARKS session 18, attn_lab.py --small, call 7):
+// to 80 keys, at every head dim but 160. H200, 8 heads, device ms (BENCHMARKS.md, attn_lab.py --small, call 7):
 // 4096 x 77 d40 b1 q64 0.0278 vs d40 0.0304, b2 0.0491 vs 0.0527; 1024 x 77 d80 b1 0.0213 vs d80 0.0249, b2 0.0290
 // vs 0.0344; the text encoder's 77 x 77 d64 (12 heads) q16 0.0162 vs "dyn" 0.0321; but at d160 r160 was faster from
 // 64 to 256 queries at b1 (256 x 77: 0.0243 vs q16 0.0272).
@@ -403,8 +403,8 @@ int AttnShortBq(const BlocksOf& blocks_of, int compute_units, int forced_bq, siz
 // Key splits for a flash attention of `groups` work-groups over `key_tiles` staged key tiles (AttnTiling::bk keys
 // each) on `compute_units` CUs. forced: delegate option attention_key_splits (0 = the rule below, 1 = never, n = n
 // splits, capped at key_tiles). The rule: 2 splits for a tiling marked auto_split whose grid has at most one
-// work-group per compute unit (and >= 4 key tiles), else none. Measured on an H200 (132 CUs; BENCHMARKS
-// "session 12", attn_lab.py --splits, split + merge launch vs unsplit): r80 at b1's 32x32 self-attention (128
+// work-group per compute unit (and >= 4 key tiles), else none. Measured on an H200 (132 CUs;
+// BENCHMARKS.md, attn_lab.py --splits, split + merge launch vs unsplit): r80 at b1's 32x32 self-attention (128
 // work-groups) 0.134 vs 0.147 ms with 2 splits, but 3-8 splits (a second wave at 2 resident work-groups per SM)
 // and every r160 shape (16x16 / 8x8 self and cross, b1 and b2: the per-work-group fixed cost, not the key loop,
 // bounds those) were slower or equal, and so was any split of a grid that already fills the device.

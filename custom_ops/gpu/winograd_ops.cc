@@ -30,7 +30,7 @@
 // row tile is mostly padding while the a*a GEMMs read a*a/9 x the filter bytes; from 16 tiles the
 // skinny 16-row kernel gemm_t16x64 streams the transformed weights once per 16 tiles (with that plan
 // U is uploaded tile-major, [a*a][ceil(Co/64)][Ci][64], a contiguous slab per work-group: 6-7% faster
-// on the H200, BENCHMARKS session 6; the plan is then not re-tuned, U's layout being fixed), or, where it fills
+// on the H200, BENCHMARKS.md; the plan is then not re-tuned, U's layout being fixed), or, where it fills
 // the device, the float4-column gemm_s16x128 on the same layout (UseSkinny4, matmul_ops.h). A backend
 // without that kernel (GL today) needs kMinTilesNoSkinny (64) tiles, a full 64-row tile (H200, 1280
 // channels, 64-row tiles only: 8x8 map F2 0.17 ms vs direct 0.10 ms, 16x16 F4 0.32 vs 0.30; 16x16

@@ -107,7 +107,7 @@ class DelegateOptions:
     FULLY_CONNECTED that reads it runs: ``"twin"`` inside the GEMM (its LayerNorm twin kernels), ``"rows"`` as one
     ``layer_norm_rows`` launch into the FC's scratch before the plain GEMM, ``"auto"`` whichever the tuner times
     faster per shape (``"twin"`` when ``gemm_autotune`` is off). On the H200 ``auto`` gained at most 1.5% per
-    GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md, session 19).
+    GEGLU at batch 2 and lost 11% on others at batch 1 (BENCHMARKS.md).
     ``tensor_cores`` (OpenCL; unset = the delegate's default, ``"auto"``): ``"auto"`` is ``"fp64"`` on NVIDIA GPUs of
     compute capability 9 or newer (where the delegate builds those kernels) and ``"off"`` elsewhere. ``"3xtf32"`` runs
     on NVIDIA tensor cores with 3xTF32 products, an fp32-accurate emulation (each product as big*big + big*small + small*big of its TF32
@@ -119,7 +119,7 @@ class DelegateOptions:
     ops on the FP64 tensor cores (Hopper or newer): fp32 data converted to double exactly, exact products, fp64 sums
     rounded to fp32 once, so the products are at least as accurate as fp32 FMAs (the softmax stays fp32); GEMMs
     1.25-1.45x and head-dim-40 attention 1.2x faster than the fp32 kernels, the SD1.5 UNet step 7-12% faster with
-    full-UNet parity 1.1e-5 against 2.1e-5, on an H200 (BENCHMARKS.md, session 23). ``"off"`` keeps fp32 FMA
+    full-UNet parity 1.1e-5 against 2.1e-5, on an H200 (BENCHMARKS.md). ``"off"`` keeps fp32 FMA
     arithmetic everywhere.
     GL debugging knobs (for localising a driver-specific parity failure, not for production;
     ``custom_ops/backends/gl/gl_device.h``): ``gl_finish_each`` (glFinish after every launch), ``gl_barrier``

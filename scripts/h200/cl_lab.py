@@ -61,7 +61,7 @@ def attention_source() -> str:
 GEMM_SOURCES_END = "gpu/kernels/gemm_tiled.kern"  # lib_source(through=...) for GEMM-only labs
 ATTENTION_FILE = "ops/attention/gpu.kern"  # the portable attention kernels (gpu/kernel_sources.txt)
 ATTENTION_NV_FILE = "backends/opencl/nvidia/attention_nv.cl"  # the NVIDIA-only ones (OpenCL-only list)
-NV_PTX_FILE = "backends/opencl/kernels/nv_ptx.cl"  # the NVIDIA-only primitives the attention's PTX paths call
+NV_PTX_FILE = "backends/opencl/nvidia/nv_ptx.cl"  # the NVIDIA-only primitives the attention's PTX paths call
 
 
 class Lab:

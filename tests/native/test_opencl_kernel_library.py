@@ -99,7 +99,7 @@ def test_a_unit_program_defines_its_kernels_and_what_they_call(lib: ctypes.CDLL,
     for unit, name in got["kernels"]:
         by_unit.setdefault(unit, []).append(name)
     portable = set(_preprocessed_kernels(_program(through_portable=True), options))
-    definition, marker = "float nv_shfl_xor(float v, int mask) {", "// ---- backends/opencl/kernels/nv_ptx.cl"
+    definition, marker = "float nv_shfl_xor(float v, int mask) {", "// ---- backends/opencl/nvidia/nv_ptx.cl"
     shuffling = 0
     for kernels in by_unit.values():
         source = _unit_source(lib, options, kernels[0])

@@ -6,7 +6,7 @@ cross-attention's k and v (32 FCs in the SD1.5 UNet) read the same text states; 
 them on launch latency and half-empty tiles; one GEMM with the weights stacked along N fills the device and reads
 the input once. The price is one SLICE per original output, a copy along the last axis with at least one kernel
 launch unless the delegate makes it a view (below): on the H200 such a copy costs 4-8 us of device time whatever its
-size, and with copies the UNet step still netted ~0.8 ms (BENCHMARKS.md, session 6). The 4096-row q/k/v of the 64x64 level about break even (3 x 0.037 ms of GEMM -> 0.087 ms,
+size, and with copies the UNet step still netted ~0.8 ms (BENCHMARKS.md). The 4096-row q/k/v of the 64x64 level about break even (3 x 0.037 ms of GEMM -> 0.087 ms,
 plus 3 x 8 us of SLICE); the few-row projections gain most. Numerics: each output column is the same dot product;
 our CPU kernels give bit-identical results, GPU GEMMs may pick another tile plan (split-K) for the wider problem,
 which changes only the summation order (~1e-6 relative).

@@ -132,7 +132,7 @@
 // Capability switches: the one place where a portable kernel learns that it may take an API- or vendor-only body;
 // the kernel keeps its portable twin under the switch's #else, which GL and every other device compile.
 // SD_HAS_NV_SHFL: NVIDIA's OpenCL (the host builds with -DSDGPU_NV_PTX=1 there): 32-lane warps and their shuffles,
-// nv_shfl_xor(v, mask) (inline PTX in backends/opencl/kernels/nv_ptx.cl, which follows the portable kernels in the
+// nv_shfl_xor(v, mask) (inline PTX in backends/opencl/nvidia/nv_ptx.cl, which follows the portable kernels in the
 // program: declared here).
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 #define SD_HAS_NV_SHFL 1

@@ -1,7 +1,7 @@
 // SdAttention's NVIDIA-only kernels (OpenCL on NVIDIA: the host builds with -DSDGPU_NV_PTX=1 there, and with
 // -DSDGPU_NV_SM90=1 on sm_90 and newer; elsewhere this file compiles to nothing). They follow the portable kernels
 // (ops/attention/gpu.kern: ATT_LOG2E, ATR_INSTANTIATE) and the inline-PTX primitives
-// (backends/opencl/kernels/nv_ptx.cl) in the program. The host offers their tilings to the planner through
+// (backends/opencl/nvidia/nv_ptx.cl) in the program. The host offers their tilings to the planner through
 // gpu::Device::VendorAttentionTilings (backends/opencl/nvidia/attention_tilings.cc).
 #if defined(SDGPU_NV_PTX) && SDGPU_NV_PTX
 
@@ -20,11 +20,11 @@ ATR_INSTANTIATE(h160x, 160, 4, 8, 4, 4, 1, 0.0f, 0, 8)
 // Every product is 3xTF32: x = big + small with big = x truncated to its top 11 significant bits (a TF32 value: one
 // AND) and small = x - big (exact), and a*b = big*big + big*small + small*big with fp32 accumulation, the term
 // small*small (<= 2^-20 |a b|) dropped and small read by the tensor core at TF32 precision. SD1.5's 64x64
-// self-attention on the H200 (BENCHMARKS session 21, mma_attn_lab.py): max error 3e-5 of the output's range vs
+// self-attention on the H200 (BENCHMARKS.md, mma_attn_lab.py): max error 3e-5 of the output's range vs
 // 1.6e-6 for the fp32 kernel r40, 1.5x faster. Rounding big to nearest instead (+0x1000 before the mask) left the
 // error where it was (3.3e-5) and cost 5%; splitting K and V once when staged (big and small planes in local memory)
-// cost 15% (twice the local reads). Head dim 80 (SD1.5's 32x32 level, mma_attn_lab.py --d80 on an H100, BENCHMARKS
-// session 22): alone 1.29x the fp32 h80 at b1 and 1.66x r80 at b2, error ~1e-5; in the UNet only b2 gained, so the
+// cost 15% (twice the local reads). Head dim 80 (SD1.5's 32x32 level, mma_attn_lab.py --d80 on an H100, BENCHMARKS.md):
+// alone 1.29x the fp32 h80 at b1 and 1.66x r80 at b2, error ~1e-5; in the UNet only b2 gained, so the
 // host keeps h80 for one-wave grids.
 // Layout: NW warps per work-group, each owning MT m-tiles of 16 query rows (one head of one batch item). Q,
 // pre-scaled by scale * log2(e), lives in registers as mma A fragments (big and small). Per block of BK keys, K

@@ -9,7 +9,7 @@
 // Products: every fp32 operand x = big + small, big = x with its 13 low mantissa bits cleared (a TF32 value: one
 // AND), small = x - big (exact); a*b = small*big + big*small + big*big on the tensor cores with fp32 accumulation
 // (small*small, <= 2^-20 |ab|, dropped; small read at TF32 precision). On the H200 the error was 1e-6 to 2e-5 of the
-// output's range (longest K worst) where the fp32 kernels give 1e-7 to 2e-6 (tc_gemm_check.py, BENCHMARKS session 22).
+// output's range (longest K worst) where the fp32 kernels give 1e-7 to 2e-6 (tc_gemm_check.py, BENCHMARKS.md).
 // Data path (mma_lab.py --async, where it ran 1.4-1.7x faster than the best fp32 tile at SD1.5's FC shapes):
 // 4 warps of WM x WN warp tiles; K in steps of 16 copied global -> local by cp.async into STAGES ring slots (no
 // register staging), one barrier per step, STAGES - 1 steps in flight during the MMAs. Local layouts: A [BM][20],

@@ -13,7 +13,7 @@ NV_INLINE float nv_shfl_xor(float v, int mask) {
 }
 
 // The 3xTF32 split x = big + small: big = x truncated to its top 11 significant bits (a TF32 value: one AND; rounding
-// to nearest cost 5% and gained no accuracy, BENCHMARKS session 21), small = x - big (exact; the tensor core reads
+// to nearest cost 5% and gained no accuracy, BENCHMARKS.md), small = x - big (exact; the tensor core reads
 // its top 19 bits).
 NV_INLINE uint nv_tf32_big(float x) { return as_uint(x) & 0xffffe000u; }
 NV_INLINE uint nv_tf32_small(float x, uint big) { return as_uint(x - as_float(big)); }
