@@ -126,6 +126,16 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
   *out = DelegateOptions();
   if (count > 0 && (keys == nullptr || values == nullptr)) return Status::Error("null option arrays");
   bool seen_cache_dir = false;
+  auto set_cache_dir = [&](std::string_view value, bool alias) {
+    if (seen_cache_dir && out->cache_dir != value) {
+      return Status::Error("options cache_dir and opencl_cache_dir (its deprecated alias) name different folders ('" +
+                           out->cache_dir + "', '" + std::string(value) + "'); set cache_dir only");
+    }
+    seen_cache_dir = true;
+    out->cache_dir = std::string(value);
+    out->cache_dir_from_alias = out->cache_dir_from_alias || alias;
+    return Status::Ok();
+  };
   for (size_t i = 0; i < count; ++i) {
     if (keys[i] == nullptr || values[i] == nullptr) return Status::Error("null option key or value");
     const std::string_view key = keys[i];
@@ -154,15 +164,10 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else if (key == "profile_path") {
       out->profile_path = std::string(value);
       SDGPU_RETURN_IF_ERROR(CheckWritableFile(key, out->profile_path));
-    } else if (key == "cache_dir" || key == "opencl_cache_dir") {
-      const bool alias = key == "opencl_cache_dir";
-      if (seen_cache_dir && out->cache_dir != value) {
-        return Status::Error("options cache_dir and opencl_cache_dir (its deprecated alias) name different folders ('" +
-                             out->cache_dir + "', '" + std::string(value) + "'); set cache_dir only");
-      }
-      seen_cache_dir = true;
-      out->cache_dir = std::string(value);
-      out->cache_dir_from_alias = out->cache_dir_from_alias || alias;
+    } else if (key == "cache_dir") {
+      SDGPU_RETURN_IF_ERROR(set_cache_dir(value, false));
+    } else if (key == "opencl_cache_dir") {  // the deprecated spelling of cache_dir
+      SDGPU_RETURN_IF_ERROR(set_cache_dir(value, true));
     } else if (key == "cache_max_mb") {
       if (!ParseIntIn(value, 1, 1048576, &out->cache_max_mb)) {
         return Status::Error("option cache_max_mb='" + std::string(value) + "' must be 1..1048576");
