@@ -39,7 +39,7 @@ Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp
 
 // sd_ops.cc
 // The GPU kernels' code for an SdGelu's GELU form (the unary_f32 op, gelu_gated_f32's mode and the act of the GEMMs'
-// gated-GELU epilogue): kGeluKernelErf (12) erf, 13 tanh, 14 quick (SD_GELU_OP_* in ops/gelu/opencl.cl).
+// gated-GELU epilogue): kGeluKernelErf (12) erf, 13 tanh, 14 quick (SD_GELU_OP_* in ops/gelu/gpu.kern).
 constexpr int kGeluKernelErf = 12;
 int GeluKernelCode(const GeluAttrs& attrs);
 Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);

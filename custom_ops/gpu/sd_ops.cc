@@ -99,7 +99,7 @@ class DequantF16Op final : public GpuOp {
 };
 
 // Gated SdGelu (GEGLU): x [rows, 2F] (value half, then gate half) -> y [rows, F], y = value * gelu(gate), one
-// read of the projection output instead of SLICE + SLICE + GELU + MUL. Kernels (ops/gelu/opencl.cl, gl.glsl):
+// read of the projection output instead of SLICE + SLICE + GELU + MUL. Kernels (ops/gelu/gpu.kern):
 //   gelu_gated_f32(y, yo, x, xo, int rows, int F, int mode)       any F, one work-item per output element;
 //   gelu_gated_f32_v4(y, yo, x, xo, int rows, int F4, int mode)   F = 4 * F4 and both tensors 16-byte aligned
 //                                                                 (decided per launch), offsets in float4 units;

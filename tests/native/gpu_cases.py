@@ -89,9 +89,9 @@ def profile_group_norm(backend: str, rng: np.random.Generator, profile: Path, in
 @lru_cache(maxsize=1)
 def gl_kernel_names() -> frozenset[str]:
     """The kernels of the GL backend's shader library: generated from the kernel dialect, plus the GL-only shader
-    files (backends/gl/shaders/*.glsl, ops/*/gl.glsl)."""
+    files (backends/gl/shaders/*.glsl)."""
     names = set(glsl_kernels())
-    for path in [*(CUSTOM_OPS / "backends" / "gl" / "shaders").glob("*.glsl"), *CUSTOM_OPS.glob("ops/*/gl.glsl")]:
+    for path in (CUSTOM_OPS / "backends" / "gl" / "shaders").glob("*.glsl"):
         names.update(re.findall(r"^//== kernel (\w+)$", path.read_text(), re.M))
     return frozenset(names)
 

@@ -262,8 +262,7 @@ def test_no_egl_driver_is_a_one_line_error(delegate_lib):
     assert "install libegl1 libgles2" in lines[0]
 
 
-_GLSL_FILES = sorted([*(Path(__file__).resolve().parents[2] / "custom_ops" / "backends" / "gl" / "shaders").glob("*.glsl"),
-                      *(Path(__file__).resolve().parents[2] / "custom_ops" / "ops").glob("*/gl.glsl")])
+_GLSL_FILES = sorted((Path(__file__).resolve().parents[2] / "custom_ops" / "backends" / "gl" / "shaders").glob("*.glsl"))
 _SECTION = re.compile(r"^//== (?:kernel|fragment) (\w+)$", re.M)
 from kernel_dialect import glsl_kernels  # noqa: E402
 _WRITE_OP = r"\s*(?:=(?!=)|\+=|-=|\*=|/=)"

@@ -2,8 +2,9 @@
 // kernels, and the composition of one `#version 310 es` compute shader per
 // (kernel, local size).
 //
-// Source layout (backends/gl/shaders/*.glsl, ops/<op>/gl.glsl; embedded at
-// build time, each file preceded by a "//== file <path>" line):
+// Source layout (the shaders gpu/dialect/gen_glsl.py generates from the kernel
+// dialect, plus backends/gl/shaders/common.glsl; embedded at build time, each
+// file preceded by a "//== file <path>" line):
 //   * a file without kernels (shaders/common.glsl) is a prelude included in
 //     every shader: precisions, work-item ids, shared helpers;
 //   * in the other files, the text before the first "//== kernel <name>" line
