@@ -221,7 +221,8 @@ class Bench:
         for key in self.results["rows"]:
             model, row = key.split("|", 1)
             if model == "e2e":
-                variant = row.removeprefix("ours-").rsplit("-", 1)[0] if row.startswith("ours-") else ""
+                # ours-<backend>-<variant>-<run>
+                variant = row.removeprefix("ours-").partition("-")[2].rsplit("-", 1)[0] if row.startswith("ours-") else ""
                 if variant and variant not in plan["e2e_variants"]:
                     plan["e2e_variants"].append(variant)
                 continue
@@ -496,7 +497,8 @@ class Bench:
             cmd += ["--num-images", "2"]
         out = self.work.root / "rows" / f"e2e-{row}.json"
         out.unlink(missing_ok=True)
-        png.parent.mkdir(parents=True, exist_ok=True)
+        if not DRY_RUN:  # a dry run writes nothing
+            png.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         status, error = _run(cmd, timeout, self.work.root / "logs" / f"e2e-{row}.err", stdout_file=out)
         wall = time.monotonic() - t0

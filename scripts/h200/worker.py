@@ -362,7 +362,9 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         modules = build_random_modules(cfg, seed=args.seed)
     assets = Path(args.assets)
     manifest = json.loads((assets / "manifest.json").read_text())
-    tok = CLIPTokenizer(str(assets / manifest["tokenizer"]["vocab"]), str(assets / manifest["tokenizer"]["merges"]))
+    # model_max_length: built from the vocab files alone it is "unbounded" (1e30), which the pipeline pads to
+    tok = CLIPTokenizer(str(assets / manifest["tokenizer"]["vocab"]), str(assets / manifest["tokenizer"]["merges"]),
+                        model_max_length=77)
     pipe = StableDiffusionPipeline(vae=modules["vae"], text_encoder=modules["text_encoder"], tokenizer=tok,
                                    unet=modules["unet"], scheduler=PNDMScheduler.from_config(cfg.scheduler),
                                    safety_checker=None, feature_extractor=None, requires_safety_checker=False)
