@@ -175,7 +175,7 @@ BREAKS = {
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
-def test_a_broken_entry_is_one_log_line_a_miss_and_gone(lib: ctypes.CDLL, tmp_path: Path, name: str) -> None:
+def test_a_broken_entry_is_one_log_line_a_miss_and_gone(lib: ctypes.CDLL, tmp_path: Path, name: str, capfd) -> None:
     """The logger writes to fd 2: read through a pipe, so the one line is checked exactly."""
     folder = tmp_path / "c"
     c = Cache(lib, folder, log_level=0)
@@ -184,21 +184,13 @@ def test_a_broken_entry_is_one_log_line_a_miss_and_gone(lib: ctypes.CDLL, tmp_pa
     c.close()
     breaker, why = BREAKS[name]
     path.write_bytes(breaker(path.read_bytes()))
-    r, w = os.pipe()
-    saved = os.dup(2)
-    os.dup2(w, 2)
-    try:
-        c = Cache(lib, folder, log_level=2)
-        got = c.load(TILES, "problem")
-        counters = c.counters(TILES)
-        again = c.load(TILES, "problem")
-        c.close()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(w)
-    log = os.read(r, 1 << 16).decode()
-    os.close(r)
+    capfd.readouterr()
+    c = Cache(lib, folder, log_level=2)
+    got = c.load(TILES, "problem")
+    counters = c.counters(TILES)
+    again = c.load(TILES, "problem")
+    c.close()
+    log = capfd.readouterr().err  # the delegate writes to fd 2
     assert got is None and again is None
     assert counters["rejected"] == 1 and counters["misses"] == 1 and counters["hits"] == 0
     lines = log.splitlines()
@@ -235,25 +227,17 @@ def test_lru_eviction_under_the_cap_keeps_the_recently_used(lib: ctypes.CDLL, tm
     c.close()
 
 
-def test_unwritable_folder_warns_once_and_reads_still_miss(lib: ctypes.CDLL, tmp_path: Path) -> None:
+def test_unwritable_folder_warns_once_and_reads_still_miss(lib: ctypes.CDLL, tmp_path: Path, capfd) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    r, w = os.pipe()
-    saved = os.dup(2)
-    os.dup2(w, 2)
-    try:
-        c = Cache(lib, blocker / "cache", log_level=2)
-        for i in range(3):
-            c.store(TILES, f"k{i}", b"payload")
-        got = c.load(TILES, "k0")
-        counters = c.counters(TILES)
-        c.close()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(w)
-    log = os.read(r, 1 << 16).decode()
-    os.close(r)
+    capfd.readouterr()
+    c = Cache(lib, blocker / "cache", log_level=2)
+    for i in range(3):
+        c.store(TILES, f"k{i}", b"payload")
+    got = c.load(TILES, "k0")
+    counters = c.counters(TILES)
+    c.close()
+    log = capfd.readouterr().err  # the delegate writes to fd 2
     assert got is None and counters["store_failures"] == 1 and counters["stores"] == 0
     assert log.count("\n") == 1 and log.startswith(f"sdgpu: WARNING: cache: cannot write to {blocker / 'cache'} (")
     assert "running on without storing set-up results" in log
