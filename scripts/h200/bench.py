@@ -12,7 +12,8 @@ Runs on the device (``scripts/h200/run.sh``) and, for testing, here on the tiny 
 ``litert-gpu`` the stock LiteRT GPU accelerator through ``sdlite bench --backend litert-gpu`` (subprocess,
                timeout: it may fall back to CPU, fail or crash; what happened is recorded)
 ``e2e``        end to end: ``sdlite generate`` (20 steps, CFG, 512x512, cfg-batch-2 UNet) as a fresh process from
-               start to PNG, per variant with an empty delegate cache (cold), with the cache that run filled (warm),
+               start to PNG, per variant with nothing cached anywhere (first: NVIDIA's driver compile cache off too),
+               with an empty delegate cache (cold), with the cache that run filled (warm),
                and two images in one process (``--num-images 2``: the second image's own time); next to diffusers'
                StableDiffusionPipeline fp32 (TF32 off) and fp16 on the same GPU. Needs the prepare stage's
                unet_b2 and vae_decoder variants and the kit's text encoder (pack.py)
@@ -50,6 +51,10 @@ from h200_report import derive, markdown
 
 STAGES = ("prepare", "ours", "torch", "cpu", "litert-gpu", "e2e")
 E2E_RUNS = ("cold", "warm", "2images")
+# "first": an app's very first start: the delegate cache emptied and NVIDIA's own OpenCL compile cache (~/.nv) off, so
+# every program is compiled from source; "cold" empties only the delegate cache (a driver may still hold binaries).
+E2E_RUN_KINDS = ("first", *E2E_RUNS)
+FIRST_RUN_ENV = {"CUDA_CACHE_DISABLE": "1"}
 E2E_PROMPT = "a photo of an astronaut riding a horse on mars"
 DETAILS = "h200-details.tar.gz"  # with h200.json, h200.md and run.sh's run.log: 4 of the 8 files $OUT may return
 PACKAGES = ("ai-edge-litert", "torch", "diffusers", "transformers", "numpy")
@@ -91,7 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--e2e-variants", default=env("H200_E2E_VARIANTS", "plain,fused+winoauto"),
                     help="model variants of the end-to-end rows (their unet_b2 / vae_decoder files)")
     ap.add_argument("--e2e-runs", default=env("H200_E2E_RUNS", ",".join(E2E_RUNS)),
-                    help="cold (empty delegate cache), warm (the cache cold filled), 2images (warm, --num-images 2)")
+                    help="first (empty delegate cache, driver compile cache off), cold (empty delegate cache), warm (the "
+                    "cache cold filled), 2images (warm, --num-images 2)")
     ap.add_argument("--e2e-backend", default="opencl")
     ap.add_argument("--e2e-steps", type=int, default=20)
     ap.add_argument("--e2e-prompt", default=E2E_PROMPT)
@@ -137,16 +143,19 @@ def _signal_name(rc: int) -> str:
 DRY_RUN = False  # --dry-run: commands are printed, not run (set by main)
 
 
-def _run(cmd: list[str], timeout: float, log_file: Path, stdout_file: Path | None = None) -> tuple[str, str]:
-    """Run ``cmd`` (stdout shared with ours, or to ``stdout_file``; stderr to ``log_file``): ``(status, error)``."""
+def _run(cmd: list[str], timeout: float, log_file: Path, stdout_file: Path | None = None,
+         env: dict[str, str] | None = None) -> tuple[str, str]:
+    """Run ``cmd`` (stdout shared with ours, or to ``stdout_file``; stderr to ``log_file``; ``env`` added to ours):
+    ``(status, error)``."""
     if DRY_RUN:
-        log(f"dry run: would run (timeout {timeout:.0f} s): {shlex.join(cmd)}")
+        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in (env or {}).items())
+        log(f"dry run: would run (timeout {timeout:.0f} s): {prefix}{shlex.join(cmd)}")
         return "skipped", "dry run"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "wb") as err, open(stdout_file or os.devnull, "wb") as out:
         try:
             rc = subprocess.run(cmd, stdout=out if stdout_file else None, stderr=err, timeout=timeout,
-                                check=False).returncode
+                                check=False, env={**os.environ, **env} if env else None).returncode
         except subprocess.TimeoutExpired:
             return "timeout", f"killed after {timeout:.0f} s; stderr tail: {_tail(log_file)}"
     if rc == 0:
@@ -180,7 +189,7 @@ class Bench:
         self.litert_gpu_variants = [Variant(v).name for v in parse_list(args.litert_gpu_variants)]
         self.backends = parse_list(args.backends, ("opencl", "gl"), "backend")
         self.e2e_variants = [Variant(v).name for v in parse_list(args.e2e_variants)]
-        self.e2e_runs = parse_list(args.e2e_runs, E2E_RUNS, "e2e run")
+        self.e2e_runs = parse_list(args.e2e_runs, E2E_RUN_KINDS, "e2e run")
         self.stages = [s for s in parse_list(args.stages, (*STAGES, "report"), "stage") if s != "report"]
         self.call_rows: dict[str, str] = {}  # status of the rows of this call
         prev = {} if args.fresh else read_json(self.work.results, {})
@@ -486,7 +495,7 @@ class Bench:
             return
         root = self.work.root / "e2e"
         cache = root / "cache" / Variant(variant).model_name
-        if run == "cold" and not DRY_RUN:  # an empty delegate cache; warm and 2images reuse what cold stored
+        if run in ("first", "cold") and not DRY_RUN:  # an empty delegate cache; warm and 2images reuse what cold stored
             shutil.rmtree(cache, ignore_errors=True)
         png = root / "out" / f"{Variant(variant).model_name}-{run}.png"
         options = ";".join(o for o in (f"cache_dir:{cache}", Variant(variant).delegate_options) if o)
@@ -500,7 +509,8 @@ class Bench:
         if not DRY_RUN:  # a dry run writes nothing
             png.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        status, error = _run(cmd, timeout, self.work.root / "logs" / f"e2e-{row}.err", stdout_file=out)
+        status, error = _run(cmd, timeout, self.work.root / "logs" / f"e2e-{row}.err", stdout_file=out,
+                             env=FIRST_RUN_ENV if run == "first" else None)
         wall = time.monotonic() - t0
         data: dict[str, Any] = {"status": status, "error": error, "variant": variant, "run": run,
                                 "command": shlex.join(cmd), "wall_s": round(wall, 3)}

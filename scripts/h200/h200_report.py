@@ -176,7 +176,8 @@ def _e2e_lines(rows: dict[str, Any], plan: dict[str, Any], targets: dict[str, An
         return []
     f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
     lines = ["", f"End to end: `sdlite generate` {plan.get('e2e_steps', 20)} steps, CFG 7.5, PNDM, one image, as a fresh "
-             f"process ({backend}); cold = empty delegate cache, warm = the cache the cold run filled, 2 images = "
+             f"process ({backend}); first = nothing cached anywhere (delegate cache empty, NVIDIA's driver compile "
+             "cache off: every kernel compiled from source), cold = empty delegate cache, warm = the cache the cold run filled, 2 images = "
              "warm, `--num-images 2` (the second image's own time). Start to PNG: seconds from the process's start "
              "(its /proc timeline: Python start-up and imports included) to the PNG written.", "",
              "| Implementation | run | start to PNG s | process wall s | imports s | models loaded s | text encoder s | "
@@ -212,7 +213,7 @@ def _e2e_lines(rows: dict[str, Any], plan: dict[str, Any], targets: dict[str, An
                      f"{cell} | | | | | | | | {f(r.get('image_s'), 3) if r.get('status') == 'ok' else '-'} | |")
     setup = []
     for v in plan.get("e2e_variants", []):
-        for run in ("cold", "warm"):
+        for run in ("first", "cold", "warm"):
             r = keyed.get(f"ours-{backend}-{v}-{run}")
             for name, m in ((r or {}).get("models") or {}).items() if (r or {}).get("status") == "ok" else []:
                 d = (m or {}).get("delegate") or {}
