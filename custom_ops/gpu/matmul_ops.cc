@@ -131,6 +131,12 @@ constexpr int kTuneRuns = 3;
 constexpr int kTuneMaxRuns = 64;
 constexpr int kTuneRounds = 2;
 constexpr double kTuneMinRoundS = 0.5e-3;
+// A candidate whose program is not built yet compiles at its first launch: 0.3-3 s per program on NVIDIA's driver and
+// up to ~17 s on PoCL for the 128-wide tiles, i.e. more than the whole default budget (1 s). On an H200 such
+// compiles were most of every model's first inference, warm cache included (each start tuned a few more shapes and
+// compiled their candidates: text encoder 5-7 s, UNet 2.5-11 s, VAE 3-13 s). Below this budget the tuner chooses
+// among the kernels the model already built; a budget this large (an explicit tuning run) may compile candidates.
+constexpr long long kTuneCompileBudgetNs = 30LL * 1000000000;
 size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -611,6 +617,19 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   if (dev.tuning_budget_left_ns() <= 0 || compiles_lost) {
     dev.NoteTuning(Device::Tuning::kUntuned);
     return Status::Ok();
+  }
+  if (dev.tuning_budget_left_ns() < kTuneCompileBudgetNs) {  // no compiles: the built candidates (and the plan)
+    std::vector<TilePlan> built;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const TilePlan& p = candidates[i];
+      const bool pending = dev.KernelBuildPending(*p.kernel) || (p.reduce != nullptr && dev.KernelBuildPending(*p.reduce));
+      if (i == 0 || !pending) built.push_back(p);
+    }
+    candidates.swap(built);
+    if (candidates.size() < 2) {
+      dev.NoteTuning(Device::Tuning::kUntuned);
+      return Status::Ok();
+    }
   }
   const SetupTimer timer(dev, Device::Setup::kTuning);
   using Clock = std::chrono::steady_clock;

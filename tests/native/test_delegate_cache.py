@@ -126,6 +126,24 @@ def test_a_second_process_is_served_by_the_cache(models: dict, tmp_path: Path, b
     assert names and all(n.endswith(".sdc") and n.split("-")[0] in KINDS[backend] for n in names)
 
 
+def test_tuning_within_the_default_budget_compiles_no_candidate(models: dict, tmp_path: Path) -> None:
+    """The default tuning budget (1 s) times only kernels the model already built: a candidate's compile costs more
+    than the budget (PoCL: up to ~17 s for a 128-wide tile). Before, each start tuned a few more shapes and compiled
+    their candidates, so even a warm cache missed a program per model and the first inference paid for compiles
+    (H200: 2.5-13 s per model). A second process of a tuned FULLY_CONNECTED therefore needs no program the first
+    did not store, and the first stores only the programs the model itself needs."""
+    gl_model = {"opencl": models["gl"]}  # the FULLY_CONNECTED: a GEMM with tile candidates
+    cache = tmp_path / "cache"
+    opts = {"cache_dir": str(cache), "gemm_autotune": "1"}
+    first = _run(gl_model, "opencl", tmp_path, "first", **opts)
+    second = _run(gl_model, "opencl", tmp_path, "second", **opts)
+    assert first.count("cache_stores", "program") > 0
+    assert second.count("cache_misses", "program") == 0, second.stats
+    assert second.count("cache_hits", "program") == first.count("cache_stores", "program"), (first.stats, second.stats)
+    assert second.count("cache_stores", "program") == 0
+    _same_outputs(first, second)
+
+
 def _break(path: Path, how: str) -> str:
     """Breaks the entry `how`; returns the reason its rejection names."""
     raw = path.read_bytes()
