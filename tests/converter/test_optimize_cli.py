@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from sdconvert.cli import main as sdconvert_main
-from sdconvert.export.configs import TINY
+from sdconvert.configs import TINY
 from sdconvert.export.optimize import GraphOptions
 from sdconvert.export.verify import run_tflite
 from sdconvert.optimize_cli import main

@@ -16,7 +16,7 @@ Measured fp32 max error relative to max|y| on SD1.5 shapes (64x64x320 ... 8x8x12
 data; numpy reference / C++ kernels): direct 3e-7, F2 <= 1.3e-6, F4 <= 3.0e-5, F6 <= 4.2e-5, always <= 1e-3 of
 the rigorous bound. Documented practical bound for the kernels: 1e-4 relative (5e-5 at CI sizes, Cin <= 70).
 Trade-off: clarity over speed -- these run in CI on 8x8..16x16 maps with 32-64 channels, and in
-``scripts/winograd_table.py --accuracy`` on full SD shapes (seconds per conv).
+``python -m sdconvert.winograd.table --accuracy`` on full SD shapes (seconds per conv).
 """
 from __future__ import annotations
 
