@@ -244,7 +244,7 @@ def test_e2e_stage_on_tiny_models_and_its_dry_run(tmp_path: Path, tiny_export: P
     assert "--num-images 2" in generate[1] and "--num-images" not in generate[0]
     assert not out.exists() and not work.exists()  # a dry run writes nothing
     # "first": the same command with NVIDIA's driver compile cache off; "cold" leaves the driver alone
-    dry = _run(sys.executable, KIT / "bench.py", *args[:-5], "first,cold", *args[-4:], "--dry-run")
+    dry = _run(sys.executable, "-m", "bench.bench", *args[:-5], "first,cold", *args[-4:], "--dry-run")
     generate = [ln.split(" s): ", 1)[1] for ln in dry.stdout.splitlines() if " -m sdlite generate " in ln]
     assert len(generate) == 2 and generate[0].startswith("CUDA_CACHE_DISABLE=1 ") and "CUDA_CACHE" not in generate[1]
     assert generate[0].split(" ", 1)[1].replace("plain-first.png", "plain-cold.png") == generate[1]
