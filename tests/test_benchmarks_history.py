@@ -45,7 +45,7 @@ def test_every_figure_of_the_log_is_kept() -> None:
 
 
 def test_the_check_notices_a_lost_figure() -> None:
-    assert figures("b1 19.8 ms, 3,278.0 MB, rel 2.1e-5") == {"19.8", "3,278.0", "2.1e-5"}
+    assert figures("UNet 19.8 ms, 3,278.0 MB, rel 2.1e-5") == {"19.8", "3,278.0", "2.1e-5"}
     assert figures("UNet 42.2 / 29.4") - figures("UNet 42.2") == {"29.4"}
 
 
