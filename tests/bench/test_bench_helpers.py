@@ -69,3 +69,20 @@ def test_attention_micro_benchmark_checks_every_row(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "attn_bench.json").read_text())
     assert len(data["attn"]) >= 10 and all(r["device_ms"] > 0 and r["rel_to_ref"] < 1e-4 for r in data["attn"])
     assert set(data["attn_per_step_ms"]) == {"unfused", "fused_auto_flash", "fused_auto_partial", "fused_best"}
+
+
+def test_no_test_imports_a_script_or_the_lab_by_path() -> None:
+    """Tests import the kit as the package it is and never put scripts/, bench/ or lab/ on sys.path or load a file of
+    theirs by path; lab/ is imported by nothing."""
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path == Path(__file__).resolve():
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            by_path = "sys.path" in line or "spec_from_file_location" in line
+            named = any(f'"{d}"' in line or f"'{d}'" in line or f"/{d}/" in line for d in ("scripts", "bench", "lab"))
+            if by_path and named:
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+            if "import tc_gemm_check" in line or "import tc_attention_check" in line or "from lab" in line:
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert bad == []
