@@ -141,6 +141,16 @@ def test_fuse_winograd_json_and_parity(tiny_export, fused_conversion, tmp_path, 
     assert 0 < _rel(got, plain) <= 1e-4  # fp32 Winograd tolerance (see tests/converter/test_sd15_blocks.py)
 
 
+def test_tune_times_through_the_delegate_the_cli_passes(tiny_export, tmp_path, capsys):
+    """--tune: the command line hands the tuner the delegate-backed timer; the plan then rests on measurements."""
+    rc, stdout, _ = _optimize(capsys, str(tiny_export / "unet.tflite"), "--winograd", "auto", "--device-profile", "cpu",
+                              "--tune", "--json", "-o", str(tmp_path / "t.tflite"))
+    assert rc == 0
+    convs = json.loads(stdout)["models"]["unet"]["winograd"]["convs"]
+    suitable = [c for c in convs if c["suitable"]]
+    assert len(suitable) == 26 and all(c["source"] == "measured" for c in suitable)
+
+
 def test_winograd_plan_table_printed(tiny_export, tmp_path, capsys):
     rc, stdout, _ = _optimize(capsys, str(tiny_export / "unet.tflite"), "--winograd", "2",
                               "-o", str(tmp_path / "w.tflite"))
