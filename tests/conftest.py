@@ -14,7 +14,7 @@ TINY_SEED = 0
 @pytest.fixture(scope="session")
 def tiny_modules():
     """The torch modules (fp32, eval) of the tiny config with the same weights that ``tiny_export`` converted."""
-    from sdconvert.export.configs import TINY, build_random_modules
+    from sdconvert.configs import TINY, build_random_modules
 
     return build_random_modules(TINY, seed=TINY_SEED)
 
@@ -36,7 +36,7 @@ def tiny_diffusers_dir(tmp_path_factory, tiny_modules, tiny_export) -> Path:
     from diffusers import PNDMScheduler, StableDiffusionPipeline
     from transformers import CLIPTokenizer
 
-    from sdconvert.export.configs import TINY
+    from sdconvert.configs import TINY
 
     tok = CLIPTokenizer(str(tiny_export / "tokenizer" / "vocab.json"), str(tiny_export / "tokenizer" / "merges.txt"))
     pipe = StableDiffusionPipeline(

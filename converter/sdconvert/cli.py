@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from sdconvert.delegate_timer import DelegateTimer
 from sdconvert.errors import ParityError, UserError
 from sdlite import json_out
 from sdconvert.export.optimize import add_graph_arguments
@@ -83,7 +84,7 @@ def convert_main(argv: Sequence[str]) -> int:
         height=args.height, width=args.width, cfg_batch=args.cfg_batch, models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
         verify=args.verify, verify_backends=parse_backends(args.verify_backend), seed=args.seed,
         overwrite=args.overwrite, quiet=args.quiet or args.json, clip_bpe=args.clip_bpe,
-        graph=GraphOptions.from_args(args),
+        graph=GraphOptions.from_args(args, timer=DelegateTimer() if args.tune else None),
     )
     result = run(opts)
     m = result.manifest

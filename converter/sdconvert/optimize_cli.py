@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from sdconvert.atomic_dir import make_parents, publish_dir, refuse_foreign_folder, refuse_overlap, remove_created
+from sdconvert.delegate_timer import DelegateTimer
 from sdconvert.errors import ParityError, UserError
 from sdlite import json_out
 from sdconvert.export.optimize import GraphOptions, add_graph_arguments, format_fusion, optimize
@@ -286,7 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verify_backend != "cpu" and not args.verify:
             raise UserError("--verify-backend applies with --verify")
         verify = parse_backends(args.verify_backend) if args.verify else None
-        result = run(args.input, args.out, GraphOptions.from_args(args), overwrite=args.overwrite, say=say,
+        graph = GraphOptions.from_args(args, timer=DelegateTimer() if args.tune else None)
+        result = run(args.input, args.out, graph, overwrite=args.overwrite, say=say,
                      verify=verify)
     except UserError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from sdconvert.cli import main as sdconvert_main
-from sdconvert.export.configs import TINY
+from sdconvert.configs import TINY
 from sdconvert.export.optimize import GraphOptions
 from sdconvert.export.verify import run_tflite
 from sdconvert.optimize_cli import main
@@ -139,6 +139,16 @@ def test_fuse_winograd_json_and_parity(tiny_export, fused_conversion, tmp_path, 
     plain = run_tflite(src, unet_inputs)["noise_pred"]
     got = run_tflite(out, unet_inputs, delegates=[native.load("cpu")])["noise_pred"]
     assert 0 < _rel(got, plain) <= 1e-4  # fp32 Winograd tolerance (see tests/converter/test_sd15_blocks.py)
+
+
+def test_tune_times_through_the_delegate_the_cli_passes(tiny_export, tmp_path, capsys):
+    """--tune: the command line hands the tuner the delegate-backed timer; the plan then rests on measurements."""
+    rc, stdout, _ = _optimize(capsys, str(tiny_export / "unet.tflite"), "--winograd", "auto", "--device-profile", "cpu",
+                              "--tune", "--json", "-o", str(tmp_path / "t.tflite"))
+    assert rc == 0
+    convs = json.loads(stdout)["models"]["unet"]["winograd"]["convs"]
+    suitable = [c for c in convs if c["suitable"]]
+    assert len(suitable) == 26 and all(c["source"] == "measured" for c in suitable)
 
 
 def test_winograd_plan_table_printed(tiny_export, tmp_path, capsys):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as S
 
-from sdconvert.export.configs import TINY
+from sdconvert.configs import TINY
 from sdconvert.export.verify import run_tflite
 from sdconvert.graph import Model, Op, OpCode, SignatureDef, Subgraph, Tensor, read_model, write_model
 from sdconvert.rewrite import expected_sites, fuse_model, run_rules

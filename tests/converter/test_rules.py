@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sdconvert.errors import UserError
-from sdconvert.export.configs import SD15, TINY
+from sdconvert.configs import SD15, TINY
 from sdconvert.graph import read_model
 from sdconvert.ops import REGISTRY
 from sdconvert.rewrite import expected_sites, fuse_model

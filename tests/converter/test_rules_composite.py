@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from sdconvert.export.configs import TINY
+from sdconvert.configs import TINY
 from sdconvert.graph import read_model
 from sdconvert.rewrite import expected_sites, fuse_model
 from sdconvert.rewrite.semantic import check_fused
@@ -60,7 +60,7 @@ def composite_export(tmp_path_factory) -> Path:
     import torch
     from diffusers.models.attention_processor import Attention
 
-    from sdconvert.export.configs import build_random_modules
+    from sdconvert.configs import build_random_modules
     from sdconvert.export.litert import convert_to_tflite
     from sdconvert.export.wrappers import Shapes, build_wrapper, sample_inputs
 

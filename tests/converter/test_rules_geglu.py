@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as S
 
-from sdconvert.export.configs import TINY
+from sdconvert.configs import TINY
 from sdconvert.graph import Op, OpCode, Subgraph, Tensor, read_model, write_model
 from sdconvert.ops import gelu as G
 from sdconvert.ops import get

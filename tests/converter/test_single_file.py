@@ -18,7 +18,7 @@ import pytest
 
 from sdconvert.cli import main
 from sdconvert.export import single_file
-from sdconvert.export.configs import TINY, build_random_modules
+from sdconvert.configs import TINY, build_random_modules
 from sdconvert.export.ldm_keys import CLIP_PREFIX, EMA_PREFIX, ema_key, to_ldm_state_dict
 from sdconvert.export.verify import run_tflite
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from sdconvert.errors import UserError
-from sdconvert.export.configs import SD15, TINY
+from sdconvert.configs import SD15, TINY
 from sdconvert.winograd.buffers import kernel_buffers, kernel_flops
 from sdconvert.winograd.convspec import ConvSpec, suitability
 from sdconvert.winograd.cost import GiB, MiB, PROFILES, estimate, get_profile, parse_bytes, runs_winograd

@@ -1,18 +1,17 @@
 """Paper-comparison table: ratios from real buffer sizes, formulas on whole tiles, SD1.5 padding effects."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from sdconvert.export.configs import SD15
+from sdconvert.configs import SD15
 from sdconvert.winograd.convspec import ConvSpec
 from sdconvert.winograd.report import (PAPER_TABLE, paper_table_markdown, suitable_convs, tile_ratios)
 from sdconvert.winograd.sd_shapes import unet_convs
+from sdconvert.winograd.table import main as table_main
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("m", [2, 4, 6, 8])
@@ -50,25 +49,17 @@ def test_markdown_table_rows() -> None:
     assert "reference only" in rows[3]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("winograd_table", ROOT / "scripts" / "winograd_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_script_prints_tables_and_writes_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    script = _load_script()
-    assert script.main([]) == 0
+    assert table_main([]) == 0
     out = capsys.readouterr().out
     assert "| 4x4 | CPU | 4.00 / 3.92 / 4.00 / 4.00 | 2.25 / 2.25 / 2.25 | 4.00 / 4.00 / 4.00 |" in out
     assert "| 8x8 | 14 |" in out
     plan_path = tmp_path / "plan.json"
-    assert script.main(["--plan", "--profile", "adreno740", "--plan-json", str(plan_path)]) == 0
+    assert table_main(["--plan", "--profile", "adreno740", "--plan-json", str(plan_path)]) == 0
     out = capsys.readouterr().out
     assert "winograd=auto profile=adreno740 convs=98 suitable=49" in out
     data = json.loads(plan_path.read_text())
     assert data["memory_budget_bytes"] == 1024 ** 3 and data["summary"]["within_budget"] is True
-    assert script.main(["--plan", "--memory-budget", "much"]) == 2
+    assert table_main(["--plan", "--memory-budget", "much"]) == 2
     assert capsys.readouterr().err.strip() == (
         "winograd_table: error: --memory-budget: cannot parse 'much'; use e.g. 512MiB, 1.5GiB or a byte count")

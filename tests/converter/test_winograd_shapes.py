@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from sdconvert.export.configs import SD15, TINY, SDConfig
+from sdconvert.configs import SD15, TINY, SDConfig
 from sdconvert.winograd.sd_shapes import unet_convs, vae_decoder_convs, vae_encoder_convs
 
 

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 
 from sdconvert.cli import main
-from sdconvert.export.configs import SD15
+from sdconvert.configs import SD15
 from sdconvert.rewrite import expected_sites
 from sdconvert.rewrite.sites import SITE_RULES
 from sdconvert.winograd.cost import get_profile

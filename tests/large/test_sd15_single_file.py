@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from sdconvert.cli import main
-from sdconvert.export.configs import SD15, build_random_modules
+from sdconvert.configs import SD15, build_random_modules
 from sdconvert.export.ldm_keys import to_ldm_state_dict
 
 MODELS = ("text_encoder", "unet", "vae_decoder", "vae_encoder")

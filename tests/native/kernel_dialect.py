@@ -49,3 +49,34 @@ def glsl_kernels() -> dict[str, tuple[str, str]]:
         else:
             out[name] = (current_file, body)
     return out
+
+
+def opencl_program_files() -> list[str]:
+    """The files of the OpenCL backend's program in order (paths relative to custom_ops/): the kernel dialect's
+    prelude, the portable kernels (gpu/kernel_sources.txt), then the OpenCL-only files
+    (backends/opencl/kernel_sources.txt): the lists the build embeds."""
+    def listed(rel: str) -> list[str]:
+        lines = (CUSTOM_OPS / rel).read_text().splitlines()
+        return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+    return ["gpu/dialect/prelude.h", *listed("gpu/kernel_sources.txt"), *listed("backends/opencl/kernel_sources.txt")]
+
+
+ATTENTION_NV_FILE = "backends/opencl/nvidia/attention_nv.cl"  # the NVIDIA-only attention kernels (OpenCL-only list)
+
+
+def opencl_program_source(through: str = "") -> str:
+    """The OpenCL backend's program source as the build embeds it; with ``through`` (a path as the lists name it)
+    only the files up to and including that one (the attention tests leave out the GEMM files after it)."""
+    files = opencl_program_files()
+    if through:
+        if through not in files:
+            raise ValueError(f"opencl_program_source: {through!r} is not one of the program's files {files}")
+        files = files[: files.index(through) + 1]
+    texts = [(CUSTOM_OPS / f).read_text().replace("#pragma once", "") for f in files]
+    return "#define SD_API_OPENCL 1\n" + "\n".join(texts)
+
+
+def attention_source() -> str:
+    """The attention op's kernels after what they call: the program up to the NVIDIA-only attention file."""
+    return opencl_program_source(through=ATTENTION_NV_FILE)

@@ -13,12 +13,12 @@ import ctypes
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attention_cases import FLASH_LOCAL_BYTES
+from kernel_dialect import attention_source
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "custom_ops"
@@ -64,11 +64,6 @@ def _table(lib: ctypes.CDLL, nvidia: bool) -> list[tuple]:
 def _kernel_local_bytes(tmp_path: Path, nvidia: bool) -> dict[str, int]:
     """Static local memory of every attention kernel, from clang's NVPTX compile of the delegate's attention source
     (as NVIDIA's OpenCL builds it with `nvidia`: SDGPU_NV_PTX and SDGPU_NV_SM90)."""
-    sys.path.insert(0, str(ROOT / "scripts" / "h200"))
-    try:
-        from cl_lab import attention_source
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "h200"))
     src = tmp_path / "attn.cl"
     src.write_text(attention_source())
     clang = next((c for c in ("clang-15", "clang-16", "clang-17", "clang-14", "clang") if shutil.which(c)), None)

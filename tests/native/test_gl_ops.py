@@ -325,7 +325,7 @@ def test_softmax_of_4096_wide_rows_matches_float64(rng, scale):
 
 def test_debug_knobs_dump_programs_strip_nv_pragmas_and_alias_kernels(rng, tmp_path):
     """The delegate options gl_dump_dir / gl_nv_pragmas / gl_kernel_alias (gl_device.h), the tools that localised
-    issue #7 on the H200 (scripts/gl_softmax_probe.py)."""
+    issue #7 on the H200 (with a probe script since deleted: docs/benchmarks-history/)."""
     x = rng.standard_normal((4, 100)).astype(np.float32)
     options = S.SoftmaxOptionsT()
     options.beta = 1.0

@@ -4,14 +4,13 @@ OpenCL; FP64 with SDGPU_NV_SM90 too). CI has no NVIDIA device, so here: the NVID
 with the sm_90 kernels) with clang's NVPTX back end (the compiler PoCL itself installs), on PoCL the
 option leaves every GEMM / conv on the same fp32 kernels with bitwise the same results, and gemm_tiles' "BMxBNtc"
 form parses and falls back cleanly where the kernels are missing. Numbers and parity on an H200:
-scripts/h200/tc_gemm_check.py [--mode fp64] and BENCHMARKS.md (sessions 22, 23)."""
+lab/tc_gemm_check.py [--mode fp64] and BENCHMARKS.md."""
 from __future__ import annotations
 
 import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +18,12 @@ import pytest
 from ai_edge_litert.interpreter import load_delegate
 
 from harness import make_interpreter
+from kernel_dialect import opencl_program_source
 from sdconvert.ops.conv2d_winograd import SPEC as WSPEC, Conv2DWinogradAttrs
 from sdlite import native
 from tflite_gemm_models import (batch_matmul_model, batch_matmul_ref, conv2d_model, conv2d_ref, fully_connected_model,
                                 fully_connected_ref, winograd_model)
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _clang() -> str:
@@ -39,13 +38,8 @@ def test_nvidia_only_kernels_compile_for_sm80(tmp_path, sm90):
     """The delegate's whole kernel source as NVIDIA's OpenCL builds it (SDGPU_NV_PTX; on sm_90 also SDGPU_NV_SM90),
     through clang's NVPTX back end: the tensor-core GEMM / conv / attention kernels are all there (the FP64 ones only
     with SDGPU_NV_SM90: mma.sync m16n8k8 .f64 does not exist before sm_90) and fit 48 KB of local memory each."""
-    sys.path.insert(0, str(ROOT / "scripts" / "h200"))
-    try:
-        from cl_lab import lib_source
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "h200"))
     src = tmp_path / "lib.cl"
-    src.write_text(lib_source())  # the whole library: gemm_tc.cl and the attention's SD_ATTN_MMA instances
+    src.write_text(opencl_program_source())  # the whole library: gemm_tc.cl and the attention's SD_ATTN_MMA instances
     ptx = tmp_path / "lib.ptx"
     r = subprocess.run([_clang(), "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-Xclang",
                         "-finclude-default-header", "-Dasm=__asm__", "-DSDGPU_NV_PTX=1", "-O1", "-S", "-o", str(ptx),

@@ -19,7 +19,8 @@ from cpu_isa import available_isas
 from sdconvert.winograd.accuracy import SMALL_SHAPES, measure, random_problem
 from sdconvert.winograd.buffers import kernel_buffers
 from sdconvert.winograd.convspec import ConvSpec
-from sdconvert.winograd.reference import ACTIVATIONS, direct_conv2d, direct_error_bound, winograd_error_bound
+from sdconvert.ops.conv2d_reference import ACTIVATIONS
+from sdconvert.winograd.reference import direct_conv2d, direct_error_bound, winograd_error_bound
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "custom_ops"

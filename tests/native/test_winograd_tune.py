@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from sdconvert.delegate_timer import DelegateTimer
 from sdconvert.winograd.convspec import ConvSpec
 from sdconvert.winograd.plan import make_plan
 from sdconvert.winograd.tune import tune
@@ -12,7 +13,7 @@ def test_tune_measures_every_candidate_once_per_shape() -> None:
     specs = [ConvSpec("a", 1, 12, 12, 16, 16), ConvSpec("b", 1, 12, 12, 16, 16, activation="relu"),
              ConvSpec("c", 1, 8, 8, 8, 24, padding="VALID"), ConvSpec("s2", 1, 8, 8, 8, 8, stride_h=2, stride_w=2)]
     lines: list[str] = []
-    measured = tune(specs, repeats=1, warmup=1, num_threads=1, progress=lines.append)
+    measured = tune(specs, DelegateTimer(), repeats=1, warmup=1, num_threads=1, progress=lines.append)
     keys = {specs[0].shape_key(), specs[2].shape_key()}           # a and b share a shape; s2 is unsuitable
     assert set(measured) == {(k, t) for k in keys for t in (0, 2, 4, 6)}
     assert all(v > 0 for v in measured.values())
@@ -38,7 +39,7 @@ def test_tune_on_a_gpu_backend_times_candidates_by_device_events_in_one_model(ba
 
     specs = [ConvSpec("a", 1, 16, 16, 8, 8), ConvSpec("b", 1, 8, 8, 16, 8)]
     lines: list[str] = []
-    measured = tune(specs, repeats=2, warmup=1, backend=backend, profile=get_profile("h200"), progress=lines.append)
+    measured = tune(specs, DelegateTimer(), repeats=2, warmup=1, backend=backend, profile=get_profile("h200"), progress=lines.append)
     # h200: min_tiles 16 -> 16x16 runs F2 (64 tiles) and F4 (16); F6 has 9 tiles. 8x8 runs F2 (16) only.
     assert set(measured) == {(specs[0].shape_key(), t) for t in (0, 2, 4)} | {(specs[1].shape_key(), t) for t in (0, 2)}
     assert all(0 < v < 1.0 for v in measured.values())
@@ -84,7 +85,39 @@ def test_tune_backend_errors() -> None:
     from sdconvert.export.optimize import GraphOptions
 
     with pytest.raises(UserError, match="--tune-backend must be one of cpu, opencl, gl"):
-        tune([ConvSpec("a", 1, 8, 8, 4, 4)], backend="cuda")
+        tune([ConvSpec("a", 1, 8, 8, 4, 4)], DelegateTimer(), backend="cuda")
     with pytest.raises(UserError, match="--tune-backend only applies with --tune --winograd auto"):
         GraphOptions(winograd="auto", tune_backend="opencl").validate()
     GraphOptions(winograd="auto", tune=True, tune_backend="opencl").validate()
+
+
+def test_tune_times_through_the_timer_it_is_given() -> None:
+    """The tuner builds the candidate models and asks its timer for the times (here a fake one that charges each
+    model by its file size): the runtime is the caller's choice, and the plan follows what the timer reported."""
+    from pathlib import Path
+
+    from sdconvert.errors import UserError
+    from sdconvert.winograd.apply import WinogradOptions, winograd_pass
+    from sdconvert.winograd.tune import single_conv_model
+
+    class BySize:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, int]] = []
+
+        def invoke_seconds(self, path: Path, x, repeats: int, warmup: int, num_threads) -> float:  # noqa: ANN001
+            self.calls.append(("cpu", x.shape[1]))
+            return 1.0 / path.stat().st_size  # the largest candidate model "wins"
+
+        def node_device_ms(self, path: Path, backend: str, inputs, repeats: int, warmup: int) -> dict[int, float]:  # noqa: ANN001
+            self.calls.append((backend, len(inputs)))
+            return {n: 0.5 + n for n in range(4)}
+
+    timer = BySize()
+    specs = [ConvSpec("a", 1, 12, 12, 16, 16)]
+    measured = tune(specs, timer, repeats=1, warmup=0)
+    assert timer.calls == [("cpu", 12)] * 4 and len(measured) == 4
+    gpu = tune(specs, timer, backend="opencl", repeats=1, warmup=1)
+    assert timer.calls[-1] == ("opencl", 1)
+    assert gpu == {(specs[0].shape_key(), t): (0.5 + n) * 1e-3 for n, t in enumerate((0, 2, 4, 6))}
+    with pytest.raises(UserError, match="--tune needs a timer"):
+        winograd_pass(single_conv_model(specs[0], 0), WinogradOptions(mode="auto", tune=True))

@@ -1,5 +1,5 @@
 """Single-op GEMM-shaped .tflite models (FULLY_CONNECTED, BATCH_MATMUL, CONV_2D, SdConv2DWinograd) and their
-float64 NumPy references, for the GPU GEMM/conv tests and scripts/opencl_gemm_bench.py."""
+float64 NumPy references, for the GPU GEMM/conv tests and bench/opencl_gemm_bench.py."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,4 +1,4 @@
-"""The H200 benchmark kit (scripts/h200) end to end on the tiny export: PoCL stands in for the GPU, CPU torch for
+"""The benchmark kit (bench/) end to end on the tiny export: PoCL stands in for the GPU, CPU torch for
 CUDA. Guards the kit against rot between device sessions: packing, weight refill, every row kind, the JSON/markdown."""
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench import h200_report as report
+from bench.kit import Variant, Work
 from sdlite import native
 
 ROOT = Path(__file__).resolve().parents[2]
-KIT = ROOT / "scripts" / "h200"
+KIT = ROOT / "bench"
 
 
 def _env() -> dict[str, str]:
@@ -34,7 +36,7 @@ def _run(*cmd: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]
 def test_weights_zero_and_refill_keep_the_model_outside_the_holes(tmp_path: Path, tiny_export: Path) -> None:
     src = tiny_export / "unet.tflite"
     gz = tmp_path / "unet.tflite.gz"
-    _run(sys.executable, KIT / "weights.py", "zero", src, gz)
+    _run(sys.executable, "-m", "bench.weights", "zero", src, gz)
     doc = json.loads(Path(f"{gz}.json").read_text())
     original = np.fromfile(src, np.uint8)
     assert doc["bytes"] == original.size and doc["hole_bytes"] == sum(h[1] for h in doc["holes"])
@@ -43,7 +45,7 @@ def test_weights_zero_and_refill_keep_the_model_outside_the_holes(tmp_path: Path
     outs = []
     for seed in (0, 0, 1):
         out = tmp_path / f"unet-{len(outs)}.tflite"
-        _run(sys.executable, KIT / "weights.py", "refill", gz, out, "--seed", str(seed))
+        _run(sys.executable, "-m", "bench.weights", "refill", gz, out, "--seed", str(seed))
         outs.append(np.fromfile(out, np.uint8))
     keep = np.ones(original.size, bool)
     for offset, n, dtype in doc["holes"]:
@@ -70,7 +72,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
     args = ["--models-dir", dest / "models", "--work", work, "--out", out, "--quick", "--torch-device", "cpu",
             "--variants", "plain,plain+tc,fused+wino4,fused+wino4+tc", "--deadline-s", "400",
             "--stages", "prepare,ours,torch,cpu,litert-gpu"]  # the e2e stage has its own test below
-    r = _run(sys.executable, KIT / "bench.py", *args)
+    r = _run(sys.executable, "-m", "bench.bench", *args)
     md = (out / "h200.md").read_text()
     assert r.stdout.rstrip().endswith(md.rstrip())  # the markdown is printed last
     data = json.loads((out / "h200.json").read_text())
@@ -147,7 +149,7 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
         assert heading in md
 
     # a second call of the same warm machine adds rows and keeps the earlier ones
-    r = _run(sys.executable, KIT / "bench.py", *args, "--stages", "cpu", "--cpu-variants", "fused+wino4")
+    r = _run(sys.executable, "-m", "bench.bench", *args, "--stages", "cpu", "--cpu-variants", "fused+wino4")
     again = json.loads((out / "h200.json").read_text())
     assert again["rows"]["unet_b1|ours-opencl-plain"] == rows["unet_b1|ours-opencl-plain"]
     assert again["rows"]["unet_b1|litert-cpu-fused+wino4"]["status"] == "ok"
@@ -155,11 +157,6 @@ def test_kit_runs_every_row_kind_on_tiny_models(tmp_path: Path, tiny_export: Pat
 
 
 def test_variant_names() -> None:
-    sys.path.insert(0, str(KIT))
-    try:
-        from kit import Variant, Work
-    finally:
-        sys.path.remove(str(KIT))
     v = Variant("fused+winoauto+tc")
     assert (v.model_name, v.winograd, v.fused, v.delegate_options) == ("fused+winoauto", "auto", True, "tensor_cores:3xtf32")
     assert v.title == "fused + Winograd auto + 3xTF32 tensor cores"
@@ -180,16 +177,6 @@ def test_variant_names() -> None:
             Variant(bad)
 
 
-def _kit_modules():
-    sys.path.insert(0, str(KIT))
-    try:
-        import h200_report
-        from kit import Variant
-    finally:
-        sys.path.remove(str(KIT))
-    return h200_report, Variant
-
-
 def _e2e_row(png: float, second: float | None = None, hits: int = 0, misses: int = 5) -> dict:
     delegate = {"cache_hits": {"program": hits, "tiles": hits}, "cache_misses": {"program": misses, "tiles": misses},
                 "setup_phases_ms": {"compiling kernels": 1500.0, "preparing weights": 300.0, "first inference": 200.0},
@@ -205,7 +192,6 @@ def _e2e_row(png: float, second: float | None = None, hits: int = 0, misses: int
 def test_e2e_targets_and_markdown_from_rows() -> None:
     """The end-to-end section (issue #31): start to PNG against 2.0 s warm / 4.0 s cold for fused + Winograd auto,
     the second image against 0.75 s and diffusers fp16, fused no later than unfused, both below the issue's 10.9 s."""
-    report, _ = _kit_modules()
     plan = {"e2e_variants": ["plain", "fused+winoauto"], "e2e_runs": ["cold", "warm", "2images"], "e2e_steps": 20,
             "e2e_backend": "opencl"}
     rows = {"e2e|ours-opencl-fused+winoauto-cold": _e2e_row(3.5), "e2e|ours-opencl-fused+winoauto-warm":
@@ -250,20 +236,20 @@ def test_e2e_stage_on_tiny_models_and_its_dry_run(tmp_path: Path, tiny_export: P
     args = ["--models-dir", dest / "models", "--work", work, "--out", out, "--quick", "--torch-device", "cpu",
             "--torch-dtypes", "fp32", "--stages", "prepare,e2e", "--variants", "plain", "--e2e-variants", "plain",
             "--e2e-runs", "cold,2images", "--e2e-steps", "3", "--deadline-s", "500"]
-    dry = _run(sys.executable, KIT / "bench.py", *args, "--dry-run")
+    dry = _run(sys.executable, "-m", "bench.bench", *args, "--dry-run")
     would = [ln.split("would run (timeout ", 1)[1] for ln in dry.stdout.splitlines() if "dry run: would run" in ln]
-    assert any("worker.py prepare-e2e" in c for c in would) and any("worker.py pipeline" in c for c in would)
+    assert any("bench.worker prepare-e2e" in c for c in would) and any("bench.worker pipeline" in c for c in would)
     generate = [c for c in would if " -m sdlite generate " in c]
     assert len(generate) == 2 and all("--steps 3" in c and "--backend opencl" in c for c in generate)
     assert "--num-images 2" in generate[1] and "--num-images" not in generate[0]
     assert not out.exists() and not work.exists()  # a dry run writes nothing
     # "first": the same command with NVIDIA's driver compile cache off; "cold" leaves the driver alone
-    dry = _run(sys.executable, KIT / "bench.py", *args[:-5], "first,cold", *args[-4:], "--dry-run")
+    dry = _run(sys.executable, "-m", "bench.bench", *args[:-5], "first,cold", *args[-4:], "--dry-run")
     generate = [ln.split(" s): ", 1)[1] for ln in dry.stdout.splitlines() if " -m sdlite generate " in ln]
     assert len(generate) == 2 and generate[0].startswith("CUDA_CACHE_DISABLE=1 ") and "CUDA_CACHE" not in generate[1]
     assert generate[0].split(" ", 1)[1].replace("plain-first.png", "plain-cold.png") == generate[1]
 
-    r = _run(sys.executable, KIT / "bench.py", *args)
+    r = _run(sys.executable, "-m", "bench.bench", *args)
     data = json.loads((out / "h200.json").read_text())
     rows = data["rows"]
     assert rows["e2e|prepare"]["status"] == "ok", rows["e2e|prepare"]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from sdconvert.export.configs import TINY
+from sdconvert.configs import TINY
 from sdconvert.rewrite import expected_sites
 from sdlite.backends import BackendOptions
 from sdlite.pipeline import GenerationParams, StableDiffusionPipeline

@@ -9,9 +9,12 @@ import argparse
 import gc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from sdconvert.errors import UserError
+
+if TYPE_CHECKING:
+    from sdconvert.winograd.tune import Timer
 
 
 def add_graph_arguments(ap: argparse.ArgumentParser) -> None:
@@ -49,13 +52,14 @@ class GraphOptions:
     tune: bool = False
     merge_fc: bool = True
     tune_backend: str = "cpu"
+    timer: Timer | None = None  # how --tune times candidates: the command-line layer passes the delegate's
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> GraphOptions:
+    def from_args(cls, args: argparse.Namespace, timer: Timer | None = None) -> GraphOptions:
         return cls(fuse=args.fuse, target=args.target, attention_variant=args.attention_variant,
                    winograd=args.winograd, device_profile=args.device_profile, memory_budget=args.memory_budget,
                    tune=args.tune, merge_fc=getattr(args, "merge_fc", True),
-                   tune_backend=getattr(args, "tune_backend", "cpu"))
+                   tune_backend=getattr(args, "tune_backend", "cpu"), timer=timer)
 
     @property
     def active(self) -> bool:
@@ -117,7 +121,7 @@ def optimize(path: Path, opts: GraphOptions, say: Callable[[str], None], dst: Pa
         budget = parse_bytes(opts.memory_budget) if opts.memory_budget is not None else None
         plan = winograd_pass(model, WinogradOptions(mode=opts.winograd, profile=opts.device_profile,
                                                     memory_budget=budget, tune=opts.tune,
-                                                    tune_backend=opts.tune_backend), progress=say)
+                                                    tune_backend=opts.tune_backend, timer=opts.timer), progress=say)
         try:
             write_model(model, dst)
         except OSError as e:

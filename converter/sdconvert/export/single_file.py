@@ -18,7 +18,7 @@ from typing import Any
 from sdconvert.errors import UserError
 
 from . import checks
-from .configs import CONFIGS, SDConfig
+from sdconvert.configs import CONFIGS, SDConfig
 from .ldm_keys import CLIP_PREFIX, CLIP_TEXT_MODEL, EMA_PREFIX, UNET_PREFIX, ema_key
 from .sources import LoadedPipeline
 

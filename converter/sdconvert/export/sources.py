@@ -13,7 +13,7 @@ from typing import Any
 from sdconvert.errors import UserError
 
 from . import checks
-from .configs import SD1_SCHEDULER, SDConfig, build_random_modules, get_config
+from sdconvert.configs import SD1_SCHEDULER, SDConfig, build_random_modules, get_config
 
 
 @dataclass

@@ -13,6 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# part of verify's API (convert.py and the tests call verify.run_tflite); defined one layer down for opcheck too
+from sdconvert.tflite_run import run_tflite  # noqa: F401
+
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "int8": 1e-1}
 
 
@@ -43,15 +46,6 @@ def compare(model: str, got: np.ndarray, ref: np.ndarray, tolerance: float, back
     rmse = float(np.sqrt(np.mean(err**2))) if math.isfinite(max_abs) else float("inf")
     psnr = 20 * math.log10(peak / rmse) if rmse > 0 else float("inf")
     return Parity(model, max_abs, max_abs / peak, psnr, tolerance, backend)
-
-
-def run_tflite(path: Path, inputs: dict[str, np.ndarray], delegates: Sequence[Any] = (), num_threads: int | None = None) -> dict[str, np.ndarray]:
-    """Run the ``serving_default`` signature of ``path`` in ai_edge_litert's Interpreter."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    interp = Interpreter(model_path=str(path), experimental_delegates=list(delegates) or None, num_threads=num_threads)
-    runner = interp.get_signature_runner()
-    return {k: np.array(v) for k, v in runner(**inputs).items()}
 
 
 def format_table(rows: Sequence[Parity]) -> str:

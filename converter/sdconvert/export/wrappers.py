@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .configs import CLIP_MAX_LENGTH
+from sdconvert.configs import CLIP_MAX_LENGTH
 
 MODEL_NAMES = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
 

@@ -72,7 +72,7 @@ def _delegates(backend: str, needed: bool) -> list[Any]:
 
 
 def _run(path: Path, feeds: dict[str, np.ndarray], delegates: list[Any]) -> dict[str, np.ndarray]:
-    from sdconvert.export.verify import run_tflite
+    from sdconvert.tflite_run import run_tflite
 
     try:  # all cores: at SD1.5 size the tapped reference and the whole-model runs are full UNet invocations
         return run_tflite(path, feeds, delegates=delegates, num_threads=os.cpu_count())

@@ -5,7 +5,7 @@ pre-transformed: kernels transform it at load time, so the file does not grow by
 Output [N,Ho,Wo,Cout]; SAME keeps H x W, VALID gives (H-2) x (W-2). attrs: ``tile`` in {2, 4, 6} (chosen per
 conv by the planner, :mod:`sdconvert.winograd.plan`), ``padding`` SAME|VALID, ``activation`` one of the
 TFLite fused activations (none, relu, relu6, relu_n1_to_1, tanh). The reference is the float64 *direct*
-convolution: the tile size changes rounding error only (bounds in :mod:`sdconvert.winograd.reference`).
+convolution: the tile size changes rounding error only (:mod:`.conv2d_reference`; bounds in :mod:`sdconvert.winograd.reference`).
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sdconvert.winograd.reference import ACTIVATIONS, direct_conv2d
-from sdconvert.winograd.transforms import KERNEL_TILES
-
 from .base import OpSpec
+from .conv2d_reference import ACTIVATIONS, direct_conv2d
 
 PADDINGS = ("SAME", "VALID")
+#: Output tile sizes the native kernels implement (F(8,3) exists only as reference math for the tables).
+KERNEL_TILES: tuple[int, ...] = (2, 4, 6)
 
 
 @dataclass(frozen=True)

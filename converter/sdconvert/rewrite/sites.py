@@ -43,7 +43,7 @@ def expected_sites(config: Any) -> dict[str, dict[str, int]]:
     """``{model_name: {"attention": n, "gelu": n, "group_norm": n, "layer_norm": n}}`` for an :class:`SDConfig`."""
     import torch
 
-    from ..export.configs import build_random_modules
+    from sdconvert.configs import build_random_modules
 
     with torch.device("meta"):
         mods = build_random_modules(config, seed=0)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sdconvert.errors import UserError
 from sdconvert.graph import Model, Op, OpCode, Subgraph
 from sdconvert.graph.ir import numpy_dtype
 from sdconvert.graph.schema import S
@@ -23,6 +25,9 @@ from sdconvert.ops.conv2d_winograd import SPEC, Conv2DWinogradAttrs
 from sdconvert.winograd.convspec import ConvSpec
 from sdconvert.winograd.cost import DeviceProfile
 from sdconvert.winograd.plan import Measurements, WinogradPlan, make_plan, parse_mode
+
+if TYPE_CHECKING:
+    from sdconvert.winograd.tune import Timer
 
 #: TFLite ActivationFunctionType -> SdConv2DWinograd activation name (SIGN_BIT has no counterpart).
 _ACTIVATIONS = {
@@ -110,6 +115,7 @@ class WinogradOptions:
     tune: bool = False
     tune_threads: int | None = None
     tune_backend: str = "cpu"
+    timer: Timer | None = None  # how ``tune`` times candidates (the CLI passes sdconvert.delegate_timer's)
 
 
 def winograd_pass(model: Model, options: WinogradOptions,
@@ -121,8 +127,11 @@ def winograd_pass(model: Model, options: WinogradOptions,
         from sdconvert.winograd.cost import get_profile
         from sdconvert.winograd.tune import tune
 
-        measured = tune([s for _, _, s in iter_convs(model)], num_threads=options.tune_threads, progress=progress,
-                        backend=options.tune_backend, profile=get_profile(options.profile))
+        if options.timer is None:
+            raise UserError("--tune needs a timer of the target runtime (WinogradOptions.timer, e.g. "
+                            "sdconvert.delegate_timer.DelegateTimer())")
+        measured = tune([s for _, _, s in iter_convs(model)], options.timer, num_threads=options.tune_threads,
+                        progress=progress, backend=options.tune_backend, profile=get_profile(options.profile))
     plan = plan_model(model, options.mode, options.profile, options.memory_budget, measured)
     apply_plan(model, plan)
     return plan

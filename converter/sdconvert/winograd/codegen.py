@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from sdconvert.winograd.transforms import KERNEL_TILES, ExactMatrix, get_transform
+from sdconvert.ops.conv2d_winograd import KERNEL_TILES
+from sdconvert.winograd.transforms import ExactMatrix, get_transform
 
 
 def _matrix(name: str, mat: ExactMatrix) -> str:

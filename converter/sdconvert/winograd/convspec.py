@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sdconvert.winograd.reference import ACTIVATIONS
+from sdconvert.ops.conv2d_reference import ACTIVATIONS
 
 
 @dataclass(frozen=True)

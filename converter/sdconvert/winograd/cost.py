@@ -52,7 +52,7 @@ class DeviceProfile:
     ``flash_scores_bytes``, the per-head fp32 score-matrix size above which FlashAttention beats the partially
     fused softmax, and ``flash_max_head_dim``, the largest head dim at which flash is worth it. Mobile default:
     2 MiB and 128 (what fits on chip; the accumulator of a wide head does not). H200, our OpenCL kernels
-    (``scripts/opencl_attn_bench.py``, BENCHMARKS.md): flash wins at every SD1.5 shape, e.g. UNet 16x16 self
+    (``bench/opencl_attn_bench.py``, BENCHMARKS.md): flash wins at every SD1.5 shape, e.g. UNet 16x16 self
     (256 x 256, 8 heads of 160) 0.054 vs 0.101 ms, 64x64 cross (4096 x 77, D 40) 0.028 vs 0.044 ms, and the VAE's
     one 512-wide head (4096 x 4096) 2.89 vs 4.42 ms, hence 0 and 512 (the kernels' head-dim limit).
     """

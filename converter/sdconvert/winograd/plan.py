@@ -21,7 +21,7 @@ from typing import Any
 
 from sdconvert.winograd.convspec import ConvSpec, suitability
 from sdconvert.winograd.cost import CostEstimate, DeviceProfile, MiB, estimate, get_profile, runs_winograd
-from sdconvert.winograd.transforms import KERNEL_TILES
+from sdconvert.ops.conv2d_winograd import KERNEL_TILES
 
 MODES: tuple[str, ...] = ("off", "auto") + tuple(str(t) for t in KERNEL_TILES)
 

@@ -16,69 +16,16 @@ Measured fp32 max error relative to max|y| on SD1.5 shapes (64x64x320 ... 8x8x12
 data; numpy reference / C++ kernels): direct 3e-7, F2 <= 1.3e-6, F4 <= 3.0e-5, F6 <= 4.2e-5, always <= 1e-3 of
 the rigorous bound. Documented practical bound for the kernels: 1e-4 relative (5e-5 at CI sizes, Cin <= 70).
 Trade-off: clarity over speed -- these run in CI on 8x8..16x16 maps with 32-64 channels, and in
-``scripts/winograd_table.py --accuracy`` on full SD shapes (seconds per conv).
+``python -m sdconvert.winograd.table --accuracy`` on full SD shapes (seconds per conv).
 """
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
+from sdconvert.ops.conv2d_reference import Padding, apply_activation, check_shapes, direct_conv2d, pad_same
 from sdconvert.winograd.transforms import WinogradTransform, get_transform
 
-Padding = Literal["SAME", "VALID"]
-ACTIVATIONS: tuple[str, ...] = ("none", "relu", "relu6", "relu_n1_to_1", "tanh")
-
 UNIT_ROUNDOFF_F32 = 2.0 ** -24
-
-
-def apply_activation(y: np.ndarray, activation: str) -> np.ndarray:
-    """TFLite fused activations by the lower-case names used in the ``SdConv2DWinograd`` attrs."""
-    if activation == "none":
-        return y
-    if activation == "relu":
-        return np.maximum(y, 0)
-    if activation == "relu6":
-        return np.clip(y, 0, 6)
-    if activation == "relu_n1_to_1":
-        return np.clip(y, -1, 1)
-    if activation == "tanh":
-        return np.tanh(y)
-    raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
-
-
-def _check(x: np.ndarray, w: np.ndarray) -> None:
-    if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(f"expected x [N,H,W,Cin] and w [Cout,KH,KW,Cin], got {x.shape} and {w.shape}")
-    if x.shape[3] != w.shape[3]:
-        raise ValueError(f"channel mismatch: x has {x.shape[3]} channels, filter expects {w.shape[3]}")
-
-
-def pad_same(x: np.ndarray, kh: int, kw: int) -> np.ndarray:
-    """TFLite SAME padding for stride 1 (extra row/column goes to the bottom/right for even kernels)."""
-    ph, pw = kh - 1, kw - 1
-    return np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
-
-
-def direct_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, padding: Padding = "SAME",
-                  activation: str = "none", dtype: type = np.float64) -> np.ndarray:
-    """Stride-1, dilation-1 cross-correlation as TFLite CONV_2D computes it, accumulated in ``dtype``."""
-    _check(x, w)
-    x = np.asarray(x, dtype=dtype)
-    w = np.asarray(w, dtype=dtype)
-    cout, kh, kw, _ = w.shape
-    xp = pad_same(x, kh, kw) if padding == "SAME" else x
-    n, hp, wp, cin = xp.shape
-    ho, wo = hp - kh + 1, wp - kw + 1
-    if ho < 1 or wo < 1:
-        raise ValueError(f"input {x.shape[1:3]} is smaller than the {kh}x{kw} filter with {padding} padding")
-    y = np.zeros((n, ho, wo, cout), dtype=dtype)
-    for i in range(kh):
-        for j in range(kw):
-            y += xp[:, i:i + ho, j:j + wo, :] @ w[:, i, j, :].T
-    if bias is not None:
-        y += np.asarray(bias, dtype=dtype)
-    return apply_activation(y, activation)
 
 
 def tile_input(xp: np.ndarray, m: int, a: int, ho: int, wo: int) -> tuple[np.ndarray, int, int]:
@@ -97,7 +44,7 @@ def winograd_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None
                     padding: Padding = "SAME", activation: str = "none", dtype: type = np.float32,
                     transform: WinogradTransform | None = None) -> np.ndarray:
     """F(m x m, 3 x 3) convolution; every stage rounds to ``dtype`` like the kernels (see module doc)."""
-    _check(x, w)
+    check_shapes(x, w)
     if w.shape[1:3] != (3, 3):
         raise ValueError(f"Winograd needs a 3x3 filter, got {w.shape[1]}x{w.shape[2]}")
     t = transform or get_transform(m)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sdconvert.winograd.buffers import kernel_buffers, kernel_flops
 from sdconvert.winograd.convspec import ConvSpec, suitability
-from sdconvert.winograd.transforms import KERNEL_TILES
+from sdconvert.ops.conv2d_winograd import KERNEL_TILES
 
 #: The paper's table: tile m -> (FLOPs saving, intermediate-memory ratio, weight-memory ratio).
 PAPER_TABLE: dict[int, tuple[float, float, float]] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sdconvert.export.configs import SDConfig
+from sdconvert.configs import SDConfig
 from sdconvert.winograd.convspec import ConvSpec
 
 MODELS: tuple[str, ...] = ("unet", "vae_decoder", "vae_encoder")

@@ -46,8 +46,6 @@ DEFAULT_POINTS: dict[int, tuple[Fraction, ...]] = {
         Fraction(3, 4), Fraction(-3, 4)),
 }
 
-#: Output tile sizes the native kernels implement (F(8,3) exists only as reference math for the tables).
-KERNEL_TILES: tuple[int, ...] = (2, 4, 6)
 
 ExactMatrix = tuple[tuple[Fraction, ...], ...]
 

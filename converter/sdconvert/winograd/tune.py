@@ -20,14 +20,17 @@ Trade-off: each candidate is measured without its real neighbours (warm caches, 
 statistics epilogue: those cost about the same for every tile); shapes are deduplicated, so SD1.5's 49 suitable
 UNet convs need ~16 shapes x 2-4 candidates. With a device profile, candidates that profile's backend would not
 run in the Winograd domain (fewer than ``min_tiles`` tiles) are skipped, as the planner never picks them.
+
+The tuner builds the candidate models; running them is the runtime's business: a :class:`Timer` passed in by the
+caller (the CLI layer passes :class:`sdconvert.delegate_timer.DelegateTimer`, which runs them through sdlite's
+delegate loader), so this module imports nothing of the runtime.
 """
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -38,12 +41,28 @@ from sdconvert.ops.conv2d_winograd import SPEC, Conv2DWinogradAttrs
 from sdconvert.winograd.convspec import ConvSpec, suitability
 from sdconvert.winograd.cost import DeviceProfile, runs_winograd
 from sdconvert.winograd.plan import Measurements
-from sdconvert.winograd.transforms import KERNEL_TILES
+from sdconvert.ops.conv2d_winograd import KERNEL_TILES
 
 _ACT_CODES = {"none": 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3, "tanh": 4}
 #: backends timed by the delegate's device profile (one multi-candidate model) instead of wall time
 GPU_BACKENDS: tuple[str, ...] = ("opencl", "gl")
 TUNE_BACKENDS: tuple[str, ...] = ("cpu",) + GPU_BACKENDS
+
+
+class Timer(Protocol):
+    """How candidates are timed on the target runtime."""
+
+    def invoke_seconds(self, path: Path, x: np.ndarray, repeats: int, warmup: int, num_threads: int | None) -> float:
+        """Median wall seconds of one invoke of the one-input model ``path`` on the CPU backend, fed ``x``, over
+        ``repeats`` invokes after ``warmup``."""
+        ...
+
+    def node_device_ms(self, path: Path, backend: str, inputs: Sequence[np.ndarray], repeats: int,
+                       warmup: int) -> dict[int, float]:
+        """Per-node device ms of ``path`` on the GPU ``backend`` (the delegate's own profile), averaged over
+        ``repeats`` invokes after ``warmup``, with ``inputs`` fed in the model's input order; nodes that did not
+        run on the GPU are absent."""
+        ...
 
 
 def _conv_op(sg: Subgraph, spec: ConvSpec, tile: int, x: Tensor, w: Tensor, b: Tensor) -> tuple[Op, Tensor]:
@@ -102,27 +121,6 @@ def candidates_model(cells: Sequence[tuple[ConvSpec, Sequence[int]]], seed: int 
     return Model(subgraphs=[sg], signatures=[sig]), nodes
 
 
-def time_model(path: Path, x: np.ndarray, repeats: int, warmup: int, num_threads: int | None) -> float:
-    """Median seconds of one invoke of ``path`` with the sdgpu CPU delegate attached."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    from sdlite import native
-
-    opts = {} if num_threads is None else {"num_threads": num_threads}
-    interp = Interpreter(model_path=str(path), experimental_delegates=[native.load(**opts)],
-                         num_threads=num_threads or 1)
-    interp.allocate_tensors()
-    index = interp.get_input_details()[0]["index"]
-    times = []
-    for i in range(warmup + repeats):
-        interp.set_tensor(index, x)
-        t0 = time.perf_counter()
-        interp.invoke()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def _distinct(specs: Sequence[ConvSpec]) -> dict[tuple[int, ...], ConvSpec]:
     seen: dict[tuple[int, ...], ConvSpec] = {}
     for s in specs:
@@ -137,11 +135,11 @@ def _report(progress: Callable[[str], None] | None, spec: ConvSpec, times: dict[
         progress(f"tuned {spec.batch}x{spec.in_h}x{spec.in_w} {spec.in_c}->{spec.out_c}: {cells}")
 
 
-def tune(specs: Sequence[ConvSpec], tiles: Sequence[int] = KERNEL_TILES, repeats: int = 3, warmup: int = 1,
-         num_threads: int | None = None, progress: Callable[[str], None] | None = None, backend: str = "cpu",
-         profile: DeviceProfile | None = None) -> Measurements:
-    """Measure direct + ``tiles`` for every distinct suitable shape in ``specs`` on ``backend`` (module
-    docstring); with ``profile``, tiles that profile's backend runs direct anyway are not measured."""
+def tune(specs: Sequence[ConvSpec], timer: Timer, tiles: Sequence[int] = KERNEL_TILES, repeats: int = 3,
+         warmup: int = 1, num_threads: int | None = None, progress: Callable[[str], None] | None = None,
+         backend: str = "cpu", profile: DeviceProfile | None = None) -> Measurements:
+    """Measure direct + ``tiles`` for every distinct suitable shape in ``specs`` on ``backend`` with ``timer``
+    (module docstring); with ``profile``, tiles that profile's backend runs direct anyway are not measured."""
     if backend not in TUNE_BACKENDS:
         raise UserError(f"--tune-backend must be one of {', '.join(TUNE_BACKENDS)}, got {backend!r}")
     if repeats < 1 or warmup < (1 if backend in GPU_BACKENDS else 0):
@@ -150,7 +148,7 @@ def tune(specs: Sequence[ConvSpec], tiles: Sequence[int] = KERNEL_TILES, repeats
     cells = [(spec, (0, *(t for t in tiles if profile is None or runs_winograd(spec, t, profile))))
              for spec in seen.values()]
     if backend in GPU_BACKENDS:
-        return _tune_device(cells, backend, repeats, warmup, progress)
+        return _tune_device(cells, timer, backend, repeats, warmup, progress)
     measured: dict[tuple[tuple[int, ...], int], float] = {}
     with tempfile.TemporaryDirectory(prefix="sdconvert-tune-") as tmp:
         for spec, cands in cells:
@@ -158,37 +156,21 @@ def tune(specs: Sequence[ConvSpec], tiles: Sequence[int] = KERNEL_TILES, repeats
             times = {}
             for tile in cands:
                 path = write_model(single_conv_model(spec, tile), Path(tmp) / f"t{tile}.tflite")
-                times[tile] = time_model(path, x, repeats, warmup, num_threads)
+                times[tile] = timer.invoke_seconds(path, x, repeats, warmup, num_threads)
                 measured[(spec.shape_key(), tile)] = times[tile]
             _report(progress, spec, times)
     return measured
 
 
-def _tune_device(cells: Sequence[tuple[ConvSpec, Sequence[int]]], backend: str, repeats: int, warmup: int,
-                 progress: Callable[[str], None] | None) -> Measurements:
+def _tune_device(cells: Sequence[tuple[ConvSpec, Sequence[int]]], timer: Timer, backend: str, repeats: int,
+                 warmup: int, progress: Callable[[str], None] | None) -> Measurements:
     """All candidates in one model on a GPU backend, timed by the delegate's per-node device profile."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    from sdlite import native
-    from sdlite.bench.device_profile import ProfileSnapshot, window_average_ms
-
     model, nodes = candidates_model(cells)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal((s.batch, s.in_h, s.in_w, s.in_c)).astype(np.float32) for s, _ in cells]
     with tempfile.TemporaryDirectory(prefix="sdconvert-tune-") as tmp:
         path = write_model(model, Path(tmp) / "candidates.tflite")
-        prof = Path(tmp) / "profile.json"
-        delegate = native.load(backend=backend, profile_path=str(prof))
-        interp = Interpreter(model_path=str(path), experimental_delegates=[delegate])
-        interp.allocate_tensors()
-        rng = np.random.default_rng(1)
-        for d in interp.get_input_details():
-            interp.set_tensor(d["index"], rng.standard_normal(d["shape"]).astype(np.float32))
-        for _ in range(warmup):
-            interp.invoke()
-        before = ProfileSnapshot.read(prof)
-        for _ in range(repeats):
-            interp.invoke()
-        avg = window_average_ms(before, ProfileSnapshot.read(prof))
-        del interp, delegate
+        avg = timer.node_device_ms(path, backend, inputs, repeats, warmup)
     missing = [n for n in range(len(nodes)) if n not in avg]
     if missing:
         raise UserError(f"--tune-backend {backend}: {len(missing)} candidate op(s) did not run on the GPU "
