@@ -71,7 +71,7 @@ constexpr int kSkinnyLocalBytes = 16 * 17 * 16 + 4 * 16 * 64 * 4;
 constexpr int kSkinny4LocalBytes = 4 * 16 * 128 * 4;
 
 // Tile configs of the tiled kernels, largest first. `speed`: relative throughput per work-group tile,
-// fitted on the H200 (scripts/opencl_gemm_bench.py, every config forced at the SD1.5 shapes). 128x128
+// fitted on the H200 (bench/opencl_gemm_bench.py, every config forced at the SD1.5 shapes). 128x128
 // holds 64 accumulators per work-item, which costs occupancy: forced, it was slower than 128x64 at every
 // SD1.5 FC and conv shape measured (FF in 4096x2560x320: 0.252 vs 0.215 ms; 256x10240x1280: 0.336 vs
 // 0.247; VAE 128x128x512 3x3: 2.35 vs 2.17), so it ranks below 128x64 and is only picked when that

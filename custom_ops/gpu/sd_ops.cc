@@ -490,7 +490,7 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   return Status::Ok();
 }
 
-// The delegate option attention_tiling=<suffix> forces one tiling (benchmarks, e.g. scripts/opencl_attn_bench.py,
+// The delegate option attention_tiling=<suffix> forces one tiling (benchmarks, e.g. bench/opencl_attn_bench.py,
 // and tests; "legacy" = the fallback kernels); a forced tiling that cannot run the head dim is ignored.
 const char* ForcedAttnTiling(const Device& dev) {
   const std::string& t = dev.overrides().attention_tiling;
