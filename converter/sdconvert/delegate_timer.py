@@ -41,7 +41,6 @@ class DelegateTimer:
         from ai_edge_litert.interpreter import Interpreter
 
         from sdlite import native
-        from sdlite.bench.device_profile import ProfileSnapshot, window_average_ms
 
         with tempfile.TemporaryDirectory(prefix="sdconvert-tune-") as tmp:
             prof = Path(tmp) / "profile.json"
@@ -52,9 +51,10 @@ class DelegateTimer:
                 interp.set_tensor(d["index"], x)
             for _ in range(warmup):
                 interp.invoke()
-            before = ProfileSnapshot.read(prof)
-            for _ in range(repeats):
-                interp.invoke()
-            avg = window_average_ms(before, ProfileSnapshot.read(prof))
+            def timed() -> None:
+                for _ in range(repeats):
+                    interp.invoke()
+
+            avg = native.profile_node_ms(prof, timed)
             del interp, delegate
         return avg

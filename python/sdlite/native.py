@@ -28,7 +28,7 @@ import ctypes
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -509,6 +509,17 @@ def check_options_native(options: dict[str, str]) -> tuple[str, list[str]]:
     ok = lib.sdgpu_check_options(keys, values, len(options), err, len(err), warn, len(warn))
     warnings = [w for w in warn.value.decode("utf-8", "replace").splitlines() if w]
     return ("" if ok == 1 else err.value.decode("utf-8", "replace")), warnings
+
+
+def profile_node_ms(path: Path | str, run: Callable[[], None]) -> dict[int, float]:
+    """Device milliseconds per delegated node, averaged over the invokes ``run()`` makes, read from the per-node
+    profile file a delegate loaded with ``profile_path=path`` writes (the delegate's public output; the file's
+    reader lives in ``sdlite.bench.device_profile``)."""
+    from sdlite.bench.device_profile import ProfileSnapshot, window_average_ms
+
+    before = ProfileSnapshot.read(Path(path))
+    run()
+    return window_average_ms(before, ProfileSnapshot.read(Path(path)))
 
 
 def version() -> str:
