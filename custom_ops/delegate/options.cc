@@ -113,6 +113,7 @@ bool ParseGlLimits(const std::string& text, GlLimits* out) {
     int* field = limit == "shared_bytes"     ? &l.shared_bytes
                  : limit == "invocations"    ? &l.invocations
                  : limit == "storage_blocks" ? &l.storage_blocks
+                 : limit == "storage_block_bytes" ? &l.storage_block_bytes
                  : limit == "compute_units"  ? &l.compute_units
                                              : nullptr;
     if (field == nullptr || !ParseIntIn(item.substr(eq + 1), 1, 1L << 30, field)) return false;
@@ -231,7 +232,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else if (key == "gl_limits") {
       if (!ParseGlLimits(std::string(value), &out->gl_limits)) {
         return Status::Error("option gl_limits='" + std::string(value) +
-                             "' is malformed; expected key=N pairs of shared_bytes, invocations, storage_blocks, "
+                             "' is malformed; expected key=N pairs of shared_bytes, invocations, storage_blocks, storage_block_bytes, "
                              "compute_units, e.g. shared_bytes=16384,invocations=128");
       }
     } else if (key == "layer_norm_fold") {

@@ -67,10 +67,10 @@
 //                      ("all", default); "1" = no readonly / writeonly qualifiers; "0" = the sources' `#pragma
 //                      optionNV` lines dropped (default "1"); "a=b,c=d" = kernel b compiled where an op asks for a;
 //                      a folder to write each compiled program's source and driver binary into.
-//   gl_limits          gl, tests and tuning: "shared_bytes=N,invocations=N,storage_blocks=N,compute_units=N" (any
-//                      subset): the device reports a smaller device's limits (the first three capped at N, never above
-//                      the driver's: e.g. GL ES 3.1's minimums 16384 / 128) so the planners choose what such a device
-//                      can run, and N compute units (GL has no query for them; planners that size grids by them, e.g.
+//   gl_limits          gl, tests and tuning: "shared_bytes=N,invocations=N,storage_blocks=N,storage_block_bytes=N,
+//                      compute_units=N" (any subset): the device reports a smaller device's limits (the first four
+//                      capped at N, never above the driver's: e.g. GL ES 3.1's minimums 16384 / 128 / 4 / 2^24) so the
+//                      planners choose what such a device can run, and N compute units (GL has no query for them; planners that size grids by them, e.g.
 //                      the Winograd GEMM's gemm_s16x128, then act as on OpenCL).
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
@@ -92,6 +92,7 @@ struct GlLimits {
   int shared_bytes = 0;
   int invocations = 0;
   int storage_blocks = 0;
+  int storage_block_bytes = 0;
   int compute_units = 0;
 };
 // A gl_limits value: comma-separated key=N pairs (N >= 1) of the keys above. False when `text` is malformed.

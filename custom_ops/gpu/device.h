@@ -143,6 +143,12 @@ class Device {
   virtual std::vector<AttnTiling> vendor_attention_tilings() const { return {}; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
+  // A partition's arena: many tensors of 4-byte elements at element offsets. It may be larger than one kernel
+  // argument can address (GL: GL_MAX_SHADER_STORAGE_BLOCK_SIZE, 16 MiB at the GL ES 3.1 minimum); each tensor in it
+  // stays within max_tensor_bytes().
+  virtual Status CreateArena(size_t bytes, std::unique_ptr<Buffer>* out) const { return CreateBuffer(bytes, out); }
+  // The largest tensor a kernel argument can address (GL: the storage block size less the binding alignment).
+  virtual size_t max_tensor_bytes() const { return SIZE_MAX; }
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until
   // the next blocking call (Download / Finish). Commands execute in submission order.
   virtual Status Upload(const Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const = 0;

@@ -66,6 +66,26 @@ Status GpuBackend::AllocateArena(size_t, std::unique_ptr<Arena>*) {
   return Status::Error(std::string(name()) + " backend allocates device arenas per partition");
 }
 
+namespace {
+
+// A tensor larger than one kernel argument can address (GL: the storage block size) cannot be a GPU operand; its
+// node runs on the CPU kernels instead of failing the load.
+Status CheckTensorSizes(const Device& dev, const NodeDesc& desc) {
+  const size_t limit = dev.max_tensor_bytes();
+  for (const auto* list : {&desc.inputs, &desc.outputs}) {
+    for (const abi::TfLiteTensor* t : *list) {
+      if (t != nullptr && t->bytes > limit) {
+        return Status::Error("a " + std::to_string(t->bytes) + "-byte tensor is above the " +
+                             std::string(dev.backend_name()) + " device's " + std::to_string(limit) +
+                             "-byte limit for one kernel operand");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status GpuBackend::PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegate, bool* handled) {
   *handled = true;
   const Logger& logger = delegate->logger();
@@ -80,6 +100,7 @@ Status GpuBackend::PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegat
     Status s = ViewNode(context, *this, node_index, &view);
     std::unique_ptr<GpuOp> op;
     if (s.ok()) s = CreateGpuOp(*device_, view.desc, &op);  // the same validation partition init will run
+    if (s.ok()) s = CheckTensorSizes(*device_, view.desc);
     const std::string op_name = view.desc.name.empty() ? "node" : view.desc.name;
     if (s.ok()) {
       plan.claimed.push_back(node_index);

@@ -583,7 +583,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   SDGPU_RETURN_IF_ERROR(planner_.Plan());
   if (!arena_ || arena_->bytes() < planner_.arena_bytes()) {
     arena_.reset();
-    SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(planner_.arena_bytes(), &arena_));
+    SDGPU_RETURN_IF_ERROR(dev.CreateArena(planner_.arena_bytes(), &arena_));
   }
   delegate_->stats().RecordPrepare(max_scratch, planner_.arena_bytes());
   delegate_->logger().Info(std::string(dev.backend_name()) + ": partition of " + std::to_string(steps_.size()) +

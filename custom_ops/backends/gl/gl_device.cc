@@ -1,9 +1,11 @@
 #include "backends/gl/gl_device.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "common/build_id.h"
@@ -18,8 +20,8 @@ using Clock = std::chrono::steady_clock;
 // An SSBO; holds the context so it can be deleted after the device (the context dies with its last user).
 class GlBuffer final : public gpu::Buffer {
  public:
-  GlBuffer(std::shared_ptr<GlContext> ctx, GLuint id, size_t bytes, uint64_t serial)
-      : ctx_(std::move(ctx)), id_(id), bytes_(bytes), serial_(serial) {}
+  GlBuffer(std::shared_ptr<GlContext> ctx, GLuint id, size_t bytes, size_t alloc, uint64_t serial, bool ranged)
+      : ctx_(std::move(ctx)), id_(id), bytes_(bytes), alloc_(alloc), serial_(serial), ranged_(ranged) {}
   ~GlBuffer() override {
     GlScope scope(*ctx_, false);
     // When the context is current on another thread the buffer is freed with the context instead.
@@ -32,12 +34,17 @@ class GlBuffer final : public gpu::Buffer {
   GLuint id() const { return id_; }
   // Unique per device for its lifetime (GL may reuse a deleted buffer's name; the binding cache keys on this).
   uint64_t serial() const { return serial_; }
+  size_t alloc() const { return alloc_; }
+  // Larger than the storage block size: bound per argument as a range around the tensor (GlDevice::Launch).
+  bool ranged() const { return ranged_; }
 
  private:
   std::shared_ptr<GlContext> ctx_;
   GLuint id_;
   size_t bytes_;  // as requested (the allocation is rounded up to 16 bytes)
+  size_t alloc_;
   uint64_t serial_;
+  bool ranged_;
 };
 
 class GlKernel final : public gpu::Kernel {
@@ -123,7 +130,12 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   a.glGetIntegerv(GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS, &max_ssbo_blocks_);
   a.glGetInteger64v(GL_MAX_SHADER_STORAGE_BLOCK_SIZE, &max_ssbo_size_);
   a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes_);
+  GLint align = 0;
+  a.glGetIntegerv(GL_SHADER_STORAGE_BUFFER_OFFSET_ALIGNMENT, &align);
   SDGPU_RETURN_IF_ERROR(GlCheck(a, "reading the compute limits"));
+  // A range start must be a multiple of the driver's alignment and of 16 bytes (the float4 and half-pair views of
+  // a buffer index from the binding's start); alignments are powers of two.
+  ssbo_align_ = std::max<GLint64>(16, align);
   GLint binary_formats = 0;
   a.glGetIntegerv(GL_NUM_PROGRAM_BINARY_FORMATS, &binary_formats);
   a.glGetError();  // a driver without program binaries is not an error
@@ -138,6 +150,9 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   cap(&max_invocations_, options.limits.invocations);
   for (GLint& g : max_group_size_) cap(&g, options.limits.invocations);
   cap(&max_ssbo_blocks_, options.limits.storage_blocks);
+  if (options.limits.storage_block_bytes > 0 && options.limits.storage_block_bytes < max_ssbo_size_) {
+    max_ssbo_size_ = options.limits.storage_block_bytes;
+  }
   compute_units_ = options.limits.compute_units;
   // Mesa's software rasterizers expose the timer query but run dispatches lazily at flush time, so every
   // query reads ~1 ns; they get the glFinish + host clock method instead.
@@ -190,10 +205,51 @@ GlDevice::~GlDevice() {
   (void)GlCheck(a, "deleting programs");
 }
 
+// "layout(std430, binding = K) [readonly ]buffer SdBufK[_v4|_u32] { TYPE name[]; };" (gen_glsl.py): the element size of
+// each binding's own declaration (no suffix), or 2 when only the _u32 view of a half buffer exists.
+namespace {
+
+std::vector<int> BindingElementBytes(const std::string& source) {
+  std::vector<int> bytes;
+  const std::string head = "buffer SdBuf";
+  for (size_t at = source.find(head); at != std::string::npos; at = source.find(head, at + 1)) {
+    size_t i = at + head.size();
+    int k = 0;
+    while (i < source.size() && std::isdigit(static_cast<unsigned char>(source[i])) != 0) k = k * 10 + (source[i++] - '0');
+    const std::string_view rest(source.data() + i, std::min<size_t>(source.size() - i, 16));
+    if (static_cast<size_t>(k) >= bytes.size()) bytes.resize(static_cast<size_t>(k) + 1, 0);
+    if (rest.rfind(" {", 0) == 0) {  // the parameter's own type
+      const size_t brace = source.find('{', i);
+      const std::string_view type(source.data() + brace + 2, 5);
+      bytes[static_cast<size_t>(k)] = type.rfind("vec4", 0) == 0 || type.rfind("ivec4", 0) == 0 ||
+                                               type.rfind("uvec4", 0) == 0 ? 16 : 4;
+    } else if (rest.rfind("_u32 {", 0) == 0 && bytes[static_cast<size_t>(k)] == 0) {
+      bytes[static_cast<size_t>(k)] = 2;
+    }
+  }
+  for (int& b : bytes) b = b == 0 ? 4 : b;
+  return bytes;
+}
+
+}  // namespace
+
 Status GlDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const {
+  return NewBuffer(bytes, false, out);
+}
+
+Status GlDevice::CreateArena(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const {
+  return NewBuffer(bytes, true, out);
+}
+
+size_t GlDevice::max_tensor_bytes() const {
+  return static_cast<size_t>(std::max<GLint64>(0, max_ssbo_size_ - ssbo_align_));
+}
+
+Status GlDevice::NewBuffer(size_t bytes, bool arena, std::unique_ptr<gpu::Buffer>* out) const {
   // Rounded up so a kernel reading 4-byte words (fp16 pairs in dequant_f16) never reads past the end.
   const size_t alloc = std::max<size_t>(16, (bytes + 15) / 16 * 16);
-  if (static_cast<GLint64>(alloc) > max_ssbo_size_) {
+  const bool ranged = static_cast<GLint64>(alloc) > max_ssbo_size_;
+  if (ranged && !arena) {
     return Status::Error("gl: a " + std::to_string(bytes) + "-byte buffer exceeds this driver's "
                          "GL_MAX_SHADER_STORAGE_BLOCK_SIZE (" + std::to_string(max_ssbo_size_) + " bytes)");
   }
@@ -212,7 +268,7 @@ Status GlDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) c
     a.glGetError();
     return s;
   }
-  *out = std::make_unique<GlBuffer>(ctx_, id, bytes, ++buffer_serial_);
+  *out = std::make_unique<GlBuffer>(ctx_, id, bytes, alloc, ++buffer_serial_, ranged);
   return Status::Ok();
 }
 
@@ -298,6 +354,7 @@ Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t,
   }
   Program p;
   p.id = prog;
+  p.elem_bytes = BindingElementBytes(source);
   GLint count = 0;
   a.glGetProgramiv(prog, GL_ACTIVE_UNIFORMS, &count);
   for (GLint i = 0; i < count; ++i) {
@@ -510,7 +567,7 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
       if (arg.kind == gpu::Arg::Kind::kFloat) {
         a.glUniform1f(location, arg.f);
       } else {
-        a.glUniform1i(location, arg.i);
+        a.glUniform1i(location, value);
       }
       p->uniform_known[location] = true;
       p->uniform_bits[location] = value;
@@ -525,13 +582,29 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
       }
       const auto* buf = static_cast<const GlBuffer*>(arg.buffer);
       const uint64_t serial = buf != nullptr ? buf->serial() : 0;
-      if (bound_[binding] != serial) {
-        a.glBindBufferBase(GL_SHADER_STORAGE_BUFFER, binding, buf != nullptr ? buf->id() : 0);
-        bound_[binding] = serial;
+      size_t start = 0;  // bytes: the range's start (0: the whole buffer)
+      const size_t unit = binding < p->elem_bytes.size() ? static_cast<size_t>(p->elem_bytes[binding]) : 4;
+      if (buf != nullptr && buf->ranged()) {
+        // The tensor starts within the range's first alignment unit and ends within max_tensor_bytes() of it, i.e.
+        // inside the storage block size. The alignment (>= 16) is a multiple of every element size.
+        start = static_cast<size_t>(arg.i) * unit / static_cast<size_t>(ssbo_align_) * static_cast<size_t>(ssbo_align_);
+      }
+      if (bound_[binding] != std::make_pair(serial, start)) {
+        if (buf != nullptr && buf->ranged()) {
+          const size_t size = std::min<size_t>(buf->alloc() - start, static_cast<size_t>(max_ssbo_size_));
+          a.glBindBufferRange(GL_SHADER_STORAGE_BUFFER, binding, buf->id(), static_cast<GLintptr>(start),
+                              static_cast<GLsizeiptr>(size));
+        } else {
+          a.glBindBufferBase(GL_SHADER_STORAGE_BUFFER, binding, buf != nullptr ? buf->id() : 0);
+        }
+        bound_[binding] = {serial, start};
       }
       ++binding;
+      const int32_t rebased = arg.i - static_cast<int32_t>(start / unit);
+      set_uniform(arg, rebased);
+      continue;
     }
-    int32_t bits = arg.i;  // a buffer's element offset, or the int
+    int32_t bits = arg.i;  // the int
     if (arg.kind == gpu::Arg::Kind::kFloat) std::memcpy(&bits, &arg.f, sizeof(bits));
     set_uniform(arg, bits);
   }

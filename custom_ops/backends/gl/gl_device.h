@@ -99,6 +99,12 @@ class GlDevice final : public gpu::Device {
   std::string cache_key() const override { return device_key_; }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
+  // An arena above the storage block size is bound per argument as a range (glBindBufferRange) that starts at the
+  // aligned byte offset at or below the tensor's, its element offset rebased; its tensors stay within
+  // max_tensor_bytes(), which the backend checks before it claims a node.
+  Status CreateArena(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
+  Status NewBuffer(size_t bytes, bool ranged, std::unique_ptr<gpu::Buffer>* out) const;
+  size_t max_tensor_bytes() const override;
   Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
   Status Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const override;
   // Succeeds when the library has the kernel and the device allows as many storage blocks as its shader declares
@@ -119,6 +125,9 @@ class GlDevice final : public gpu::Device {
     GLuint id = 0;
     std::vector<GLenum> uniform_types;  // by location; 0 = no active uniform there
     std::vector<GLint> ssbo_bindings;   // bindings of the active storage blocks
+    // By binding: bytes per element of the buffer parameter's own type, the unit of its offset argument (float /
+    // int 4, vec4 16, a half buffer read through its _u32 view 2; from the generated declarations).
+    std::vector<int> elem_bytes;
     bool has_group_base = false;
     std::array<GLuint, 3> group_base = {0, 0, 0};  // value last set
     std::vector<bool> uniform_known;      // by location: a value was set
@@ -153,6 +162,7 @@ class GlDevice final : public gpu::Device {
   GLint max_ssbo_blocks_ = 0;
   int compute_units_ = 0;  // gl_limits compute_units
   GLint64 max_ssbo_size_ = 0;
+  GLint64 ssbo_align_ = 16;  // GL_SHADER_STORAGE_BUFFER_OFFSET_ALIGNMENT, at least 16 (float4 views stay aligned)
   bool timer_query_ = false;
   GLbitfield barrier_bits_ = GL_ALL_BARRIER_BITS;
   bool finish_each_ = false;
@@ -168,7 +178,8 @@ class GlDevice final : public gpu::Device {
   mutable std::vector<GLuint> free_queries_;
   mutable std::vector<GLuint> all_queries_;
   mutable GLuint current_program_ = 0;
-  mutable std::array<uint64_t, 16> bound_ = {};  // serial of the buffer at SSBO binding k (0 = none)
+  // (serial, range start in bytes) of the buffer at SSBO binding k (serial 0 = none)
+  mutable std::array<std::pair<uint64_t, size_t>, 16> bound_ = {};
   mutable uint64_t buffer_serial_ = 0;           // last serial handed out (CreateBuffer)
 };
 
