@@ -236,7 +236,6 @@ Status OpenClDevice::BuildWholeLibraryLocked() const {
     ProgramResult result;
     SDGPU_RETURN_IF_ERROR(BuildOne(KernelSource(), "the whole kernel library", &result));
     ++programs_built_;
-    programs_from_cache_ += result.from_cache ? 1 : 0;
     whole_ = shared_->PublishWhole(ClProgramHandle(api_, result.program));
   }
   wanted_units_.clear();
@@ -300,7 +299,6 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
     }
     if (s.ok() && !status[i].ok()) s = status[i];
   }
-  programs_from_cache_ += from_cache;
   for (size_t i = 0; i < list.size() && s.ok(); ++i) {
     std::string names;
     s = ProgramKernelNames(*api_, built[i].get(), &names);

@@ -112,9 +112,10 @@ class OpenClDevice final : public gpu::Device {
   Logger logger_;
   bool split_ = false;  // the library is parsed: build per unit; else the whole library is the only program
   mutable std::mutex mu_;  // guards everything below, and argument setting + enqueue; taken before shared_'s
-  mutable int programs_built_ = 0;       // compiled or read from the disk cache by this device
-  mutable int programs_from_cache_ = 0;  // ... of which read from the disk cache
-  mutable int programs_shared_ = 0;      // taken from shared_, built by another device of the process
+  // Programs this device compiled or read from the disk cache (the cache's own counters say how many were read),
+  // and programs it took from shared_, built by another device of the process.
+  mutable int programs_built_ = 0;
+  mutable int programs_shared_ = 0;
   mutable cl_program whole_ = nullptr;          // the whole library, once built (owned by shared_)
   mutable std::map<int, cl_program> unit_program_;  // built unit -> its program (owned by shared_)
   mutable std::set<int> wanted_units_;          // requested outside SpeculativeKernels scopes, not built yet
