@@ -12,7 +12,8 @@ MODELS[i]. Scenarios:
 * ``first_deleted``: delegates 0 and 1 both load their models; 0 runs and is deleted (stats taken before), then 1
   runs; then, with no delegate left, delegate 2 loads and runs model 0 again (a fresh shared state).
 * ``threads``: one thread per model, all started together, each creating its delegate and interpreter and invoking
-  three times.
+  once; once all have, each invokes three more times while a second wave of threads (delegates len(MODELS) + i,
+  one per model again) creates its delegates and invokes four times.
 """
 from __future__ import annotations
 
@@ -83,15 +84,21 @@ def main(argv: list[str]) -> int:
         third = Run(models[0], options)
         record(2, third, third.invoke())
     elif scenario == "threads":
-        start = threading.Barrier(len(models))
+        n = len(models)
+        start = threading.Barrier(n)
+        first_done = threading.Barrier(n + 1)  # the first wave's first invokes, and the main thread
         errors: list[BaseException] = []
         lock = threading.Lock()
 
-        def work(i: int) -> None:
+        def work(i: int, model: Path, wave: int) -> None:
             try:
-                start.wait()
-                run = Run(models[i], options)
-                results = [run.invoke() for _ in range(3)]
+                if wave == 0:
+                    start.wait()
+                run = Run(model, options)
+                results = [run.invoke()]
+                if wave == 0:
+                    first_done.wait()
+                results += [run.invoke() for _ in range(3)]
                 for r in results[1:]:  # every invoke of one delegate gives the same outputs
                     for k in r:
                         np.testing.assert_array_equal(r[k], results[0][k])
@@ -99,10 +106,21 @@ def main(argv: list[str]) -> int:
                     record(i, run, results[0])
             except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
+                start.abort()
+                first_done.abort()
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(models))]
+        threads = [threading.Thread(target=work, args=(i, m, 0)) for i, m in enumerate(models)]
         for t in threads:
             t.start()
+        try:
+            first_done.wait()
+        except threading.BrokenBarrierError:
+            pass
+        else:  # the second wave, created while the first goes on invoking
+            second = [threading.Thread(target=work, args=(n + i, m, 1)) for i, m in enumerate(models)]
+            for t in second:
+                t.start()
+            threads += second
         for t in threads:
             t.join()
         if errors:
