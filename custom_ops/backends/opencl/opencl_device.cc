@@ -283,7 +283,8 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
   gpu::HostParallelRanges(static_cast<int64_t>(list.size()), 1, list.size() > 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int u = list[static_cast<size_t>(i)];
-      status[static_cast<size_t>(i)] = BuildOne(library().ComposeUnit(u), "kernel unit " + library().KernelsOf(u).front(),
+      status[static_cast<size_t>(i)] = BuildOne(library().ComposeUnit(u),
+                                                "kernel unit " + library().KernelsOf(u).front(),
                                                 &results[static_cast<size_t>(i)]);
       progress().Advance();
     }
