@@ -77,6 +77,8 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
   counter("setup_weights_upload_us", counters.setup_weights_upload_us);
   counter("setup_tuning_us", counters.setup_tuning_us);
   counter("setup_programs_us", counters.setup_programs_us);
+  counter("programs_built", counters.programs_built);
+  counter("programs_shared", counters.programs_shared);
   counter("weights_on_device", counters.weights_on_device);
   counter("weights_on_host", counters.weights_on_host);
   j += extra;

@@ -176,6 +176,14 @@ class Device {
     return false;
   }
   virtual bool ProgramsPersist() const { return true; }
+  // Programs this device built (compiled, or read from the persistent cache) and programs it took ready-made from
+  // another device of the process (OpenClDevice: delegates of one process share their programs); -1 where a backend
+  // does not count them. The delegate stats report both (programs_built, programs_shared).
+  struct ProgramCounts {
+    long long built = -1;
+    long long shared = -1;
+  };
+  virtual ProgramCounts program_counts() const { return {}; }
   // While one lives, GetKernel requests are tuning candidates (TileTuner): a lazy backend builds each only when it is
   // first launched, so candidates the tuning budget never reaches cost nothing.
   class SpeculativeKernels {

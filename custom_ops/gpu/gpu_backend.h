@@ -55,6 +55,9 @@ class GpuBackend final : public Backend {
     c.setup_weights_upload_us = device_->setup_ns(Device::Setup::kWeightsUpload) / 1000;
     c.setup_tuning_us = device_->setup_ns(Device::Setup::kTuning) / 1000;
     c.setup_programs_us = device_->setup_ns(Device::Setup::kPrograms) / 1000;
+    const Device::ProgramCounts programs = device_->program_counts();
+    c.programs_built = programs.built;
+    c.programs_shared = programs.shared;
     c.weights_on_device = device_->weights_on_device();
     c.weights_on_host = device_->weights_on_host();
     return c;

@@ -135,10 +135,11 @@ def _output_paths(output: Path, n: int) -> list[Path]:
 
 
 # Stats of our GPU delegate that say where a model's one-time set-up went and what the persistent cache served.
-_SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "setup_weights_host_us", "setup_weights_upload_us",
-                "setup_tuning_us", "weights_on_device", "weights_on_host", "cache_dir", "cache_hits", "cache_misses",
-                "cache_rejected", "cache_stores", "tiles_tuned", "tiles_from_cache", "tiles_untuned",
-                "device_weight_bytes")
+# programs_shared: OpenCL programs a model took from the models loaded before it (one context per process).
+_SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "programs_built", "programs_shared", "setup_weights_host_us",
+                "setup_weights_upload_us", "setup_tuning_us", "weights_on_device", "weights_on_host", "cache_dir",
+                "cache_hits", "cache_misses", "cache_rejected", "cache_stores", "tiles_tuned", "tiles_from_cache",
+                "tiles_untuned", "device_weight_bytes")
 
 
 def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:

@@ -146,30 +146,27 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                                 "clGetDeviceInfo(LOCAL_MEM_SIZE)"));
   rt->local_memory_bytes_ = static_cast<size_t>(local_bytes);
 
-  cl_context ctx = api.clCreateContext(nullptr, 1, &rt->device_, nullptr, nullptr, &err);
-  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));
-  rt->context_ = ClContextHandle(&api, ctx);
+  // The context, the parsed library and every program already built: the process's, shared with the other
+  // delegates of this device and build options (shared_programs.h). The queue is this device's own.
+  SDGPU_RETURN_IF_ERROR(SharedPrograms::Acquire(rt->api_, rt->device_, rt->build_options_, logger, &rt->shared_));
+  rt->split_ = rt->shared_->split();
   const cl_command_queue_properties props = options.profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
-  cl_command_queue q = api.clCreateCommandQueue(ctx, rt->device_, props, &err);
+  cl_command_queue q = api.clCreateCommandQueue(rt->context(), rt->device_, props, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue"));
   rt->queue_ = ClQueueHandle(&api, q);
   rt->logger_ = logger;
   cl_device_type type = 0;
-  if (api.clGetDeviceInfo(rt->device_, CL_DEVICE_TYPE, sizeof(type), &type, nullptr) == CL_SUCCESS) {
-    rt->cpu_device_ = (type & CL_DEVICE_TYPE_CPU) != 0;
-  }
-  if (Status s = KernelLibrary::Parse(KernelSource(), DefinesOf(rt->build_options_), &rt->library_); s.ok()) {
-    rt->split_ = true;
-  } else {
-    logger.Warning(s.message() + "; building the whole library");
-  }
+  SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_TYPE, sizeof(type), &type, nullptr),
+                                "clGetDeviceInfo(TYPE)"));
+  rt->cpu_device_ = (type & CL_DEVICE_TYPE_CPU) != 0;
   if (!rt->split_) {
     std::lock_guard<std::mutex> lock(rt->mu_);
     SDGPU_RETURN_IF_ERROR(rt->BuildWholeLibraryLocked());
   }
   logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
-              "', " + (rt->split_ ? std::to_string(rt->library_.kernel_names().size()) + " kernels in " +
-                                        std::to_string(rt->library_.num_units()) + " units, built per model"
+              "', " + (rt->split_ ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
+                                        std::to_string(rt->library().num_units()) + " units, built per model" +
+                                        " (" + std::to_string(rt->shared_->programs()) + " built in this process)"
                                   : std::string("the whole kernel library as one program")));
   *out = std::move(rt);
   return Status::Ok();
@@ -177,14 +174,12 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
 
 std::string OpenClDevice::cache_key() const { return "opencl|" + device_key_ + "|" + BuildId(); }
 
-int OpenClDevice::programs_built() const {
+gpu::Device::ProgramCounts OpenClDevice::program_counts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(programs_.size());
-}
-
-int OpenClDevice::programs_from_cache() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return programs_from_cache_;
+  ProgramCounts c;
+  c.built = programs_built_;
+  c.shared = programs_shared_;
+  return c;
 }
 
 Status OpenClDevice::BuildOne(const std::string& source, const std::string& what, ProgramResult* out) const {
@@ -214,23 +209,37 @@ Status OpenClDevice::CreateClKernelLocked(const std::string& name, cl_program pr
   return Status::Ok();
 }
 
-Status OpenClDevice::BuildWholeLibraryLocked() const {
-  if (whole_ != nullptr) return Status::Ok();
-  const gpu::SetupTimer timer(*this, Setup::kPrograms);
-  ProgramResult result;
-  SDGPU_RETURN_IF_ERROR(BuildOne(KernelSource(), "the whole kernel library", &result));
-  programs_.emplace_back(api_, result.program);
-  programs_from_cache_ += result.from_cache ? 1 : 0;
-  whole_ = result.program;
-  wanted_units_.clear();
-  for (auto& [name, kernel] : kernels_) {  // kernels requested from the units, not built yet
+Status OpenClDevice::CreateBuiltKernelsLocked() const {
+  for (auto& [name, kernel] : kernels_) {
     auto& k = static_cast<OpenClKernel&>(*kernel);
     if (k.get() != nullptr) continue;
+    cl_program program = whole_;
+    if (program == nullptr) {
+      const auto built = unit_program_.find(k.unit());
+      if (built == unit_program_.end()) continue;
+      program = built->second;
+    }
     ClKernelHandle h;
-    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, whole_, &h));
+    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, program, &h));
     k.set(std::move(h));
   }
   return Status::Ok();
+}
+
+Status OpenClDevice::BuildWholeLibraryLocked() const {
+  if (whole_ != nullptr) return Status::Ok();
+  const gpu::SetupTimer timer(*this, Setup::kPrograms);
+  if (cl_program ready = shared_->FindWhole(); ready != nullptr) {
+    whole_ = ready;
+    ++programs_shared_;
+  } else {
+    ProgramResult result;
+    SDGPU_RETURN_IF_ERROR(BuildOne(KernelSource(), "the whole kernel library", &result));
+    ++programs_built_;
+    whole_ = shared_->PublishWhole(ClProgramHandle(api_, result.program));
+  }
+  wanted_units_.clear();
+  return CreateBuiltKernelsLocked();  // kernels requested from the units, not built yet
 }
 
 Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
@@ -239,9 +248,27 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
   for (auto it = units.begin(); it != units.end();) it = unit_program_.count(*it) ? units.erase(it) : std::next(it);
   if (units.empty()) return Status::Ok();
   const gpu::SetupTimer timer(*this, Setup::kPrograms);
+  // Units another delegate of the process already built: taken as they are (same source, options and device give
+  // the same program), without compiling or reading the disk cache.
+  int taken = 0;
+  for (auto it = units.begin(); it != units.end();) {
+    if (cl_program ready = shared_->FindUnit(*it); ready != nullptr) {
+      unit_program_[*it] = ready;
+      wanted_units_.erase(*it);
+      ++taken;
+      it = units.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  programs_shared_ += taken;
+  if (units.empty()) {
+    logger_.Info("opencl: " + std::to_string(taken) + " program(s) taken from other delegates of the process");
+    return CreateBuiltKernelsLocked();
+  }
   const std::vector<int> list(units.begin(), units.end());
   size_t kernels = 0;
-  for (int u : list) kernels += library_.KernelsOf(u).size();
+  for (int u : list) kernels += library().KernelsOf(u).size();
   const std::string what = std::to_string(kernels) + " kernel(s) in " + std::to_string(list.size()) + " program(s)";
   // Inside a set-up phase (the first inference: a tuning candidate) the build is its detail; alone, a phase.
   const bool own_phase = progress().snapshot().phase.empty();
@@ -249,30 +276,35 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
   progress().SetDetail(own_phase ? what : "compiling " + what);
   // One program per unit: a unit's program source does not depend on which other kernels a model uses, so the
   // cache entry (and the runtime's own cache, PoCL's kcache) serves every model that uses the unit. Independent
-  // builds run on the host's cores.
+  // builds run on the host's cores. Only this device's mutex is held meanwhile, not the shared state's: another
+  // delegate may build (or take) other units at the same time.
   std::vector<ProgramResult> results(list.size());
   std::vector<Status> status(list.size());
   gpu::HostParallelRanges(static_cast<int64_t>(list.size()), 1, list.size() > 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int u = list[static_cast<size_t>(i)];
-      status[static_cast<size_t>(i)] =
-          BuildOne(library_.ComposeUnit(u), "kernel unit " + library_.KernelsOf(u).front(), &results[static_cast<size_t>(i)]);
+      status[static_cast<size_t>(i)] = BuildOne(library().ComposeUnit(u),
+                                                "kernel unit " + library().KernelsOf(u).front(),
+                                                &results[static_cast<size_t>(i)]);
       progress().Advance();
     }
   });
+  std::vector<ClProgramHandle> built(list.size());  // released on every path that does not publish them
+  int from_cache = 0;
   Status s;
   for (size_t i = 0; i < list.size(); ++i) {
     if (results[i].program != nullptr) {
-      programs_.emplace_back(api_, results[i].program);
-      programs_from_cache_ += results[i].from_cache ? 1 : 0;
+      built[i] = ClProgramHandle(api_, results[i].program);
+      ++programs_built_;
+      from_cache += results[i].from_cache ? 1 : 0;
     }
     if (s.ok() && !status[i].ok()) s = status[i];
   }
   for (size_t i = 0; i < list.size() && s.ok(); ++i) {
     std::string names;
-    s = ProgramKernelNames(*api_, results[i].program, &names);
+    s = ProgramKernelNames(*api_, built[i].get(), &names);
     const std::string present = ";" + names + ";";
-    for (const std::string& k : library_.KernelsOf(list[i])) {
+    for (const std::string& k : library().KernelsOf(list[i])) {
       if (s.ok() && present.find(";" + k + ";") == std::string::npos) s = Status::Error("a program lacks kernel " + k);
     }
   }
@@ -288,27 +320,25 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
                     "); building the whole library");
     return BuildWholeLibraryLocked();
   }
+  // Published only once verified, so no delegate takes a program the split got wrong. Where another delegate
+  // published the unit meanwhile (it built it at the same time), its program is used and this one released.
   for (size_t i = 0; i < list.size(); ++i) {
-    unit_program_[list[i]] = results[i].program;
+    unit_program_[list[i]] = shared_->PublishUnit(list[i], std::move(built[i]));
     wanted_units_.erase(list[i]);
   }
-  for (auto& [name, kernel] : kernels_) {
-    auto& k = static_cast<OpenClKernel&>(*kernel);
-    auto built = unit_program_.find(k.unit());
-    if (k.get() != nullptr || built == unit_program_.end()) continue;
-    ClKernelHandle h;
-    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, built->second, &h));
-    k.set(std::move(h));
-  }
+  SDGPU_RETURN_IF_ERROR(CreateBuiltKernelsLocked());
   logger_.Info("opencl: " + what + (results.size() == 1 ? "" : ", " + std::to_string(list.size()) + " built in parallel") +
-               "; from the cache: " + std::to_string(std::count_if(results.begin(), results.end(),
-                                                                    [](const ProgramResult& r) { return r.from_cache; })));
+               "; from the cache: " + std::to_string(from_cache) +
+               (taken > 0 ? "; " + std::to_string(taken) + " more taken from other delegates of the process" : ""));
   return Status::Ok();
 }
 
 bool OpenClDevice::KernelBuildPending(const gpu::Kernel& kernel) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<const OpenClKernel&>(kernel).get() == nullptr;
+  const auto& k = static_cast<const OpenClKernel&>(kernel);
+  if (k.get() != nullptr) return false;
+  // a unit another delegate of the process built costs no compile: the tuner may launch it
+  return k.unit() < 0 ? !shared_->HasWhole() : !shared_->HasUnit(k.unit());
 }
 
 bool OpenClDevice::ProgramsPersist() const {
@@ -334,7 +364,7 @@ Status OpenClDevice::GetKernel(const std::string& name, const gpu::Kernel** out)
       k->set(std::move(h));
       it = kernels_.emplace(name, std::move(k)).first;
     } else {
-      const int unit = library_.UnitOf(name);
+      const int unit = library().UnitOf(name);
       if (unit < 0) {
         return Status::Error("opencl: no kernel '" + name + "' in the kernel library (build options '" +
                              build_options_ + "')");
@@ -358,7 +388,7 @@ bool OpenClDevice::HasKernel(const std::string& name) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (kernels_.count(name)) return true;
-    if (split_ && whole_ == nullptr) return library_.Has(name);
+    if (split_ && whole_ == nullptr) return library().Has(name);
   }
   return Device::HasKernel(name);  // the whole library: asks the program (creates the kernel)
 }

@@ -1,6 +1,5 @@
-// gpu::Device on OpenCL: device, context, in-order queue and the programs holding
-// the kernels a model uses, with RAII ownership of every cl_* handle.
-// Everything above the device (ops, partition, planning) lives in gpu/.
+// gpu::Device on OpenCL: device, in-order queue and the kernels a model uses, with RAII ownership of every cl_*
+// handle. Everything above the device (ops, partition, planning) lives in gpu/.
 //
 // Programs are built lazily from the kernel library (all .cl sources
 // concatenated, split into kernel units by KernelLibrary): GetKernel only
@@ -13,6 +12,10 @@
 // source, the build options and the device. When the library cannot be split,
 // or a unit fails to build, the whole library is built as one program, as
 // before. Every OpenCL call is checked and turned into a Status.
+//
+// The context, the parsed library and the built programs belong to the process, not to one device object
+// (shared_programs.h): a delegate takes a unit another delegate of the process already built on the same device
+// with the same build options, and counts it apart (programs_shared) from the ones it built.
 #pragma once
 
 #include <cstddef>
@@ -26,52 +29,15 @@
 #include <vector>
 
 #include "backends/opencl/cl_api.h"
+#include "backends/opencl/cl_handle.h"
 #include "backends/opencl/kernel_library.h"
 #include "backends/opencl/program_builder.h"
+#include "backends/opencl/shared_programs.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "gpu/device.h"
 
 namespace sdgpu::ocl {
-
-// Move-only owner of one cl_* handle released with `Release`.
-template <typename T, cl_int (*ClApi::*Release)(T)>
-class ClHandle {
- public:
-  ClHandle() = default;
-  ClHandle(const ClApi* api, T h) : api_(api), h_(h) {}
-  ~ClHandle() { reset(); }
-  ClHandle(ClHandle&& o) noexcept : api_(o.api_), h_(std::exchange(o.h_, nullptr)) {}
-  ClHandle& operator=(ClHandle&& o) noexcept {
-    if (this != &o) {
-      reset();
-      api_ = o.api_;
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  ClHandle(const ClHandle&) = delete;
-  ClHandle& operator=(const ClHandle&) = delete;
-  T get() const { return h_; }
-  explicit operator bool() const { return h_ != nullptr; }
-  void reset() {
-    if (h_ != nullptr && api_ != nullptr) (api_->*Release)(h_);
-    h_ = nullptr;
-  }
-
- private:
-  const ClApi* api_ = nullptr;
-  T h_ = nullptr;
-};
-
-// ClApi stores function pointers, not member functions; these adapters give
-// ClHandle a uniform pointer-to-member to call.
-using ClContextHandle = ClHandle<cl_context, &ClApi::clReleaseContext>;
-using ClQueueHandle = ClHandle<cl_command_queue, &ClApi::clReleaseCommandQueue>;
-using ClMemHandle = ClHandle<cl_mem, &ClApi::clReleaseMemObject>;
-using ClProgramHandle = ClHandle<cl_program, &ClApi::clReleaseProgram>;
-using ClKernelHandle = ClHandle<cl_kernel, &ClApi::clReleaseKernel>;
-using ClEventHandle = ClHandle<cl_event, &ClApi::clReleaseEvent>;
 
 struct OpenClDeviceOptions {
   bool profiling = false;  // queue with CL_QUEUE_PROFILING_ENABLE; launches record event Timers
@@ -82,8 +48,9 @@ struct OpenClDeviceOptions {
 class OpenClDevice final : public gpu::Device {
  public:
   // Picks the first GPU device of any platform, else the first device of any
-  // type (PoCL exposes a CPU device), creates the context and queue and splits the kernel library (nothing is
-  // compiled yet).
+  // type (PoCL exposes a CPU device), joins the process's shared state of that device and build options (context,
+  // split kernel library, programs: created by the first delegate) and creates its own queue (nothing is compiled
+  // yet).
   static Status Create(const OpenClDeviceOptions& options, const Logger& logger, std::unique_ptr<OpenClDevice>* out);
 
   const char* backend_name() const override { return "opencl"; }
@@ -110,9 +77,7 @@ class OpenClDevice final : public gpu::Device {
                 gpu::Timings* timings) const override;
   Status Finish() const override;
 
-  // Programs built so far and how many of them came from the cache (tests, logs).
-  int programs_built() const;
-  int programs_from_cache() const;
+  ProgramCounts program_counts() const override;
 
  private:
   OpenClDevice() = default;
@@ -123,9 +88,14 @@ class OpenClDevice final : public gpu::Device {
   // One program (thread-safe: touches no device state).
   Status BuildOne(const std::string& source, const std::string& what, ProgramResult* out) const;
   Status CreateClKernelLocked(const std::string& name, cl_program program, ClKernelHandle* out) const;
-  cl_context context() const { return context_.get(); }
+  cl_context context() const { return shared_->context(); }
   cl_command_queue queue() const { return queue_.get(); }
+  const KernelLibrary& library() const { return shared_->library(); }
+  // Creates the cl_kernel of every requested kernel whose unit this device now has a program for.
+  Status CreateBuiltKernelsLocked() const;
 
+  // Declared first, so destroyed last: the queue and kernels below go before the programs and context it holds.
+  std::shared_ptr<SharedPrograms> shared_;
   OpenClDeviceOptions options_;
   const ClApi* api_ = nullptr;
   cl_platform_id platform_ = nullptr;
@@ -138,16 +108,16 @@ class OpenClDevice final : public gpu::Device {
   size_t max_wg_ = 0;
   int compute_units_ = 0;
   size_t local_memory_bytes_ = 0;  // CL_DEVICE_LOCAL_MEM_SIZE
-  ClContextHandle context_;
   ClQueueHandle queue_;
   Logger logger_;
-  KernelLibrary library_;
-  bool split_ = false;  // library_ parsed: build per unit; else whole_ is the only program
-  mutable std::mutex mu_;  // guards everything below, and argument setting + enqueue
-  mutable std::vector<ClProgramHandle> programs_;
-  mutable int programs_from_cache_ = 0;
-  mutable cl_program whole_ = nullptr;          // the whole library, once built (owned by programs_)
-  mutable std::map<int, cl_program> unit_program_;  // built unit -> its program (owned by programs_)
+  bool split_ = false;  // the library is parsed: build per unit; else the whole library is the only program
+  mutable std::mutex mu_;  // guards everything below, and argument setting + enqueue; taken before shared_'s
+  // Programs this device compiled or read from the disk cache (the cache's own counters say how many were read),
+  // and programs it took from shared_, built by another device of the process.
+  mutable int programs_built_ = 0;
+  mutable int programs_shared_ = 0;
+  mutable cl_program whole_ = nullptr;          // the whole library, once built (owned by shared_)
+  mutable std::map<int, cl_program> unit_program_;  // built unit -> its program (owned by shared_)
   mutable std::set<int> wanted_units_;          // requested outside SpeculativeKernels scopes, not built yet
   mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
 };
