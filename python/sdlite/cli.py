@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PNG path; with several images NAME-0.png, NAME-1.png, ... (default sdlite.png)")
     g.add_argument("--json", action="store_true", help="print a JSON summary (timings, files) on stdout")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--low-memory", action="store_true",
+                   help="one model on the device at a time (text encoder, then UNet, then VAE): peak GPU memory of the "
+                        "largest model instead of the sum; models reload per image (cheap with the delegate cache)")
     g.add_argument("--no-verify", action="store_true",
                    help="skip checking the model files against the sha256 sums in manifest.json (checked once per "
                         "file version, then remembered by size and mtime)")
@@ -139,14 +142,14 @@ def _output_paths(output: Path, n: int) -> list[Path]:
 _SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "programs_built", "programs_shared", "setup_weights_host_us",
                 "setup_weights_upload_us", "setup_tuning_us", "weights_on_device", "weights_on_host", "cache_dir",
                 "cache_hits", "cache_misses", "cache_rejected", "cache_stores", "tiles_tuned", "tiles_from_cache",
-                "tiles_untuned", "device_weight_bytes")
+                "tiles_untuned", "device_weight_bytes", "max_arena_bytes")
 
 
 def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:
     """Per model: delegate creation, interpreter load, first / second call (the first carries the one-time set-up),
     and the delegate's own set-up stats; plus the process timeline."""
     models: dict[str, Any] = {}
-    for name, r in interp.loaded_runners().items():
+    for name, r in interp.used_runners().items():
         stats = r.delegate_stats()
         steady = r.second_call_s
         models[name] = {
@@ -154,8 +157,25 @@ def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:
             "second_call_s": steady,
             "setup_s": max(0.0, r.first_call_s - steady) if r.first_call_s is not None and steady is not None else None,
             "delegate": {k: stats[k] for k in _SETUP_STATS if k in stats} if stats else None,
+            "gpu_bytes": r.gpu_bytes(),
         }
     return {"timeline": timeline.to_dict(), "models": models}
+
+
+def _memory_record(interp: Any, low_memory: bool) -> dict[str, Any]:
+    """Peak memory of the run: GPU (our delegates' own accounting: device weights + arena, per model and the most
+    held at once) and the process's peak resident host memory (getrusage; the models' mapped files count)."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    per_model = {name: r.gpu_bytes() for name, r in interp.used_runners().items()}
+    return {
+        "low_memory": low_memory,
+        "peak_gpu_bytes": interp.peak_gpu_bytes if any(v is not None for v in per_model.values()) else None,
+        "gpu_bytes": per_model,
+        "peak_host_rss_bytes": int(rss) * (1 if sys.platform == "darwin" else 1024),
+    }
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -196,9 +216,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     }
     results = []
     try:
-        interp.load_all(require)  # fail on an unavailable backend before any work
+        # fail on an unavailable backend before any work (low memory: the first model only; it is needed first)
+        interp.load_all(("text_encoder",) if args.low_memory else require)
         timeline.mark("models_loaded")
-        pipe = StableDiffusionPipeline(interp)
+        pipe = StableDiffusionPipeline(interp, low_memory=args.low_memory)
         # One image at a time when one image's UNet calls fill whole batches (CFG on a cfg-batch-2 export, any
         # batch-1 export): the same calls and the same images (image k draws from its own stream, seed + k), and each
         # image's time is its own -- the first carries the delegates' set-up, the next ones are steady state.
@@ -215,6 +236,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 save_png(img, outputs[k], {**record, "seed": results[0].seeds[k], "image_index": k})
                 timeline.mark(f"png_{k}")
         startup = _startup_record(interp, timeline)
+        memory = _memory_record(interp, args.low_memory)
     finally:
         interp.close()
     seeds = [s for r in results for s in r.seeds]
@@ -226,7 +248,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "backend": interp.backend, "params": record, "timings": t.to_dict(),
             "image_s": [r.timings.total_s for r in results] if len(results) > 1 else None,
             "image_timings": [r.timings.to_dict() for r in results] if len(results) > 1 else None,
-            "startup": startup, "placement": placement,
+            "startup": startup, "placement": placement, "memory": memory,
         }
         print(json_out.dumps(summary))
     else:

@@ -29,6 +29,8 @@ class Interpreter:
         self.options = backend if isinstance(backend, BackendOptions) else BackendOptions(name=backend)
         self.manifest: Manifest = load_manifest(Path(folder), require=require)
         self._runners: dict[str, ModelRunner] = {}
+        self._released: dict[str, ModelRunner] = {}  # closed by release(), kept for their timings and stats
+        self.peak_gpu_bytes = 0  # the most GPU memory our delegates held at once (see note_gpu_peak)
 
     @property
     def backend(self) -> str:
@@ -47,7 +49,29 @@ class Interpreter:
             runner = open_runner(spec.path, self.options, spec.signature)
             self._check_against_manifest(name, runner)
             self._runners[name] = runner
+            self._released.pop(name, None)
         return self._runners[name]
+
+    def gpu_resident_bytes(self) -> int:
+        """GPU memory the loaded models' delegates hold now (device weights + arenas; 0 off our GPU backends)."""
+        return sum(r.gpu_bytes() or 0 for r in self._runners.values())
+
+    def note_gpu_peak(self) -> int:
+        """Records what the loaded models hold now into :attr:`peak_gpu_bytes` (weights are uploaded at a model's
+        first run: note after running, before releasing) and returns the peak."""
+        self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.gpu_resident_bytes())
+        return self.peak_gpu_bytes
+
+    def release(self, name: str) -> None:
+        """Unload model ``name`` (its GPU weights and arena go; the next :meth:`runner` call loads it again, the
+        delegate's persistent cache making that cheap). Its timings and stats stay in :meth:`used_runners`."""
+        runner = self._runners.get(name)
+        if runner is None:
+            return
+        self.note_gpu_peak()  # while it is still loaded
+        del self._runners[name]
+        runner.release()
+        self._released[name] = runner
 
     def _check_against_manifest(self, name: str, runner: ModelRunner) -> None:
         spec = self.manifest.model(name)
@@ -66,12 +90,16 @@ class Interpreter:
         return self.runner(name).run(**inputs)
 
     def loaded_runners(self) -> dict[str, ModelRunner]:
-        """The models loaded so far, by name."""
+        """The models loaded now, by name."""
         return dict(self._runners)
+
+    def used_runners(self) -> dict[str, ModelRunner]:
+        """Every model loaded since the start, released ones included (their last load), by name."""
+        return {**self._released, **self._runners}
 
     def placement(self) -> dict[str, str]:
         """``{model: one-line summary of which executor ran which ops}`` for the loaded models."""
-        return {name: r.placement.summary(r.info) for name, r in self._runners.items()}
+        return {name: r.placement.summary(r.info) for name, r in self.used_runners().items()}
 
     def close(self) -> None:
         for r in self._runners.values():

@@ -201,7 +201,7 @@ class StableDiffusionPipeline:
 
     def __init__(self, interpreter: Interpreter, tokenizer: CLIPTokenizer | None = None,
                  scheduler_config: SchedulerConfig | None = None,
-                 delegate_options: Mapping[str, Any] | None = None) -> None:
+                 delegate_options: Mapping[str, Any] | None = None, low_memory: bool = False) -> None:
         self.interpreter = interpreter
         m = interpreter.manifest
         self.manifest = m
@@ -210,6 +210,10 @@ class StableDiffusionPipeline:
         self.scheduler: Scheduler = PNDMScheduler(self.scheduler_config)
         self.delegate_options: dict[str, Any] = dict(delegate_options or {})
         self.progress_bar = True
+        # One model on the device at a time: the text encoder is released before the UNet loads, the UNet before
+        # the VAE (Apple's ml-stable-diffusion reduceMemory). Peak GPU memory becomes the largest model's instead
+        # of the sum; each image reloads the models (cheap with the delegate's persistent cache).
+        self.low_memory = low_memory
 
     def set_progress_bar_config(self, disable: bool = False) -> None:
         """diffusers' switch for the denoising progress bar (``disable=True``: none)."""
@@ -222,13 +226,14 @@ class StableDiffusionPipeline:
     @classmethod
     def from_pretrained(cls, folder: Path | str, backend: str | BackendOptions = "cpu",
                         delegate_options: Mapping[str, Any] | None = None,
-                        num_threads: int | None = None) -> "StableDiffusionPipeline":
+                        num_threads: int | None = None, low_memory: bool = False) -> "StableDiffusionPipeline":
         """Open a folder written by ``sdconvert`` (not a hub id: nothing is downloaded).
 
         ``backend``: ``cpu`` (XNNPACK + our delegate's CPU kernels for ``Sd*`` ops), ``opencl``, ``gl`` (our
         delegate on the GPU), ``litert-gpu``, ``litert-cpu``, or a :class:`BackendOptions`. ``delegate_options``:
         our delegate's options as ``load_delegate`` takes them (``{"tensor_cores": "off"}``; typed values work
-        too), checked now. Models load lazily, on first use.
+        too), checked now. Models load lazily, on first use. ``low_memory``: one model on the device at a time
+        (:attr:`low_memory`).
         """
         from sdlite import native
 
@@ -238,7 +243,7 @@ class StableDiffusionPipeline:
         options = backend if isinstance(backend, BackendOptions) else BackendOptions(name=backend,
                                                                                    num_threads=num_threads)
         checked = native.typed_options(delegate_options or {})
-        return cls(Interpreter(folder, options), delegate_options=checked)
+        return cls(Interpreter(folder, options), delegate_options=checked, low_memory=low_memory)
 
     def close(self) -> None:
         self.interpreter.close()
@@ -347,11 +352,27 @@ class StableDiffusionPipeline:
             units.append(to_unit(img))
         return images, times, units
 
+    def _check_unet_shape(self, latent_shape: tuple[int, ...]) -> None:
+        unet, s_name, *_ = self._unet_io()
+        if unet.inputs[s_name].shape[1:] != latent_shape[1:]:
+            raise SdliteError(f"unet sample shape {unet.inputs[s_name].shape} does not match manifest latents "
+                              f"{latent_shape[1:]} (stale manifest?)")
+
+    def _done_with(self, name: str) -> None:
+        """After a model's last use in this image: note the GPU memory held now and, in low-memory mode, release
+        the model."""
+        self.interpreter.note_gpu_peak()
+        if self.low_memory:
+            self.interpreter.release(name)
+
     def calls_per_image_fill_batches(self, params: GenerationParams) -> bool:
         """Whether one image's UNet work items per step (2 with CFG, else 1) fill whole batches of the exported
         UNet: then generating images one at a time makes the same calls as generating them together."""
-        unet, s_name, *_ = self._unet_io()
-        batch = unet.inputs[s_name].shape[0]
+        if self.low_memory:  # the manifest's batch: loading the UNet now would put it on the device first
+            batch = self.manifest.cfg_batch
+        else:
+            unet, s_name, *_ = self._unet_io()
+            batch = unet.inputs[s_name].shape[0]
         return (2 if params.do_cfg else 1) % batch == 0
 
     # -- the loop -----------------------------------------------------------------------------------------
@@ -394,10 +415,8 @@ class StableDiffusionPipeline:
             raise SdliteError(f"need {n} noise streams (one per image), got {len(sources)}")
         timings = Timings()
 
-        unet, s_name, *_ = self._unet_io()
-        if unet.inputs[s_name].shape[1:] != latent_shape[1:]:
-            raise SdliteError(f"unet sample shape {unet.inputs[s_name].shape} does not match manifest latents "
-                              f"{latent_shape[1:]} (stale manifest?)")
+        if not self.low_memory:  # (low memory: checked when the UNet loads, after the text encoder is gone)
+            self._check_unet_shape(latent_shape)
 
         t0 = time.perf_counter()
         prompts = [params.negative_prompt, params.prompt] if params.do_cfg else [params.prompt]
@@ -405,6 +424,7 @@ class StableDiffusionPipeline:
         check_finite(embeds, f"the text embedding from {self._file('text_encoder')}")
         timings.text_encoder_s = time.perf_counter() - t0
         uncond, cond = (embeds[0:1], embeds[1:2]) if params.do_cfg else (None, embeds[0:1])
+        self._done_with("text_encoder")
 
         sched = scheduler or make_scheduler(params.scheduler, self.scheduler_config)
         sched.set_timesteps(params.steps)
@@ -417,6 +437,7 @@ class StableDiffusionPipeline:
                 )
             init_latents, timings.vae_encode_s = self.encode_image(init_image, sources)
             check_finite(init_latents, f"the init image's latents from {self._file('vae_encoder')}")
+            self._done_with("vae_encoder")
             x = sched.add_noise(init_latents, draw(sources, latent_shape), first)
         else:
             if latents is None:
@@ -425,6 +446,8 @@ class StableDiffusionPipeline:
                 raise SdliteError(f"latents must have shape {(n, *latent_shape[1:])}, got {latents.shape}")
             x = (np.asarray(latents, dtype=np.float32) * sched.init_noise_sigma).astype(np.float32)
 
+        if self.low_memory:
+            self._check_unet_shape(latent_shape)
         steps = range(first, len(sched.timesteps))
         unet_file = self._file("unet")
         for i in tqdm(steps, desc="denoising", unit="step", disable=not progress, leave=False):
@@ -444,7 +467,10 @@ class StableDiffusionPipeline:
             timings.scheduler_s += sched_s + time.perf_counter() - ts
             check_finite(x, f"{step}: the latents after the {params.scheduler} scheduler step")
 
+        self._done_with("unet")
         images, timings.vae_decode_s, units = self.decode(x)
+        self._done_with("vae_decoder")
+        self.interpreter.note_gpu_peak()
         timings.total_s = time.perf_counter() - t_start
         seeds = [params.seed + k for k in range(n)]
         return GenerationResult(images, x, params, timings, self.interpreter.placement(), seeds, units)

@@ -56,6 +56,7 @@ class ModelRunner(ABC):
         self.calls = 0
         self.first_call_s: float | None = None  # the first run(): the delegate's one-time set-up happens there
         self.second_call_s: float | None = None
+        self.released_stats: dict[str, object] | None = None  # the delegate's last stats, kept by release()
         self._trap: StderrTrap | None = None  # fd 2 held back around native calls (_native_call)
 
     @property
@@ -106,10 +107,11 @@ class ModelRunner(ABC):
         return None
 
     def delegate_stats(self) -> dict[str, object] | None:
-        """The stats of :meth:`setup_delegate` (set-up phases, persistent-cache hits and misses), or None."""
+        """The stats of :meth:`setup_delegate` (set-up phases, persistent-cache hits and misses), or None; after
+        :meth:`release`, the stats it had then."""
         delegate = self.setup_delegate()
         if delegate is None:
-            return None
+            return self.released_stats
         from sdlite import native
 
         return native.stats(delegate)
@@ -142,6 +144,20 @@ class ModelRunner(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release native resources (idempotent)."""
+
+    def gpu_bytes(self) -> int | None:
+        """GPU memory our delegate holds for this model: its device weights plus its arena (every intermediate
+        tensor and op scratch), from the delegate's own accounting; None off our GPU backends."""
+        stats = self.delegate_stats()
+        if not stats:
+            return None
+        return int(stats.get("device_weight_bytes", 0)) + int(stats.get("max_arena_bytes", 0))
+
+    def release(self) -> None:
+        """:meth:`close`, keeping the delegate's last stats (timings and memory stay readable)."""
+        if self.released_stats is None:
+            self.released_stats = self.delegate_stats()
+        self.close()
 
 
 class InterpreterRunner(ModelRunner):
