@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine, after `H200_STAGES=prepare,e2e H200_E2E_VARIANTS=fused ... bench/run.sh`: the e2e folder `fused`
+# generated three ways -- default, --low-memory, --low-memory with weights_fp16:1 -- with each run's peak GPU memory
+# (delegate accounting), per-model GPU bytes, peak host RSS, start to PNG, UNet step and PSNR against the default's
+# image. Writes $OUT/img{1,2,3}.png, mem{1,2,3}.json; prints one line per run (BENCHMARKS.md, "Memory of a whole image").
+source .h200/setup.sh >/dev/null 2>&1
+export SDLITE_DELEGATE_PATH=$PWD/.h200/lib/libsdgpu_delegate.so
+F=/tmp/h200-work/e2e/fused; C=/tmp/h200-work/e2e/cache/fused
+i=0
+for spec in "|cache_dir:$C" "--low-memory|cache_dir:$C" "--low-memory|cache_dir:$C;weights_fp16:1"; do
+  i=$((i+1)); lm=${spec%%|*}; opts=${spec#*|}
+  timeout 60 python3 -m sdlite generate $F -p "a photo of an astronaut riding a horse on mars" --steps 20 --seed 0 \
+    --backend opencl --json --no-progress -o $OUT/img$i.png $lm --delegate_options "$opts" > $OUT/mem$i.json 2>$OUT/mem$i.err
+  echo "run $i ($lm $opts): rc $?"
+done
+python3 - <<'PY'
+import json, os, numpy as np
+from PIL import Image
+out = os.environ["OUT"]
+ref = np.asarray(Image.open(f"{out}/img1.png")).astype(np.float64)
+for i in (1, 2, 3):
+    try:
+        d = json.load(open(f"{out}/mem{i}.json"))
+    except Exception as e:
+        print(i, "no json", e); continue
+    m = d["memory"]; t = d["startup"]["timeline"]
+    img = np.asarray(Image.open(f"{out}/img{i}.png")).astype(np.float64)
+    mse = float(((img - ref) ** 2).mean())
+    psnr = 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+    print(i, "peak_gpu_MB", round(m["peak_gpu_bytes"] / 2**20, 1), "per model MB", {k: round(v / 2**20, 1) for k, v in m["gpu_bytes"].items()},
+          "peak_rss_MB", round(m["peak_host_rss_bytes"] / 2**20, 1), "png_s", t.get("png_0"),
+          "unet_step_ms", round(1e3 * (d["timings"]["unet_step_steady_mean_s"] or 0), 2), "PSNR_vs_1", round(psnr, 2))
+PY
