@@ -246,7 +246,11 @@ Status PackedWeights::UploadHost(const Device& dev, const float* data) {
     std::vector<uint16_t> h(elements_);
     {
       const SetupTimer timer(dev, Device::Setup::kWeightsHost);
-      for (size_t i = 0; i < elements_; ++i) h[i] = FloatToHalf(data[i]);
+      // On all host cores: one thread converted SD1.5's 1.6 G UNet weights in ~20 s of the H200's first run.
+      HostParallelRanges(static_cast<int64_t>(elements_), int64_t{1} << 16, elements_ >= (size_t{1} << 20),
+                         [&](int64_t b, int64_t e) {
+                           for (int64_t i = b; i < e; ++i) h[static_cast<size_t>(i)] = FloatToHalf(data[i]);
+                         });
     }
     SDGPU_RETURN_IF_ERROR(UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_));
   }

@@ -116,6 +116,15 @@ def test_weights_fp16_rounds_weights_to_half_and_keeps_fp32_math(rng, backend):
     assert 1e-5 < err < 2e-3, err  # it really is half storage, and ~1e-3 relative
 
 
+def test_weights_fp16_of_a_large_matrix_convert_on_all_host_threads(rng, backend):
+    """A weight matrix above 2^20 elements is converted to half in parallel bands (SD1.5's 1.6 G UNet weights took
+    ~20 s on one thread): every band, its edges included, holds the half-rounded weights."""
+    x = rng.standard_normal((1, 8, 1030)).astype(np.float32)
+    w = rng.standard_normal((1021, 1030)).astype(np.float32)  # 1,051,630 elements: 17 bands of 2^16, a partial last
+    got = _run(backend, fully_connected_model(x.shape, w, None), {"x": x}, weights_fp16=True)
+    assert_close(got, fully_connected_ref(x, _half(w), None), rtol=1e-5)
+
+
 def test_fully_connected_weights_as_input_read_in_place(rng, backend):
     """Non-constant weights (e.g. a DEQUANTIZE output) are read through their N x K strides, not packed."""
     x = rng.standard_normal((2, 50, 24)).astype(np.float32)
