@@ -14,6 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 
 _LOG_PREFIX = re.compile(r"^(?:(?:ERROR|WARNING): \[[^\]]*\]\s*|[EWF]\d{4} [^\]]*\]\s*)+")
@@ -63,29 +64,39 @@ class CapturedLog:
 
 
 @contextlib.contextmanager
-def capture_native_stderr(verbose: bool = False) -> Iterator[CapturedLog]:
-    """Redirect fd 2 to a temp file for the block; the log is available after the block exits."""
+def _fd2_into(file: BinaryIO, verbose: bool = False) -> Iterator[CapturedLog]:
+    """fd 2 into ``file`` (empty on entry) for the block; afterwards the log holds what was written, and ``file`` is
+    emptied again. Native code writes to fd 2 whatever ``sys.stderr`` is (pytest, IDEs replace the Python object)."""
     log = CapturedLog()
-    fd = 2  # native code writes to fd 2 whatever sys.stderr is (pytest, IDEs replace the Python object)
+    fd = 2
     try:
         saved = os.dup(fd)
     except OSError:  # no fd 2 (daemonized / embedded): nothing to capture
         yield log
         return
     sys.stderr.flush()
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        os.dup2(tmp.fileno(), fd)
-        try:
-            yield log
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, fd)
-            os.close(saved)
-            tmp.seek(0)
-            log.text = tmp.read().decode("utf-8", "replace")
+    os.dup2(file.fileno(), fd)
+    try:
+        yield log
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, fd)
+        os.close(saved)
+        if os.fstat(file.fileno()).st_size:
+            file.seek(0)
+            log.text = file.read().decode("utf-8", "replace")
             log.lines = log.text.splitlines()
-            if verbose and log.text:
+            file.seek(0)
+            file.truncate()
+            if verbose:
                 sys.stderr.write(log.text)
+
+
+@contextlib.contextmanager
+def capture_native_stderr(verbose: bool = False) -> Iterator[CapturedLog]:
+    """Redirect fd 2 to a temp file for the block; the log is available after the block exits."""
+    with tempfile.TemporaryFile(mode="w+b") as tmp, _fd2_into(tmp, verbose) as log:
+        yield log
 
 
 class StderrTrap:
@@ -98,27 +109,8 @@ class StderrTrap:
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[CapturedLog]:
-        log = CapturedLog()
-        fd = 2
-        try:
-            saved = os.dup(fd)
-        except OSError:  # no fd 2: nothing to capture
+        with _fd2_into(self._file) as log:
             yield log
-            return
-        sys.stderr.flush()
-        os.dup2(self._file.fileno(), fd)
-        try:
-            yield log
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, fd)
-            os.close(saved)
-            if os.fstat(self._file.fileno()).st_size:
-                self._file.seek(0)
-                log.text = self._file.read().decode("utf-8", "replace")
-                log.lines = log.text.splitlines()
-                self._file.seek(0)
-                self._file.truncate()
 
     def close(self) -> None:
         self._file.close()

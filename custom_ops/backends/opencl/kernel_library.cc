@@ -372,7 +372,10 @@ class Scanner {
         i = LineCommentEnd(i);
         continue;
       }
-      Found f{i, 0, {}, static_cast<int>(frames_.size())};
+      Found f;
+      f.begin = i;
+      f.end = 0;
+      f.open_ifs = static_cast<int>(frames_.size());
       SDGPU_RETURN_IF_ERROR(Item(i, &f));
       i = f.end;
       if (!f.kernels.empty()) {
