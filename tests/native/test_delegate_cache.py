@@ -25,7 +25,7 @@ from ai_edge_litert import schema_py_generated as S
 
 from sdlite import native
 from test_disk_cache import HEADER, hash64
-from tflite_gemm_models import OpGraphBuilder, fully_connected_model
+from tflite_gemm_models import add_mul_model, fully_connected_model
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("cache_child.py")
@@ -34,24 +34,13 @@ OPTIONS = {"opencl": {"cache_programs": "1", "gemm_autotune": "0"}, "gl": {"tuni
 KINDS = {"opencl": ("program",), "gl": ("program", "tiles")}
 
 
-def _elementwise_model(shape: tuple[int, ...], c: np.ndarray, d: np.ndarray) -> bytes:
-    g = OpGraphBuilder()
-    x = g.input("x", shape)
-    s = g.tensor("s", shape)
-    y = g.tensor("y", shape)
-    g.add(x, g.const("c", c), s)
-    g.mul(s, g.const("d", d), y)
-    g.output(y)
-    return g.build()
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
     rng = np.random.default_rng(31)
     root = tmp_path_factory.mktemp("cache-models")
     out = {}
     x = rng.standard_normal((1, 64, 64)).astype(np.float32)
-    (root / "opencl.tflite").write_bytes(_elementwise_model(x.shape, rng.standard_normal(64).astype(np.float32),
+    (root / "opencl.tflite").write_bytes(add_mul_model(x.shape, rng.standard_normal(64).astype(np.float32),
                                                             rng.standard_normal((64, 64)).astype(np.float32)))
     np.savez(root / "opencl.npz", x=x)
     out["opencl"] = (root / "opencl.tflite", root / "opencl.npz")

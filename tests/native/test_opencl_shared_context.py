@@ -21,23 +21,12 @@ import pytest
 from ai_edge_litert import schema_py_generated as S
 
 from sdlite import native
-from tflite_gemm_models import OpGraphBuilder, fully_connected_ref
+from tflite_gemm_models import OpGraphBuilder, add_mul_model, fully_connected_ref
 
 CHILD = Path(__file__).with_name("shared_context_child.py")
 # No persistent cache: a program a delegate did not build itself can only have come from another delegate. No tile
 # tuning: the FULLY_CONNECTED builds only the tile the static cost model picks (PoCL compiles candidates slowly).
 OPTIONS = ("cache_dir:none", "gemm_autotune:0")
-
-
-def _elementwise_model(shape: tuple[int, ...], c: np.ndarray, d: np.ndarray) -> bytes:
-    g = OpGraphBuilder()
-    x = g.input("x", shape)
-    s = g.tensor("s", shape)
-    y = g.tensor("y", shape)
-    g.add(x, g.const("c", c), s)
-    g.mul(s, g.const("d", d), y)
-    g.output(y)
-    return g.build()
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +38,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     x = rng.standard_normal((1, 32, 64)).astype(np.float32)
     c = rng.standard_normal(64).astype(np.float32)
     d = rng.standard_normal((32, 64)).astype(np.float32)
-    (root / "elementwise.tflite").write_bytes(_elementwise_model(x.shape, c, d))
+    (root / "elementwise.tflite").write_bytes(add_mul_model(x.shape, c, d))
     np.savez(root / "elementwise.npz", x=x)
     refs = {"elementwise": (x.astype(np.float64) + c) * d}
 

@@ -39,6 +39,18 @@ def activate(y: np.ndarray, activation: str) -> np.ndarray:
             "relu_n1_to_1": lambda v: np.clip(v, -1.0, 1.0), "tanh": np.tanh}[activation](y)
 
 
+def add_mul_model(shape: Sequence[int], c: np.ndarray, d: np.ndarray) -> bytes:
+    """y = (x + c) * d, c and d constants broadcast against x: two elementwise kernel launches."""
+    g = OpGraphBuilder()
+    x = g.input("x", tuple(shape))
+    s = g.tensor("s", tuple(shape))
+    y = g.tensor("y", tuple(shape))
+    g.add(x, g.const("c", c), s)
+    g.mul(s, g.const("d", d), y)
+    g.output(y)
+    return g.build()
+
+
 def fully_connected_model(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, activation: str = "none",
                           const_weights: bool = True) -> bytes:
     """x [..., K] . w[N, K]^T (+ b) -> y [..., N]; ``const_weights=False`` makes w a graph input ``w``."""
