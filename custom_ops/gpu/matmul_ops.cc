@@ -615,9 +615,10 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   }
   // The cost model's plan (and a later process tunes this shape) when the budget is spent, or when a candidate
   // would be compiled for this process alone (PoCL: tens of seconds per candidate, every start).
-  const bool compiles_lost = !dev.ProgramsPersist() && std::any_of(candidates.begin(), candidates.end(), [&](auto& p) {
+  auto needs_compile = [&](const TilePlan& p) {
     return dev.KernelBuildPending(*p.kernel) || (p.reduce != nullptr && dev.KernelBuildPending(*p.reduce));
-  });
+  };
+  const bool compiles_lost = !dev.ProgramsPersist() && std::any_of(candidates.begin(), candidates.end(), needs_compile);
   if (dev.tuning_budget_left_ns() <= 0 || compiles_lost) {
     dev.NoteTuning(Device::Tuning::kUntuned);
     return Status::Ok();
@@ -625,9 +626,7 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   if (dev.tuning_budget_left_ns() < kTuneCompileBudgetNs) {  // no compiles: the built candidates (and the plan)
     std::vector<TilePlan> built;
     for (size_t i = 0; i < candidates.size(); ++i) {
-      const TilePlan& p = candidates[i];
-      const bool pending = dev.KernelBuildPending(*p.kernel) || (p.reduce != nullptr && dev.KernelBuildPending(*p.reduce));
-      if (i == 0 || !pending) built.push_back(p);
+      if (i == 0 || !needs_compile(candidates[i])) built.push_back(candidates[i]);
     }
     candidates.swap(built);
     if (candidates.size() < 2) {

@@ -582,15 +582,16 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
       }
       const auto* buf = static_cast<const GlBuffer*>(arg.buffer);
       const uint64_t serial = buf != nullptr ? buf->serial() : 0;
+      const bool ranged = buf != nullptr && buf->ranged();
       size_t start = 0;  // bytes: the range's start (0: the whole buffer)
       const size_t unit = binding < p->elem_bytes.size() ? static_cast<size_t>(p->elem_bytes[binding]) : 4;
-      if (buf != nullptr && buf->ranged()) {
+      if (ranged) {
         // The tensor starts within the range's first alignment unit and ends within max_tensor_bytes() of it, i.e.
         // inside the storage block size. The alignment (>= 16) is a multiple of every element size.
         start = static_cast<size_t>(arg.i) * unit / static_cast<size_t>(ssbo_align_) * static_cast<size_t>(ssbo_align_);
       }
       if (bound_[binding] != std::make_pair(serial, start)) {
-        if (buf != nullptr && buf->ranged()) {
+        if (ranged) {
           const size_t size = std::min<size_t>(buf->alloc() - start, static_cast<size_t>(max_ssbo_size_));
           a.glBindBufferRange(GL_SHADER_STORAGE_BUFFER, binding, buf->id(), static_cast<GLintptr>(start),
                               static_cast<GLsizeiptr>(size));

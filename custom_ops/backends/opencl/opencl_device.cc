@@ -149,7 +149,6 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   // The context, the parsed library and every program already built: the process's, shared with the other
   // delegates of this device and build options (shared_programs.h). The queue is this device's own.
   SDGPU_RETURN_IF_ERROR(SharedPrograms::Acquire(rt->api_, rt->device_, rt->build_options_, logger, &rt->shared_));
-  rt->split_ = rt->shared_->split();
   const cl_command_queue_properties props = options.profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
   cl_command_queue q = api.clCreateCommandQueue(rt->context(), rt->device_, props, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue"));
@@ -159,12 +158,12 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_TYPE, sizeof(type), &type, nullptr),
                                 "clGetDeviceInfo(TYPE)"));
   rt->cpu_device_ = (type & CL_DEVICE_TYPE_CPU) != 0;
-  if (!rt->split_) {
+  if (!rt->split()) {
     std::lock_guard<std::mutex> lock(rt->mu_);
     SDGPU_RETURN_IF_ERROR(rt->BuildWholeLibraryLocked());
   }
   logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
-              "', " + (rt->split_ ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
+              "', " + (rt->split() ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
                                         std::to_string(rt->library().num_units()) + " units, built per model" +
                                         " (" + std::to_string(rt->shared_->programs()) + " built in this process)"
                                   : std::string("the whole kernel library as one program")));
@@ -349,7 +348,7 @@ bool OpenClDevice::ProgramsPersist() const {
 
 Status OpenClDevice::PrepareKernels() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!split_ || whole_ != nullptr || wanted_units_.empty()) return Status::Ok();
+  if (!split() || whole_ != nullptr || wanted_units_.empty()) return Status::Ok();
   return BuildUnitsLocked({});
 }
 
@@ -388,7 +387,7 @@ bool OpenClDevice::HasKernel(const std::string& name) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (kernels_.count(name)) return true;
-    if (split_ && whole_ == nullptr) return library().Has(name);
+    if (split() && whole_ == nullptr) return library().Has(name);
   }
   return Device::HasKernel(name);  // the whole library: asks the program (creates the kernel)
 }

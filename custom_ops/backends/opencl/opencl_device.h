@@ -91,6 +91,8 @@ class OpenClDevice final : public gpu::Device {
   cl_context context() const { return shared_->context(); }
   cl_command_queue queue() const { return queue_.get(); }
   const KernelLibrary& library() const { return shared_->library(); }
+  // The library is parsed: build per unit; else the whole library is the only program.
+  bool split() const { return shared_->split(); }
   // Creates the cl_kernel of every requested kernel whose unit this device now has a program for.
   Status CreateBuiltKernelsLocked() const;
 
@@ -110,7 +112,6 @@ class OpenClDevice final : public gpu::Device {
   size_t local_memory_bytes_ = 0;  // CL_DEVICE_LOCAL_MEM_SIZE
   ClQueueHandle queue_;
   Logger logger_;
-  bool split_ = false;  // the library is parsed: build per unit; else the whole library is the only program
   mutable std::mutex mu_;  // guards everything below, and argument setting + enqueue; taken before shared_'s
   // Programs this device compiled or read from the disk cache (the cache's own counters say how many were read),
   // and programs it took from shared_, built by another device of the process.
