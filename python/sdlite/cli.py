@@ -157,19 +157,20 @@ def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:
             "second_call_s": steady,
             "setup_s": max(0.0, r.first_call_s - steady) if r.first_call_s is not None and steady is not None else None,
             "delegate": {k: stats[k] for k in _SETUP_STATS if k in stats} if stats else None,
-            "gpu_bytes": r.gpu_bytes(),
+            "gpu_bytes": r.gpu_bytes(stats),
         }
     return {"timeline": timeline.to_dict(), "models": models}
 
 
-def _memory_record(interp: Any, low_memory: bool) -> dict[str, Any]:
-    """Peak memory of the run: GPU (our delegates' own accounting: device weights + arena, per model and the most
-    held at once) and the process's peak resident host memory (getrusage; the models' mapped files count)."""
+def _memory_record(interp: Any, startup: dict[str, Any], low_memory: bool) -> dict[str, Any]:
+    """Peak memory of the run: GPU (our delegates' own accounting: device weights + arena, per model as the startup
+    record has it, and the most held at once) and the process's peak resident host memory (getrusage; the models'
+    mapped files count)."""
     import resource
     import sys
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    per_model = {name: r.gpu_bytes() for name, r in interp.used_runners().items()}
+    per_model = {name: m["gpu_bytes"] for name, m in startup["models"].items()}
     return {
         "low_memory": low_memory,
         "peak_gpu_bytes": interp.peak_gpu_bytes if any(v is not None for v in per_model.values()) else None,
@@ -236,7 +237,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 save_png(img, outputs[k], {**record, "seed": results[0].seeds[k], "image_index": k})
                 timeline.mark(f"png_{k}")
         startup = _startup_record(interp, timeline)
-        memory = _memory_record(interp, args.low_memory)
+        memory = _memory_record(interp, startup, args.low_memory)
     finally:
         interp.close()
     seeds = [s for r in results for s in r.seeds]

@@ -359,9 +359,8 @@ class StableDiffusionPipeline:
                               f"{latent_shape[1:]} (stale manifest?)")
 
     def _done_with(self, name: str) -> None:
-        """After a model's last use in this image: note the GPU memory held now and, in low-memory mode, release
-        the model."""
-        self.interpreter.note_gpu_peak()
+        """After a model's last use in this image: in low-memory mode, release it (release notes the GPU memory held
+        up to then)."""
         if self.low_memory:
             self.interpreter.release(name)
 
@@ -470,7 +469,7 @@ class StableDiffusionPipeline:
         self._done_with("unet")
         images, timings.vae_decode_s, units = self.decode(x)
         self._done_with("vae_decoder")
-        self.interpreter.note_gpu_peak()
+        self.interpreter.note_gpu_peak()  # every loaded model has run: its weights are on the device
         timings.total_s = time.perf_counter() - t_start
         seeds = [params.seed + k for k in range(n)]
         return GenerationResult(images, x, params, timings, self.interpreter.placement(), seeds, units)

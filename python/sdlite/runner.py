@@ -145,10 +145,12 @@ class ModelRunner(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release native resources (idempotent)."""
 
-    def gpu_bytes(self) -> int | None:
+    def gpu_bytes(self, stats: dict[str, object] | None = None) -> int | None:
         """GPU memory our delegate holds for this model: its device weights plus its arena (every intermediate
-        tensor and op scratch), from the delegate's own accounting; None off our GPU backends."""
-        stats = self.delegate_stats()
+        tensor and op scratch), from the delegate's own accounting (``stats``: :meth:`delegate_stats` already read);
+        None off our GPU backends."""
+        if stats is None:
+            stats = self.delegate_stats()
         if not stats:
             return None
         return int(stats.get("device_weight_bytes", 0)) + int(stats.get("max_arena_bytes", 0))
