@@ -42,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "native"))
 
-from bench.opencl_session import by_op_type, refill, timed_session  # noqa: E402  (after the sys.path set-up)
+from bench.opencl_session import add_session_args, by_op_type, refill, timed_session  # noqa: E402  (after the sys.path set-up)
 WORK = Path("/tmp/opencl-attn-bench")
 
 
@@ -324,10 +324,7 @@ def phase_models(args: argparse.Namespace, results: dict[str, Any], deadline: fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", required=True, help="libsdgpu_delegate.so to measure")
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "attn-bench-out")))
-    ap.add_argument("--models-dir", type=Path, default=ROOT / ".h200" / "models")
-    ap.add_argument("--models", default="unet_b1,vae_decoder")
+    add_session_args(ap, "attn-bench-out")
     ap.add_argument("--phases", default="attn,models", help="attn,models (prepare: the background worker)")
     ap.add_argument("--runs", type=int, default=5, help="timed invokes per model")
     ap.add_argument("--attn-runs", type=int, default=10, help="timed invokes per attention row")

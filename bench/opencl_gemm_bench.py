@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "native"))
 
-from bench.opencl_session import by_op_type, refill, timed_session  # noqa: E402  (after the sys.path set-up)
+from bench.opencl_session import add_session_args, by_op_type, refill, timed_session  # noqa: E402  (after the sys.path set-up)
 
 CONFIGS = ("auto", "64x64", "128x64", "128x128")
 
@@ -244,10 +243,7 @@ def phase_models(args: argparse.Namespace, results: dict[str, Any], deadline: fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", required=True, help="libsdgpu_delegate.so to measure")
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gemm-bench-out")))
-    ap.add_argument("--models-dir", type=Path, default=ROOT / ".h200" / "models")
-    ap.add_argument("--models", default="unet_b1,vae_decoder")
+    add_session_args(ap, "gemm-bench-out")
     ap.add_argument("--phases", default="models,micro")
     ap.add_argument("--variants", default="plain",
                     help="UNet variants: plain,fused,fused+wino4,fused+winoauto; +nomerge (no FC merge in the "

@@ -1,8 +1,9 @@
 """What the OpenCL micro-benchmarks (bench/opencl_gemm_bench.py, bench/opencl_attn_bench.py) share: a profiled
 delegate session whose per-node device times cover only the timed runs, a per-op-type summary, and the refill of a
-weight skeleton (``.sparse.gz`` + ``.json`` regions) with N(0, 0.02) weights."""
+weight skeleton (``.sparse.gz`` + ``.json`` regions) with N(0, 0.02) weights, and their common arguments."""
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -88,3 +89,13 @@ def refill(src: Path, dst: Path) -> None:
             pos = start + n
         f.write(packed[q:])
     os.replace(tmp, dst)
+
+
+def add_session_args(ap: argparse.ArgumentParser, default_out: str) -> None:
+    """The arguments both micro-benchmarks take: the delegate build, the output folder ($OUT when set), the kit's
+    models folder and which of its models to time."""
+    root = Path(__file__).resolve().parent.parent
+    ap.add_argument("--lib", required=True, help="libsdgpu_delegate.so to measure")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", default_out)))
+    ap.add_argument("--models-dir", type=Path, default=root / ".h200" / "models")
+    ap.add_argument("--models", default="unet_b1,vae_decoder")
