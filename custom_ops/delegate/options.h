@@ -30,6 +30,11 @@
 //   weights_fp16       gpu backends: "1" stores the constant weights the GEMM/conv/Winograd ops pack
 //                      (FULLY_CONNECTED, CONV_2D filters, Winograd U) as half -- half the device weight
 //                      memory; arithmetic stays fp32 (relative error ~1e-3). "0" (default) keeps float32.
+//   activations_fp16   gpu backends: "1" stores the partition's float tensors (activations, and the float constants
+//                      ops read like them) as half: half the arena's bytes and of the memory traffic the
+//                      paper names as the bottleneck; arithmetic stays fp32, inputs and outputs stay float32
+//                      (converted at the partition's edge). A node whose kernels keep float storage runs on the
+//                      CPU, with the reason logged. "0" (default) keeps float32.
 //   attention_key_splits  gpu backends: key ranges per SdAttention query block (flash, row-wise tilings), merged
 //                      by one more launch; "0" (default) = the measured rule (AttnKeySplits, gpu/sd_ops.cc),
 //                      "1" = never, "2".."64" = that many (capped at one range per staged key tile).
@@ -116,6 +121,7 @@ struct DelegateOptions {
   CachePrograms cache_programs = CachePrograms::kAuto;  // opencl: which compiled programs' binaries are stored
   bool setup_progress = true;    // gpu: progress lines during long set-up phases
   bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
+  bool activations_fp16 = false; // gpu: float tensors of the partition stored as half, fp32 math
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
   bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / LayerNorms / GroupNorm prologues folded
   int attention_key_splits = 0;  // gpu: SdAttention key ranges per query block (0 = auto, 1 = off, 2..64)

@@ -141,6 +141,10 @@ class Device {
   // warp-shuffle kernels of backends/opencl/nvidia/), each tried right before the backend-neutral tiling its
   // AttnTiling::before names (gpu/attention_tiling.cc kAttnTilings). Empty by default.
   virtual std::vector<AttnTiling> vendor_attention_tilings() const { return {}; }
+  // Activation storage (delegate option activations_fp16): the partition's float tensors are stored as half and
+  // the kernels are built with SD_ACT_HALF=1 (gpu/dialect/README.md). Fixed when the device is created.
+  bool act_half() const { return act_half_; }
+  size_t act_bytes() const { return act_half_ ? 2 : 4; }
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // A partition's arena: many tensors of 4-byte elements at element offsets. It may be larger than one kernel
@@ -284,7 +288,12 @@ class Device {
   long long weights_on_device() const { return weights_on_device_.load(std::memory_order_relaxed); }
   long long weights_on_host() const { return weights_on_host_.load(std::memory_order_relaxed); }
 
+ protected:
+  // Set by the backend's device factory from the delegate options, before any kernel is built.
+  void set_act_half(bool on) { act_half_ = on; }
+
  private:
+  bool act_half_ = false;
   mutable std::atomic<size_t> weight_bytes_{0};
   mutable std::atomic<long long> host_weight_bytes_{0};
   mutable std::array<std::atomic<long long>, 4> setup_ns_{};

@@ -14,6 +14,18 @@ int ActivationOf(const NodeDesc& node) {
   return p != nullptr ? p->activation : 0;
 }
 
+// activations_fp16: whether the node's op reads and writes its float tensors through the kernels' ACT_* macros
+// (gpu/dialect/README.md, "Activation storage"); the others run on the CPU while the option is on.
+bool ActHalfReady(const NodeDesc& node) {
+  if (node.builtin_code == kCustom) {
+    return false;
+  }
+  switch (node.builtin_code) {
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void AddResidualArgs(const Residual& r, const TensorRef& input, const TensorRef& placeholder, Args* args) {
@@ -43,6 +55,9 @@ std::string BuiltinName(int code) {
 }
 
 Status CreateGpuOp(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
+  if (node.act_half && !ActHalfReady(node)) {
+    return Status::Error("activations_fp16: its kernels keep float32 storage");
+  }
   if (node.builtin_code == kCustom) {
     if (node.sd_op == nullptr) return Status::Error("custom op is not one of the Sd* ops");
     return MakeSdOp(dev, node, out);

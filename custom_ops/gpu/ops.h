@@ -21,11 +21,17 @@ namespace sdgpu::gpu {
 
 class PackedWeights;
 
-// A tensor as a kernel sees it: a device buffer plus a byte offset into it.
+// A tensor as a kernel sees it: a device buffer plus a byte offset into it. elem_bytes is the size of one stored
+// element: 4, or 2 for a float tensor of a partition with half activation storage (Device::act_half; the kernels'
+// ACT_* macros), so elem_offset() is in the units the kernel indexes.
 struct TensorRef {
   const Buffer* buffer = nullptr;
   size_t offset = 0;  // bytes
-  int elem_offset(size_t elem_size = 4) const { return static_cast<int>(offset / elem_size); }
+  size_t elem_bytes = 4;
+  int elem_offset() const { return static_cast<int>(offset / elem_bytes); }
+  int elem_offset(size_t elem_size) const { return static_cast<int>(offset / elem_size); }
+  // The offset in float4s of a kernel parameter declared float4* (ACT_LDV4 / ACT_STV4).
+  int vec4_offset() const { return static_cast<int>(offset / (4 * elem_bytes)); }
 };
 
 // What the op factory knows about a node at partition/prepare time.
@@ -39,6 +45,7 @@ struct NodeDesc {
   bool weights_fp16 = false;        // delegate option weights_fp16: store packed constant weights as half
   bool gemm_autotune = false;       // delegate option gemm_autotune: time the tile configs at the first run
   int attention_key_splits = 0;     // delegate option attention_key_splits: 0 = auto, 1 = off, n = n ranges
+  bool act_half = false;            // delegate option activations_fp16: float tensors stored as half
 };
 
 // true when the tensor's data is fixed for the interpreter's lifetime (weights, shapes, masks).

@@ -33,6 +33,7 @@ Status ViewNode(abi::TfLiteContext* context, const Backend& backend, int node_in
   d.builtin_data = node->builtin_data;
   if (const auto* gpu = dynamic_cast<const GpuBackend*>(&backend)) {
     d.weights_fp16 = gpu->options().weights_fp16;
+    d.act_half = gpu->options().activations_fp16;
     d.gemm_autotune = gpu->options().gemm_autotune;
     d.attention_key_splits = gpu->options().attention_key_splits;
   }

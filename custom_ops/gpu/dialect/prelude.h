@@ -16,6 +16,9 @@
 // the capability macros documented below.
 #pragma once
 
+#ifndef SD_ACT_HALF
+#define SD_ACT_HALF 0  // activation storage: 0 float, 1 half (ACT_* below)
+#endif
 #define SD_WG_MAX_SHARED_BYTES 16384  // local memory a kernel may use on every supported device (GL ES 3.1 minimum)
 
 #if defined(SD_API_GLSL)
@@ -90,6 +93,51 @@
 // The float4 at float index idx (a multiple of 4) of a float4 local array (LLD4A: OpenCL may assume the alignment).
 #define LLD4(arr, idx) arr[(idx) >> 2]
 #define LLD4A(arr, idx) arr[(idx) >> 2]
+// Activation storage (see "Activation storage" below): SD_ACT_HALF is defined by the build, 0 or 1 (gen_glsl.py
+// runs the preprocessor once per value). Half storage packs two elements per uint of the buffer's _u32 view; a
+// scalar store goes through atomics because the neighbouring element may belong to another work-item.
+#if SD_ACT_HALF
+#define ACT_LD(buf, i) unpackHalf2x16(buf##_u32[(i) >> 1])[(i) & 1]
+#define ACT_ST(buf, i, v)                                                              \
+  {                                                                                    \
+    int sti_ = (i);                                                                    \
+    uint sth_ = packHalf2x16(vec2((v), 0.0f)) << (uint(sti_ & 1) * 16u);             \
+    atomicAnd(buf##_u32[sti_ >> 1], (sti_ & 1) != 0 ? 0x0000ffffu : 0xffff0000u);   \
+    atomicOr(buf##_u32[sti_ >> 1], sth_);                                             \
+  }
+#define ACT_LD4A(buf, i) \
+  vec4(unpackHalf2x16(buf##_u32[(i) >> 1]), unpackHalf2x16(buf##_u32[((i) >> 1) + 1]))
+#define ACT_LD4(buf, i) vec4(ACT_LD(buf, (i)), ACT_LD(buf, (i) + 1), ACT_LD(buf, (i) + 2), ACT_LD(buf, (i) + 3))
+#define ACT_ST4A(buf, i, v)                                   \
+  {                                                           \
+    vec4 st4_ = (v);                                          \
+    int st4i_ = (i) >> 1;                                     \
+    buf##_u32[st4i_] = packHalf2x16(st4_.xy);                 \
+    buf##_u32[st4i_ + 1] = packHalf2x16(st4_.zw);             \
+  }
+#define ACT_ST4(buf, i, v)                      \
+  {                                             \
+    vec4 st4u_ = (v);                           \
+    int st4ui_ = (i);                           \
+    ACT_ST(buf, st4ui_, st4u_.x)                \
+    ACT_ST(buf, st4ui_ + 1, st4u_.y)            \
+    ACT_ST(buf, st4ui_ + 2, st4u_.z)            \
+    ACT_ST(buf, st4ui_ + 3, st4u_.w)            \
+  }
+#define ACT_LDV4(buf, i) ACT_LD4A(buf, (i) * 4)
+#define ACT_STV4(buf, i, v) ACT_ST4A(buf, (i) * 4, v)
+#else
+#define ACT_LD(buf, i) (buf)[(i)]
+#define ACT_ST(buf, i, v) \
+  { (buf)[(i)] = (v); }
+#define ACT_LD4A(buf, i) LD4A(buf, i)
+#define ACT_LD4(buf, i) LD4(buf, i)
+#define ACT_ST4A(buf, i, v) ST4A(buf, i, v)
+#define ACT_ST4(buf, i, v) ST4(buf, i, v)
+#define ACT_LDV4(buf, i) (buf)[(i)]
+#define ACT_STV4(buf, i, v) \
+  { (buf)[(i)] = (v); }
+#endif
 // Capability switches (see the OpenCL section): none on GL.
 #define SD_HAS_NV_SHFL 0
 #define SD_HAS_FP64 0
@@ -129,6 +177,28 @@
   }
 #define LLD4(arr, idx) vload4(0, (__local const float*)(arr) + (idx))
 #define LLD4A(arr, idx) (*(__local const float4*)((__local const float*)(arr) + (idx)))
+// Activation storage: SD_ACT_HALF (the host's -DSD_ACT_HALF=1, delegate option activations_fp16) stores the
+// partition's float tensors as half, converted at every load and store (vload_half/vstore_half need no
+// cl_khr_fp16); arithmetic stays fp32. Offsets are in storage elements either way.
+#if SD_ACT_HALF
+#define ACT_LD(buf, i) vload_half((i), (__global const half*)(buf))
+#define ACT_ST(buf, i, v) vstore_half_rte((v), (i), (__global half*)(buf))
+#define ACT_LD4A(buf, i) vloada_half4((i) >> 2, (__global const half*)(buf))
+#define ACT_LD4(buf, i) vload_half4(0, (__global const half*)(buf) + (i))
+#define ACT_ST4A(buf, i, v) vstorea_half4_rte((v), (i) >> 2, (__global half*)(buf))
+#define ACT_ST4(buf, i, v) vstore_half4_rte((v), 0, (__global half*)(buf) + (i))
+#define ACT_LDV4(buf, i) vloada_half4((i), (__global const half*)(buf))
+#define ACT_STV4(buf, i, v) vstorea_half4_rte((v), (i), (__global half*)(buf))
+#else
+#define ACT_LD(buf, i) (buf)[(i)]
+#define ACT_ST(buf, i, v) ((buf)[(i)] = (v))
+#define ACT_LD4A(buf, i) LD4A(buf, i)
+#define ACT_LD4(buf, i) LD4(buf, i)
+#define ACT_ST4A(buf, i, v) ST4A(buf, i, v)
+#define ACT_ST4(buf, i, v) ST4(buf, i, v)
+#define ACT_LDV4(buf, i) (buf)[(i)]
+#define ACT_STV4(buf, i, v) ((buf)[(i)] = (v))
+#endif
 // Capability switches: the one place where a portable kernel learns that it may take an API- or vendor-only body;
 // the kernel keeps its portable twin under the switch's #else, which GL and every other device compile.
 // SD_HAS_NV_SHFL: NVIDIA's OpenCL (the host builds with -DSDGPU_NV_PTX=1 there): 32-lane warps and their shuffles,
