@@ -72,6 +72,9 @@ class GpuOp {
   // the op consumes on the host at prepare time (shapes, axes, permutations)
   // are not listed, so they are never uploaded.
   const std::vector<int>& device_inputs() const { return device_inputs_; }
+  // Device inputs the op's kernels read through float (not ACT_*) parameters -- a bias or gamma given as an input:
+  // with activations_fp16 the partition hands a constant one over as float32, and refuses a non-constant one.
+  const std::vector<int>& float32_inputs() const { return float32_inputs_; }
   // Extra device memory this op needs between its own launches (planned in the arena).
   size_t scratch_bytes() const { return scratch_bytes_; }
   // Enqueues the op's launches; `timings` (nullable) collects one Timer per launch when profiling.
@@ -182,6 +185,7 @@ class GpuOp {
   }
 
   std::vector<int> device_inputs_;
+  std::vector<int> float32_inputs_;
   size_t scratch_bytes_ = 0;
   Residual residual_;
   TensorRef residual_input_;
