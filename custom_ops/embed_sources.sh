@@ -7,7 +7,8 @@
 #       backends/opencl/kernel_sources.txt, each after a '// ---- <path>' line, with '#pragma once' removed
 #   embed_sources.sh gl ROOT CPP GL_FILE...
 #       the compute shaders that gpu/dialect/gen_glsl.py generates from gpu/kernel_sources.txt (CPP: the C
-#       preprocessor command, e.g. "gcc -E"), then each GL-only GL_FILE after a '//== file <path>' line
+#       preprocessor command, e.g. "gcc -E"), then each GL-only GL_FILE after a '//== file <path>' line: twice,
+#       ShaderSource() with float activation storage and ShaderSourceActHalf() with half (gen_glsl.py --act-half)
 #
 # ROOT is the custom_ops/ folder; the lists' paths and GL_FILE are relative to it. A list line that starts with '#'
 # is a comment (CMake's file(STRINGS ... REGEX "^[^#]")). The Bazel build runs this (custom_ops/BUILD).
@@ -60,15 +61,21 @@ $opencl_only"
     for f in "$@"; do
       [ -f "$root/$f" ] || { echo "embed_sources.sh: $f does not exist" >&2; exit 1; }
     done
+    library() {  # library FLAG...: the generated kernels (gen_glsl.py FLAG...), then the GL-only files
+      # shellcheck disable=SC2086  # one kernel path per word
+      (cd "$root" && python3 gpu/dialect/gen_glsl.py --cpp "$cpp" --prelude gpu/dialect/prelude.h \
+        --runtime gpu/dialect/glsl_runtime.glsl --root "$real_root" --plain "$@" --out /dev/stdout $kernels)
+      for f in $gl_files; do
+        printf '//== file %s\n' "$f"
+        cat "$root/$f"
+        printf '\n'
+      done
+    }
+    gl_files="$*"
     printf 'namespace sdgpu::gl {\nconst char* ShaderSource() {\n  return R"SDGPUGL('
-    # shellcheck disable=SC2086  # one kernel path per word
-    (cd "$root" && python3 gpu/dialect/gen_glsl.py --cpp "$cpp" --prelude gpu/dialect/prelude.h \
-      --runtime gpu/dialect/glsl_runtime.glsl --root "$real_root" --plain --out /dev/stdout $kernels)
-    for f in "$@"; do
-      printf '//== file %s\n' "$f"
-      cat "$root/$f"
-      printf '\n'
-    done
+    library
+    printf ')SDGPUGL";\n}\nconst char* ShaderSourceActHalf() {\n  return R"SDGPUGL('
+    library --act-half
     printf ')SDGPUGL";\n}\n}  // namespace sdgpu::gl\n'
     ;;
   *) usage ;;

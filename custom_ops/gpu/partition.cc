@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "abi/int_array.h"
+#include "common/half.h"
 #include "delegate/partitioner.h"
 #include "delegate/sd_delegate.h"
 #include "delegate/tflite_graph.h"
@@ -152,10 +153,11 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     s.name = view.desc.name;
     Status st = CreateGpuOp(device(), view.desc, &s.op);
     if (!st.ok()) return Status::Error("node " + std::to_string(node_index) + " (" + s.name + "): " + st.message());
-    s.output_bytes = view.desc.outputs[0]->bytes;
+    s.elem_bytes = StoredElemBytes(view.desc.outputs[0]);
+    s.output_bytes = StoredBytes(view.desc.outputs[0]);
     const int code = view.desc.builtin_code;
     s.view = (code == kReshape || code == kSqueeze || code == kExpandDims) && !view.desc.inputs.empty() &&
-             view.desc.inputs[0] != nullptr && view.desc.inputs[0]->bytes == s.output_bytes;
+             view.desc.inputs[0] != nullptr && StoredBytes(view.desc.inputs[0]) == s.output_bytes;
     s.code = code;
     s.out_dims = DimsOf(view.desc.outputs[0]);
     if (code == kSlice && view.desc.inputs.size() == 3 && view.desc.inputs[0] != nullptr &&
@@ -319,7 +321,7 @@ GpuPartition::StridedSource GpuPartition::StridedResidualSource(
     }
     src.slice_step = p->second;
     src.tensor = s.inputs[0];
-    src.offset = static_cast<size_t>(s.slice_begin.back()) * 4;  // the GPU SLICE handles 4-byte elements only
+    src.offset = static_cast<size_t>(s.slice_begin.back()) * s.elem_bytes;
     src.row_elems = s.slice_in.back();
     return src;
   }
@@ -481,13 +483,13 @@ long long GpuPartition::ContiguousSliceOffset(const Step& step) {
   const Dims strides = StridesOf(step.slice_in);
   long long elems = 0;
   for (size_t d = 0; d < rank; ++d) elems += static_cast<long long>(step.slice_begin[d]) * strides[d];
-  return elems * 4;  // the GPU SLICE handles 4-byte elements only
+  return elems * static_cast<long long>(step.elem_bytes);
 }
 
 Status GpuPartition::NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const {
   abi::TfLiteTensor* t = nullptr;
   SDGPU_RETURN_IF_ERROR(GetTensor(context, tensor, &t));
-  return device().CreateBuffer(t->bytes, out);
+  return device().CreateBuffer(StoredBytes(t), out);
 }
 
 Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node) {
@@ -537,7 +539,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
     if (step.absorbed) continue;  // its producer writes its output (FuseResidualAdds, FuseGatedGelus)
     abi::TfLiteTensor* out = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, step.output, &out));
-    if (out->bytes != step.output_bytes) {
+    if (StoredBytes(out) != step.output_bytes) {
       return Status::Error("node " + std::to_string(step.node_index) + ": tensor shapes changed after delegation (the " +
                            dev.backend_name() + " backend needs static shapes)");
     }
@@ -547,8 +549,9 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       if (root != internal_.end()) planner_.Alias(root->second, i, last_use_of(step.output, i));
       step.scratch_request = -1;
     } else {
+      elem_bytes_[step.output] = step.elem_bytes;
       if (part_outputs.count(step.output) == 0) {
-        const size_t bytes = step.table_bytes > 0 ? step.table_bytes : out->bytes;  // a norm table: smaller
+        const size_t bytes = step.table_bytes > 0 ? step.table_bytes : step.output_bytes;  // a norm table: smaller
         internal_[step.output] = planner_.Add(bytes, i, last_use_of(step.output, i));
       }
       step.scratch_request = planner_.Add(step.op->scratch_bytes(), i, i);
@@ -558,18 +561,28 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
         steps_[step.stats_producer].stats_request = step.stats_request;
       }
     }
+    const std::set<int> float32_reads = Float32Reads(step);
     for (int t : DeviceReads(step)) {
-      if (t < 0 || producer.count(t) || constants_.count(t) || externals_.count(t)) continue;
+      if (t < 0 || producer.count(t)) continue;
       abi::TfLiteTensor* tensor = nullptr;
       SDGPU_RETURN_IF_ERROR(TensorOf(context, t, &tensor));
+      // with half activation storage, a float input read through a float32 parameter keeps its float32 copy
+      const bool as_float32 = float32_reads.count(t) > 0 && StoredElemBytes(tensor) == 2;
+      if (as_float32 ? constants_f32_.count(t) > 0 : constants_.count(t) + externals_.count(t) > 0) continue;
+      if (as_float32 && !IsConstant(tensor)) {
+        return Status::Error("node " + std::to_string(step.node_index) + " (" + step.name +
+                             "): reads a computed tensor as float32 under activations_fp16");
+      }
       std::unique_ptr<Buffer> buf;
-      SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(tensor->bytes, &buf));
+      SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(as_float32 ? tensor->bytes : StoredBytes(tensor), &buf));
       if (IsConstant(tensor)) {  // weights: uploaded once, kept for the interpreter's lifetime
         const SetupTimer timer(dev, Device::Setup::kWeightsUpload);
-        SDGPU_RETURN_IF_ERROR(dev.Upload(*buf, 0, tensor->bytes, tensor->data.raw, true));
-        dev.NoteWeightBytes(tensor->bytes);
-        constants_.emplace(t, std::move(buf));
+        SDGPU_RETURN_IF_ERROR(UploadTensor(*buf, tensor, as_float32, true));
+        dev.NoteWeightBytes(buf->bytes());
+        if (!as_float32) elem_bytes_[t] = StoredElemBytes(tensor);
+        (as_float32 ? constants_f32_ : constants_).emplace(t, std::move(buf));
       } else {
+        elem_bytes_[t] = StoredElemBytes(tensor);
         externals_.emplace(t, std::move(buf));
         inputs_to_upload_.push_back(t);
       }
@@ -579,6 +592,9 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
     if (externals_.count(t)) continue;
     std::unique_ptr<Buffer> buf;
     SDGPU_RETURN_IF_ERROR(NewBuffer(context, t, &buf));
+    abi::TfLiteTensor* tensor = nullptr;
+    SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
+    elem_bytes_[t] = StoredElemBytes(tensor);
     externals_.emplace(t, std::move(buf));
   }
   SDGPU_RETURN_IF_ERROR(planner_.Plan());
@@ -595,6 +611,48 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
                            std::to_string(externals_.size()) + " input/output buffer(s)");
   prepared_ = true;
   return Status::Ok();
+}
+
+size_t GpuPartition::StoredElemBytes(const abi::TfLiteTensor* t) const {
+  return t != nullptr && t->type == abi::kTfLiteFloat32 ? device().act_bytes() : 4;
+}
+
+size_t GpuPartition::StoredBytes(const abi::TfLiteTensor* t) const {
+  if (t == nullptr) return 0;
+  return t->type == abi::kTfLiteFloat32 && device().act_half() ? t->bytes / 2 : t->bytes;
+}
+
+// Host-side edge conversions: a partition's inputs, outputs and constants are float32 in TFLite, half on the device
+// with activations_fp16 (a latent, an embedding, an image: small next to one UNet step's traffic).
+Status GpuPartition::UploadTensor(const Buffer& buf, const abi::TfLiteTensor* t, bool as_float32,
+                                  bool blocking) const {
+  if (as_float32 || StoredElemBytes(t) != 2) {
+    return device().Upload(buf, 0, std::min(t->bytes, buf.bytes()), t->data.raw, blocking);
+  }
+  const size_t n = std::min(t->bytes / 4, buf.bytes() / 2);
+  const auto* src = reinterpret_cast<const float*>(t->data.raw);
+  edge_staging_.resize(n);
+  for (size_t i = 0; i < n; ++i) edge_staging_[i] = HalfFromFloat(src[i]);
+  // blocking: the staging vector is reused by the next conversion
+  return device().Upload(buf, 0, n * 2, edge_staging_.data(), true);
+}
+
+Status GpuPartition::DownloadTensor(const Buffer& buf, abi::TfLiteTensor* t) const {
+  if (StoredElemBytes(t) != 2) return device().Download(buf, 0, std::min(t->bytes, buf.bytes()), t->data.raw);
+  const size_t n = std::min(t->bytes / 4, buf.bytes() / 2);
+  edge_staging_.resize(n);
+  SDGPU_RETURN_IF_ERROR(device().Download(buf, 0, n * 2, edge_staging_.data()));
+  auto* dst = reinterpret_cast<float*>(t->data.raw);
+  for (size_t i = 0; i < n; ++i) dst[i] = FloatFromHalf(edge_staging_[i]);
+  return Status::Ok();
+}
+
+std::set<int> GpuPartition::Float32Reads(const Step& step) {
+  std::set<int> reads;
+  for (int k : step.op->float32_inputs()) {
+    if (k >= 0 && k < static_cast<int>(step.inputs.size()) && step.inputs[k] >= 0) reads.insert(step.inputs[k]);
+  }
+  return reads;
 }
 
 std::vector<int> GpuPartition::DeviceReads(const Step& step) {
@@ -618,19 +676,21 @@ size_t GpuPartition::RootOffset(int tensor) const {
 Status GpuPartition::Ref(int tensor, TensorRef* out) const {
   const size_t offset = RootOffset(tensor);
   tensor = Root(tensor);
+  auto eb = elem_bytes_.find(tensor);
+  const size_t elem_bytes = eb != elem_bytes_.end() ? eb->second : 4;
   auto it = internal_.find(tensor);
   if (it != internal_.end()) {
-    *out = TensorRef{arena_.get(), planner_.offset(it->second) + offset};
+    *out = TensorRef{arena_.get(), planner_.offset(it->second) + offset, elem_bytes};
     return Status::Ok();
   }
   auto c = constants_.find(tensor);
   if (c != constants_.end()) {
-    *out = TensorRef{c->second.get(), offset};
+    *out = TensorRef{c->second.get(), offset, elem_bytes};
     return Status::Ok();
   }
   auto e = externals_.find(tensor);
   if (e != externals_.end()) {
-    *out = TensorRef{e->second.get(), offset};
+    *out = TensorRef{e->second.get(), offset, elem_bytes};
     return Status::Ok();
   }
   return Status::Error("internal error: tensor " + std::to_string(tensor) + " has no device buffer");
@@ -661,8 +721,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
     if (tensor->data.raw == nullptr && tensor->bytes > 0) return Status::Error("input tensor without data");
-    const Buffer& buf = *externals_.at(t);
-    SDGPU_RETURN_IF_ERROR(dev.Upload(buf, 0, std::min(tensor->bytes, buf.bytes()), tensor->data.raw, false));
+    SDGPU_RETURN_IF_ERROR(UploadTensor(*externals_.at(t), tensor, false, false));
   }
   std::vector<Timings> timings(dev.profiling() ? steps_.size() : 0);
   for (size_t i = 0; i < steps_.size(); ++i) {
@@ -671,6 +730,9 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     if (step.aliased || step.absorbed) continue;
     std::vector<TensorRef> in(step.inputs.size());
     for (int k : step.op->device_inputs()) SDGPU_RETURN_IF_ERROR(Ref(step.inputs[k], &in[k]));
+    for (int k : step.op->float32_inputs()) {
+      if (auto c = constants_f32_.find(step.inputs[k]); c != constants_f32_.end()) in[k] = TensorRef{c->second.get(), 0};
+    }
     if (step.residual >= 0) {
       TensorRef r;
       SDGPU_RETURN_IF_ERROR(Ref(step.residual, &r));
@@ -697,8 +759,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
     if (tensor->data.raw == nullptr && tensor->bytes > 0) return Status::Error("output tensor without data");
-    const Buffer& buf = *externals_.at(t);
-    SDGPU_RETURN_IF_ERROR(dev.Download(buf, 0, std::min(tensor->bytes, buf.bytes()), tensor->data.raw));
+    SDGPU_RETURN_IF_ERROR(DownloadTensor(*externals_.at(t), tensor));
   }
   if (first) {  // every op has produced its device weights: their host sources are no longer read
     dev.ReleaseStaging();  // (Device::StagingFloats)

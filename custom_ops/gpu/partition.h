@@ -148,7 +148,8 @@ class GpuPartition {
     bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
     size_t alias_offset = 0;    // bytes into the input, when aliased
     int scratch_request = -1;
-    size_t output_bytes = 0;
+    size_t output_bytes = 0;    // as stored on the device (half a float32 tensor's with activations_fp16)
+    size_t elem_bytes = 4;      // of the output as stored (TensorRef::elem_bytes)
     double total_ms = 0.0;
     // Per kernel name, in first-launch order: device ms summed over invocations (profile "kernels").
     std::vector<std::pair<std::string, double>> kernel_ms;
@@ -221,6 +222,12 @@ class GpuPartition {
                            const std::unordered_map<int, int>& producer, int* view) const;
   // The tensors a step's launches read: its op's device inputs, its residual and its norm input.
   static std::vector<int> DeviceReads(const Step& step);
+  static std::set<int> Float32Reads(const Step& step);
+  // A tensor's bytes and bytes per element as the device stores it (activations_fp16: float32 tensors as half).
+  size_t StoredBytes(const abi::TfLiteTensor* t) const;
+  size_t StoredElemBytes(const abi::TfLiteTensor* t) const;
+  Status UploadTensor(const Buffer& buf, const abi::TfLiteTensor* t, bool as_float32, bool blocking) const;
+  Status DownloadTensor(const Buffer& buf, abi::TfLiteTensor* t) const;
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.
   static long long ContiguousSliceOffset(const Step& step);
   Status NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const;
@@ -243,6 +250,10 @@ class GpuPartition {
   std::unordered_map<int, std::unique_ptr<FoldedConstant>> folded_;  // DEQUANTIZE output tensor -> its constant
   std::vector<int> folded_nodes_;                                    // their node indices (profile: no launches)
   std::unordered_map<int, std::unique_ptr<Buffer>> constants_;  // uploaded once
+  // activations_fp16: the float32 copies of constants that ops read through float32 parameters (float32_inputs)
+  std::unordered_map<int, std::unique_ptr<Buffer>> constants_f32_;
+  std::unordered_map<int, size_t> elem_bytes_;  // root tensor -> bytes per stored element (TensorRef::elem_bytes)
+  mutable std::vector<uint16_t> edge_staging_;  // UploadTensor / DownloadTensor's half values
   std::map<int, std::unique_ptr<Buffer>> externals_;            // partition inputs/outputs
   std::vector<int> inputs_to_upload_;
   std::vector<int> outputs_;

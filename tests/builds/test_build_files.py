@@ -115,9 +115,13 @@ def test_bazel_embeds_the_gl_shaders_cmake_embeds(cmake_build: Path):
     r = _embed(SRC, "gl", f"{cxx.group(1)} -E", *bazel_list(build, "GL_ONLY_SHADERS"))
     assert r.returncode == 0, r.stderr
     assert r.stdout == (cmake_build / "gl_shader_source.cc").read_text()
-    kernel_files = re.findall(r"^//== file (\S+)$", r.stdout.replace('R"SDGPUGL(', 'R"SDGPUGL(\n', 1), re.M)
-    assert kernel_files == ["gpu/dialect/glsl_runtime.glsl", *listed("gpu/kernel_sources.txt"),
-                            "backends/gl/shaders/common.glsl"]
+    # two libraries, float and half activation storage (ShaderSource, ShaderSourceActHalf), of the same files
+    libraries = re.findall(r'R"SDGPUGL\((.*?)\)SDGPUGL"', r.stdout, re.S)
+    assert len(libraries) == 2 and "const char* ShaderSourceActHalf()" in r.stdout
+    for text in libraries:
+        kernel_files = re.findall(r"^//== file (\S+)$", "\n" + text, re.M)
+        assert kernel_files == ["gpu/dialect/glsl_runtime.glsl", *listed("gpu/kernel_sources.txt"),
+                                "backends/gl/shaders/common.glsl"]
 
 
 def test_embed_sources_fails_on_a_missing_file(tmp_path: Path):

@@ -27,20 +27,21 @@ def cpp_command() -> str:
     raise RuntimeError("no C/C++ compiler on PATH to preprocess the kernel dialect")
 
 
-@lru_cache(maxsize=1)
-def glsl_library() -> str:
-    """The generated shader library text (gen_glsl.py --plain), computed once per test session."""
+@lru_cache(maxsize=2)
+def glsl_library(act_half: bool = False) -> str:
+    """The generated shader library text (gen_glsl.py --plain; ``act_half``: --act-half, the half activation
+    storage library), computed once per test session."""
     proc = subprocess.run(
         [sys.executable, str(DIALECT / "gen_glsl.py"), "--cpp", cpp_command(), "--prelude", str(DIALECT / "prelude.h"),
-         "--runtime", str(DIALECT / "glsl_runtime.glsl"), "--root", str(CUSTOM_OPS), "--plain", "--out", "/dev/stdout",
-         *map(str, kernel_sources())],
+         "--runtime", str(DIALECT / "glsl_runtime.glsl"), "--root", str(CUSTOM_OPS), "--plain",
+         *(["--act-half"] if act_half else []), "--out", "/dev/stdout", *map(str, kernel_sources())],
         capture_output=True, text=True, check=True)
     return proc.stdout
 
 
-def glsl_kernels() -> dict[str, tuple[str, str]]:
+def glsl_kernels(act_half: bool = False) -> dict[str, tuple[str, str]]:
     """Kernel name -> (source file relative to custom_ops/, generated shader section)."""
-    parts = _SECTION.split(glsl_library())  # [prelude, kind, name, body, kind, name, body, ...]
+    parts = _SECTION.split(glsl_library(act_half))  # [prelude, kind, name, body, kind, name, body, ...]
     out: dict[str, tuple[str, str]] = {}
     current_file = ""
     for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3]):

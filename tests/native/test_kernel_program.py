@@ -16,12 +16,21 @@ from kernel_dialect import opencl_program_files, opencl_program_source
 cl = pytest.importorskip("pyopencl")  # a test dependency (pyproject [test]); CI has it
 
 
-@pytest.fixture(scope="module")
-def kernel_names() -> set[str]:
+def _kernel_names(options: str) -> set[str]:
     warnings.filterwarnings("ignore", category=cl.CompilerWarning)
     ctx = cl.create_some_context(interactive=False)
-    program = cl.Program(ctx, opencl_program_source()).build(options="-cl-std=CL1.2")
+    program = cl.Program(ctx, opencl_program_source()).build(options=options)
     return set(program.get_info(cl.program_info.KERNEL_NAMES).split(";"))
+
+
+@pytest.fixture(scope="module")
+def kernel_names() -> set[str]:
+    return _kernel_names("-cl-std=CL1.2")
+
+
+def test_half_activation_storage_builds_the_same_kernels(kernel_names: set[str]) -> None:
+    # delegate option activations_fp16: the same program with SD_ACT_HALF=1 (vload_half / vstore_half, no cl_khr_fp16)
+    assert _kernel_names("-cl-std=CL1.2 -DSD_ACT_HALF=1") == kernel_names
 
 
 def test_program_files_follow_the_lists() -> None:

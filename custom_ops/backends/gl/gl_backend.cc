@@ -15,6 +15,7 @@ Status CreateGlBackend(const DelegateOptions& options, const Logger& logger, std
   o.kernel_alias = options.gl_kernel_alias;
   o.dump_dir = options.gl_dump_dir;
   o.limits = options.gl_limits;
+  o.act_half = options.activations_fp16;
   std::unique_ptr<gl::GlDevice> device;
   SDGPU_RETURN_IF_ERROR(gl::GlDevice::Create(o, logger, &device));
   device->set_cache(gpu::OpenCache(options, logger));

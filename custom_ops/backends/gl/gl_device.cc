@@ -111,7 +111,8 @@ Status GlDevice::Create(const GlDeviceOptions& options, const Logger& logger, st
 
 Status GlDevice::Init(const GlDeviceOptions& options) {
   options_ = options;
-  SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(ShaderSource(), &library_));
+  set_act_half(options.act_half);
+  SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(options.act_half ? ShaderSourceActHalf() : ShaderSource(), &library_));
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
   const GlApi& a = api();

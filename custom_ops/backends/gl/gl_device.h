@@ -77,6 +77,7 @@ struct GlDeviceOptions {
   std::string kernel_alias;  // "a=b,c=d"
   std::string dump_dir;
   GlLimits limits;  // gl_limits
+  bool act_half = false;  // delegate option activations_fp16: the half-storage shader library
 };
 
 class GlDevice final : public gpu::Device {

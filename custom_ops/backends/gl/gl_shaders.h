@@ -32,6 +32,8 @@ namespace sdgpu::gl {
 
 // The concatenated GLSL sources (generated from the *.glsl files at build time).
 const char* ShaderSource();
+// The same kernels built for half activation storage (SD_ACT_HALF 1; delegate option activations_fp16).
+const char* ShaderSourceActHalf();
 
 // A kernel or fragment section.
 struct KernelSource {

@@ -14,6 +14,7 @@ Status CreateOpenClBackend(const DelegateOptions& options, const Logger& logger,
   o.store_binaries = options.cache_programs == CachePrograms::kAlways  ? ocl::StoreBinaries::kAlways
                      : options.cache_programs == CachePrograms::kNever ? ocl::StoreBinaries::kNever
                                                                        : ocl::StoreBinaries::kAuto;
+  o.act_half = options.activations_fp16;
   std::unique_ptr<ocl::OpenClDevice> device;
   SDGPU_RETURN_IF_ERROR(ocl::OpenClDevice::Create(o, logger, &device));
   device->set_cache(o.cache);

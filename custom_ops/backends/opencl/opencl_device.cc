@@ -132,6 +132,10 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
       cc_major >= 9) {
     rt->build_options_ += kNvidiaSm90Option;
   }
+  if (options.act_half) {  // a different program (and cache entry) from the float-storage one
+    rt->build_options_ += " -DSD_ACT_HALF=1";
+    rt->set_act_half(true);
+  }
   SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t),
                                                      &rt->max_wg_, nullptr),
                                 "clGetDeviceInfo(MAX_WORK_GROUP_SIZE)"));

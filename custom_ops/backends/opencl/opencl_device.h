@@ -43,6 +43,7 @@ struct OpenClDeviceOptions {
   bool profiling = false;  // queue with CL_QUEUE_PROFILING_ENABLE; launches record event Timers
   std::shared_ptr<const DiskCache> cache;  // the persistent cache (program binaries); null = none
   StoreBinaries store_binaries = StoreBinaries::kAuto;  // delegate option cache_programs
+  bool act_half = false;  // delegate option activations_fp16: the program is built with -DSD_ACT_HALF=1
 };
 
 class OpenClDevice final : public gpu::Device {

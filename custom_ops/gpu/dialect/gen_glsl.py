@@ -119,9 +119,11 @@ class Line:
     line: int
 
 
-def preprocess(cpp: list[str], prelude: Path, files: list[Path]) -> list[Line]:
-    """The dialect files expanded for GLSL, one entry per output line with the source position it came from."""
-    parts = ["#define SD_API_GLSL 1\n", f'#include "{prelude.resolve()}"\n']
+def preprocess(cpp: list[str], prelude: Path, files: list[Path], act_half: bool = False) -> list[Line]:
+    """The dialect files expanded for GLSL, one entry per output line with the source position it came from.
+
+    ``act_half``: half activation storage (``SD_ACT_HALF`` 1, the prelude's ``ACT_*`` macros on ``_u32`` views)."""
+    parts = ["#define SD_API_GLSL 1\n", f"#define SD_ACT_HALF {int(act_half)}\n", f'#include "{prelude.resolve()}"\n']
     parts += [f'#include "{f.resolve()}"\n' for f in files]
     proc = subprocess.run(
         cpp + ["-undef", "-nostdinc", "-x", "c", "-std=c99", "-"],
@@ -488,10 +490,12 @@ def library_text(runtime: str, kernels: list[Kernel], root: Path) -> str:
     return "".join(out)
 
 
-def cpp_source(text: str) -> str:
-    # The raw-string delimiter must not occur in the text; split into chunks (MSVC-style limits do not apply).
-    assert ")SDGPUGL\"" not in text
+def cpp_source(text: str, half_text: str) -> str:
+    """The C++ file: ShaderSource() (float activation storage) and ShaderSourceActHalf() (half storage)."""
+    # The raw-string delimiter must not occur in the text.
+    assert ")SDGPUGL\"" not in text + half_text
     return ("namespace sdgpu::gl {\nconst char* ShaderSource() {\n  return R\"SDGPUGL(" + text +
+            ")SDGPUGL\";\n}\nconst char* ShaderSourceActHalf() {\n  return R\"SDGPUGL(" + half_text +
             ")SDGPUGL\";\n}\n}  // namespace sdgpu::gl\n")
 
 
@@ -503,21 +507,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, required=True, help="paths in the library are relative to this")
     ap.add_argument("--out", type=Path, required=True, help="C++ file (or .glsl with --plain)")
     ap.add_argument("--plain", action="store_true", help="write the library text itself, not C++")
+    ap.add_argument("--act-half", action="store_true", help="with --plain: the half activation storage library")
     ap.add_argument("files", type=Path, nargs="+")
     args = ap.parse_args(argv)
-    try:
-        lines = preprocess(shlex.split(args.cpp), args.prelude, args.files)
-        kernels = translate(split_items(lines))
-    except DialectError as e:
-        print(f"gen_glsl.py: error: {e}", file=sys.stderr)
-        return 1
-    names = [k.name for k in kernels]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        print(f"gen_glsl.py: error: kernels defined twice: {sorted(dup)}", file=sys.stderr)
-        return 1
-    text = library_text(args.runtime.read_text(), kernels, args.root)
-    content = text if args.plain else cpp_source(text)
+    texts: dict[bool, str] = {}
+    for act_half in (False, True) if not args.plain else (args.act_half,):
+        try:
+            lines = preprocess(shlex.split(args.cpp), args.prelude, args.files, act_half)
+            kernels = translate(split_items(lines))
+        except DialectError as e:
+            print(f"gen_glsl.py: error: {e}", file=sys.stderr)
+            return 1
+        names = [k.name for k in kernels]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            print(f"gen_glsl.py: error: kernels defined twice: {sorted(dup)}", file=sys.stderr)
+            return 1
+        texts[act_half] = library_text(args.runtime.read_text(), kernels, args.root)
+    content = texts[args.act_half] if args.plain else cpp_source(texts[False], texts[True])
     if str(args.out) == "/dev/stdout":
         sys.stdout.write(content)
     elif not args.out.exists() or args.out.read_text() != content:  # keep the timestamp when nothing changed
