@@ -81,6 +81,10 @@ class DelegateOptions:
     set-up phase runs longer than 3 s; sdlite turns it off where it shows its own progress bar.
     ``weights_fp16`` (GPU backends): store the constant GEMM/conv/Winograd weights as half on the device
     (half the weight memory; fp32 arithmetic, ~1e-3 relative error).
+    ``activations_fp16`` (GPU backends): store the partition's float tensors (activations, the constants ops read
+    like them, the Winograd transforms' intermediates) as half on the device: half the arena's bytes and memory
+    traffic; fp32 arithmetic; inputs and outputs stay float32 (converted at the partition's edge). A node whose
+    kernels keep float32 storage runs on the CPU while it is on.
     ``gemm_autotune`` (GPU backends; unset = the delegate's default, on): time the GEMM/conv tile configs of
     each distinct shape at the first invoke and keep the fastest (a slower first run for faster steady-state
     steps; see ``TileTuner`` in ``custom_ops/gpu/matmul_ops.h``).
@@ -146,6 +150,7 @@ class DelegateOptions:
     tuning_budget_ms: int | None = None
     setup_progress: bool | None = None
     weights_fp16: bool = False
+    activations_fp16: bool = False
     gemm_autotune: bool | None = None
     fuse_epilogues: bool | None = None
     attention_key_splits: int | None = None
@@ -179,8 +184,9 @@ class DelegateOptions:
         value = self.attention_key_splits
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 64):
             raise NativeDelegateError(f"attention_key_splits must be an int in 0..64, got {value!r}")
-        if not isinstance(self.weights_fp16, bool):
-            raise NativeDelegateError(f"weights_fp16 must be a bool, got {self.weights_fp16!r}")
+        for name in ("weights_fp16", "activations_fp16"):
+            if not isinstance(getattr(self, name), bool):
+                raise NativeDelegateError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in FLAG_OPTIONS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
@@ -221,6 +227,8 @@ class DelegateOptions:
                 out[name] = str(value)
         if self.weights_fp16:
             out["weights_fp16"] = "1"
+        if self.activations_fp16:
+            out["activations_fp16"] = "1"
         for name in FLAG_OPTIONS:
             value = getattr(self, name)
             if value is not None:
@@ -376,7 +384,7 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
     attention_block_q, attention_block_k, profile_path, cache_dir, cache_max_mb, cache_programs, tuning_budget_ms,
-    setup_progress, weights_fp16, gemm_autotune,
+    setup_progress, weights_fp16, activations_fp16, gemm_autotune,
     fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_*),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
