@@ -9,7 +9,8 @@ Each (model, value) gets a fresh interpreter with ``{"backend": BACKEND, KEY: va
 same random inputs; with ``--reference-backend cpu`` the model also runs once on that backend of the same library, or
 with ``--reference-model plain.tflite`` that model runs once on LiteRT's own CPU kernels (XNNPACK, all cores; the kit's
 parity reference: the unfused export of the same weights, inputs matched by name), and each value's outputs are
-compared with it (max |out - ref| over max |ref|, the worst output). Writes a JSON and a
+compared with it (max |out - ref| over max |ref|, the worst output). Each value's delegate stats after its first
+invoke give the arena and device weight bytes and the partition count (sdlite.native.stats on ``--lib``). Writes a JSON and a
 markdown table to ``--out`` and prints the table. (BENCHMARKS' ``opencl_flush_every`` sweep ran with commit 124a2e7, which
 had that option; it was dropped after the sweep showed no effect.)
 """
@@ -39,8 +40,10 @@ def main() -> int:
                     help="parity against this model (one model only) on LiteRT's CPU kernels, no delegate")
     ap.add_argument("--out", type=Path, default=Path("option-sweep"))
     args = ap.parse_args()
+    os.environ["SDLITE_DELEGATE_PATH"] = str(Path(args.lib).resolve())  # sdlite.native.stats reads this library
     from ai_edge_litert.interpreter import Interpreter, load_delegate
 
+    from sdlite import native
     from sdlite.tflite_info import read_model_info
 
     key, _, values_text = args.option.partition("=")
@@ -50,6 +53,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, list[float]]] = {}
     errors: dict[str, dict[str, float]] = {}
+    memory: dict[str, dict[str, dict[str, int]]] = {}
 
     def feed(it, inputs: dict[str, np.ndarray]) -> None:
         """``inputs`` by tensor name (the position where a name differs, e.g. another export's reference model)."""
@@ -59,9 +63,15 @@ def main() -> int:
             it.set_tensor(d["index"], inputs.get(d["name"], ordered[k]))
         it.invoke()
 
-    def run_once(model: Path, options: dict, inputs: dict[str, np.ndarray]):
-        it = Interpreter(model_path=str(model), experimental_delegates=[load_delegate(args.lib, options)])
+    def run_once(model: Path, options: dict, inputs: dict[str, np.ndarray], record: str = ""):
+        delegate = load_delegate(args.lib, options)
+        it = Interpreter(model_path=str(model), experimental_delegates=[delegate])
         feed(it, inputs)
+        if record:
+            st = native.stats(delegate)
+            memory.setdefault(str(model), {})[record] = {
+                k: int(st.get(k, -1)) for k in ("max_arena_bytes", "device_weight_bytes", "partitions")}
+        it._sweep_delegate = delegate  # noqa: SLF001 - kept alive with its interpreter
         return it
 
     def outputs(it) -> list[np.ndarray]:
@@ -79,7 +89,7 @@ def main() -> int:
             ref = outputs(cpu)
         interps = {}
         for v in values:
-            it = run_once(model, {"backend": args.backend, key: v}, inputs)
+            it = run_once(model, {"backend": args.backend, key: v}, inputs, record=v)
             if ref is not None:
                 errors.setdefault(str(model), {})[v] = max(
                     float(np.abs(o - r).max() / max(np.abs(r).max(), 1e-30)) for o, r in zip(outputs(it), ref))
@@ -98,18 +108,23 @@ def main() -> int:
         del interps
     ref_name = args.reference_backend or (f"{args.reference_model.name} on XNNPACK" if args.reference_model else "")
     err_head = f" max rel err vs {ref_name} |" if ref_name else ""
-    lines = [f"| model | {key} | median ms | min ms | ratio to {key}={values[0]} |{err_head}",
-             "|---|---:|---:|---:|---:|" + ("---:|" if err_head else "")]
+    lines = [f"| model | {key} | median ms | min ms | ratio to {key}={values[0]} | arena MB | GPU weights MB | "
+             f"partitions |{err_head}",
+             "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if err_head else "")]
     for model, times in results.items():
         base = statistics.median(times[values[0]])
         for v in values:
             med = statistics.median(times[v])
             err = f" {errors[model][v]:.1e} |" if err_head else ""
+            mem = memory.get(model, {}).get(v, {})
+            mb = {k: f"{mem[k] / 2**20:.1f}" if mem.get(k, -1) >= 0 else "-"
+                  for k in ("max_arena_bytes", "device_weight_bytes")}
             lines.append(f"| {Path(model).parent.name}/{Path(model).name} | {v} | {med:.2f} | {min(times[v]):.2f} | "
-                         f"{med / base:.3f} |{err}")
+                         f"{med / base:.3f} | {mb['max_arena_bytes']} | {mb['device_weight_bytes']} | "
+                         f"{mem.get('partitions', '-')} |{err}")
     table = "\n".join(lines)
     (args.out / "option_sweep.json").write_text(json.dumps({"option": key, "values": values, "ms": results,
-                                                            "max_rel_err": errors}, indent=1))
+                                                            "max_rel_err": errors, "memory": memory}, indent=1))
     (args.out / "option_sweep.md").write_text(table + "\n")
     print(table)
     return 0

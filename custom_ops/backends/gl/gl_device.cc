@@ -206,8 +206,9 @@ GlDevice::~GlDevice() {
   (void)GlCheck(a, "deleting programs");
 }
 
-// "layout(std430, binding = K) [readonly ]buffer SdBufK[_v4|_u32] { TYPE name[]; };" (gen_glsl.py): the element size of
-// each binding's own declaration (no suffix), or 2 when only the _u32 view of a half buffer exists.
+// "layout(std430, binding = K) [readonly ]buffer SdBufK[_v4|_u32|_h4] { TYPE name[]; };" (gen_glsl.py): the element
+// size of each binding's own declaration (no suffix), or, for a half buffer that has only half views, 2 (_u32) or 8
+// (_h4, a float4* parameter).
 namespace {
 
 std::vector<int> BindingElementBytes(const std::string& source) {
@@ -226,6 +227,8 @@ std::vector<int> BindingElementBytes(const std::string& source) {
                                                type.rfind("uvec4", 0) == 0 ? 16 : 4;
     } else if (rest.rfind("_u32 {", 0) == 0 && bytes[static_cast<size_t>(k)] == 0) {
       bytes[static_cast<size_t>(k)] = 2;
+    } else if (rest.rfind("_h4 {", 0) == 0 && bytes[static_cast<size_t>(k)] == 0) {
+      bytes[static_cast<size_t>(k)] = 8;  // four halves: a float4* parameter with half activation storage
     }
   }
   for (int& b : bytes) b = b == 0 ? 4 : b;

@@ -6,8 +6,9 @@ with SD_API_GLSL defined), then every ``KERNEL`` of the expansion becomes one GL
 of the embedded shader library (backends/gl/gl_shaders.h's format: ``//== file`` / ``//== kernel`` markers):
 
 * buffer parameters -> ``layout(std430, binding = k) buffer`` blocks in parameter order (``readonly`` when the
-  parameter is ``const``), plus the ``NAME_v4`` (vec4) and ``NAME_u32`` (packed halves) views of the same binding
-  when the kernel uses them (the dialect's LD4A / ST4A / LDH / LDH4A); scalars -> ``layout(location = j) uniform``;
+  parameter is ``const``), plus the ``NAME_v4`` (vec4), ``NAME_u32`` (packed halves) and ``NAME_h4`` (four packed
+  halves) views of the same binding when the kernel uses them (the dialect's LD4A / ST4A / LDH / LDH4A / ACT_*; a
+  buffer used only through half views has no float view); scalars -> ``layout(location = j) uniform``;
 * ``LOCAL`` arrays declared in the kernel -> ``shared`` arrays at file scope;
 * C casts ``(T)x`` -> constructors ``T(x)``; ``.s0``..``.s3`` -> ``.x``..``.w``; ``const`` inside functions,
   ``inline`` and ``__attribute__((...))`` dropped; ``CONSTANT_TABLE`` arrays -> ``const T name[N] = T[N](...)``;
@@ -451,12 +452,17 @@ def translate(items: list[Item]) -> list[Kernel]:
             if p.buffer:
                 ro = "readonly " if p.readonly else ""
                 views = []
-                if BUFFER_TYPES[p.type] is not None:  # a half buffer has only its _u32 view
+                half_views = f"{p.name}_u32" in used or f"{p.name}_h4" in used
+                # a half buffer (a `half*` parameter, or an ACT_* one with SD_ACT_HALF 1) has only its half views: the
+                # launch reads each binding's element size from its declarations (GlDevice, BindingElementBytes)
+                if BUFFER_TYPES[p.type] is not None and (p.name in used or not half_views):
                     views.append(("", BUFFER_TYPES[p.type]))
                 if f"{p.name}_v4" in used:
                     views.append(("_v4", "vec4"))
                 if f"{p.name}_u32" in used:
                     views.append(("_u32", "uint"))
+                if f"{p.name}_h4" in used:
+                    views.append(("_h4", "uvec2"))
                 for suffix, typ in views:
                     decls.append(f"layout(std430, binding = {binding}) {ro}buffer SdBuf{binding}{suffix} "
                                  f"{{ {typ} {p.name}{suffix}[]; }};")

@@ -124,8 +124,13 @@
     ACT_ST(buf, st4ui_ + 2, st4u_.z)            \
     ACT_ST(buf, st4ui_ + 3, st4u_.w)            \
   }
-#define ACT_LDV4(buf, i) ACT_LD4A(buf, (i) * 4)
-#define ACT_STV4(buf, i, v) ACT_ST4A(buf, (i) * 4, v)
+// A float4* parameter's half view: uvec2 elements (four halves), so its offsets stay in float4 units.
+#define ACT_LDV4(buf, i) vec4(unpackHalf2x16(buf##_h4[(i)].x), unpackHalf2x16(buf##_h4[(i)].y))
+#define ACT_STV4(buf, i, v)                                          \
+  {                                                                  \
+    vec4 stv4_ = (v);                                                \
+    buf##_h4[(i)] = uvec2(packHalf2x16(stv4_.xy), packHalf2x16(stv4_.zw)); \
+  }
 #else
 #define ACT_LD(buf, i) (buf)[(i)]
 #define ACT_ST(buf, i, v) \
