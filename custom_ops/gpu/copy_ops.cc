@@ -9,7 +9,11 @@
 // when the innermost run allows; a TRANSPOSE that swaps the last two
 // (collapsed) dims goes through a local-memory tile (transpose_tiled);
 // RESIZE_NEAREST_NEIGHBOR moves 4 channels at a time when C % 4 == 0.
+// Every kernel has an _act twin (gpu/kernels/copy.kern) over activation storage: a float tensor with
+// activations_fp16 is stored as half and copied through it; int32 tensors, and everything in float32 mode, copy raw
+// 4-byte elements.
 #include <algorithm>
+#include <string>
 
 #include "gpu/builtin_params.h"
 #include "gpu/op_factories.h"
@@ -17,6 +21,13 @@
 
 namespace sdgpu::gpu {
 namespace {
+
+// The layout kernel `name` for a tensor of `type`: its _act twin when the partition stores that tensor as half.
+std::string LayoutKernel(const Device& dev, abi::TfLiteType type, const std::string& name) {
+  if (!dev.act_half() || type != abi::kTfLiteFloat32) return name;
+  const size_t v4 = name.rfind("_v4");
+  return v4 == std::string::npos ? name + "_act" : name.substr(0, v4) + "_act_v4";
+}
 
 // A copy from `src` into (a region of) `dst`, described in output coordinates.
 struct CopyPlan {
@@ -105,11 +116,12 @@ Status UploadCopyMeta(const Device& dev, const CopyPlan& p, std::unique_ptr<Buff
 // tensors' offsets are multiples of 4 elements at launch.
 class CopyOp final : public GpuOp {
  public:
-  static Status Create(const Device& dev, std::vector<CopyPlan> plans, std::vector<int> inputs,
+  // `type`: the element type of the source(s) and destination (LayoutKernel).
+  static Status Create(const Device& dev, abi::TfLiteType type, std::vector<CopyPlan> plans, std::vector<int> inputs,
                        std::unique_ptr<GpuOp>* out) {
     auto u = std::make_unique<CopyOp>();
-    SDGPU_RETURN_IF_ERROR(dev.GetKernel("copy_nd", &u->k_));
-    if (!dev.GetKernel("copy_nd_v4", &u->k4_).ok()) u->k4_ = nullptr;
+    SDGPU_RETURN_IF_ERROR(dev.GetKernel(LayoutKernel(dev, type, "copy_nd"), &u->k_));
+    if (!dev.GetKernel(LayoutKernel(dev, type, "copy_nd_v4"), &u->k4_).ok()) u->k4_ = nullptr;
     for (CopyPlan& plan : plans) {
       SDGPU_RETURN_IF_ERROR(Need(plan.out_dims.size() <= kMaxRank, "rank above 6"));
       const CopyPlan p = Collapse(plan);
@@ -233,7 +245,7 @@ Status MakeReshape(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuO
   SDGPU_RETURN_IF_ERROR(Need(Is4Byte(node.inputs[0]), "only 4-byte element types are supported"));
   const int64_t n = NumElements(DimsOf(node.outputs[0]));
   SDGPU_RETURN_IF_ERROR(Need(n == NumElements(DimsOf(node.inputs[0])), "element count mismatch"));
-  return CopyOp::Create(dev, {Contiguous({n})}, {0}, out);
+  return CopyOp::Create(dev, node.inputs[0]->type, {Contiguous({n})}, {0}, out);
 }
 
 Status MakeTranspose(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
@@ -253,14 +265,15 @@ Status MakeTranspose(const Device& dev, const NodeDesc& node, std::unique_ptr<Gp
   const size_t r = c.out_dims.size();
   const Kernel* k = nullptr;
   if (r >= 2 && r <= 3 && c.src_strides[r - 2] == 1 && c.src_strides[r - 1] != 1 &&
-      dev.max_work_group_size() >= kTransposeTile * kTransposeRows && dev.GetKernel("transpose_tiled", &k).ok()) {
+      dev.max_work_group_size() >= kTransposeTile * kTransposeRows &&
+      dev.GetKernel(LayoutKernel(dev, node.inputs[0]->type, "transpose_tiled"), &k).ok()) {
     const int64_t batch = r == 3 ? c.out_dims[0] : 1, sb = r == 3 ? c.src_strides[0] : 0;
     *out = std::make_unique<TransposeTiledOp>(k, static_cast<int>(batch), static_cast<int>(c.out_dims[r - 1]),
                                               static_cast<int>(c.out_dims[r - 2]), static_cast<int>(sb),
                                               static_cast<int>(c.src_strides[r - 1]));
     return Status::Ok();
   }
-  return CopyOp::Create(dev, {p}, {0}, out);
+  return CopyOp::Create(dev, node.inputs[0]->type, {p}, {0}, out);
 }
 
 Status MakeBroadcastTo(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
@@ -269,7 +282,7 @@ Status MakeBroadcastTo(const Device& dev, const NodeDesc& node, std::unique_ptr<
   SDGPU_RETURN_IF_ERROR(Need(CanBroadcast(in, o), "not broadcastable"));
   CopyPlan p = Contiguous(o);
   p.src_strides = BroadcastStrides(in, o);
-  return CopyOp::Create(dev, {p}, {0}, out);
+  return CopyOp::Create(dev, node.inputs[0]->type, {p}, {0}, out);
 }
 
 Status MakeSlice(const Device& dev, const NodeDesc& node, bool strided, std::unique_ptr<GpuOp>* out) {
@@ -301,7 +314,7 @@ Status MakeSlice(const Device& dev, const NodeDesc& node, bool strided, std::uni
       p.src_strides[d] = is[d] * step[d];
       p.src_base += b[d] * is[d];
     }
-    return CopyOp::Create(dev, {p}, {0}, out);
+    return CopyOp::Create(dev, node.inputs[0]->type, {p}, {0}, out);
   }
   SDGPU_RETURN_IF_ERROR(Need(o.size() == in.size(), "rank mismatch"));
   const Dims is = StridesOf(in);
@@ -311,7 +324,7 @@ Status MakeSlice(const Device& dev, const NodeDesc& node, bool strided, std::uni
     p.src_strides[d] = is[d];
     p.src_base += begin[d] * is[d];
   }
-  return CopyOp::Create(dev, {p}, {0}, out);
+  return CopyOp::Create(dev, node.inputs[0]->type, {p}, {0}, out);
 }
 
 Status MakePad(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
@@ -329,7 +342,7 @@ Status MakePad(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* 
     SDGPU_RETURN_IF_ERROR(Need(pads[2 * d] >= 0 && pads[2 * d + 1] >= 0, "negative padding"));
     p.lo[d] = pads[2 * d];
   }
-  return CopyOp::Create(dev, {p}, {0}, out);
+  return CopyOp::Create(dev, node.inputs[0]->type, {p}, {0}, out);
 }
 
 Status MakeConcat(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out) {
@@ -353,7 +366,7 @@ Status MakeConcat(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp
     inputs.push_back(static_cast<int>(i));
   }
   SDGPU_RETURN_IF_ERROR(Need(at == o[axis], "concatenated size mismatch"));
-  return CopyOp::Create(dev, plans, inputs, out);
+  return CopyOp::Create(dev, node.outputs[0]->type, plans, inputs, out);
 }
 
 Status MakeGather(const Device& dev, const NodeDesc& node, int params_input, int axis, std::unique_ptr<GpuOp>* out) {
@@ -374,7 +387,7 @@ Status MakeGather(const Device& dev, const NodeDesc& node, int params_input, int
   SDGPU_RETURN_IF_ERROR(Need(u->n_ == NumElements(DimsOf(node.outputs[0])), "output size mismatch"));
   u->params_ = params_input;
   u->device_inputs_ = {0, 1};
-  SDGPU_RETURN_IF_ERROR(dev.GetKernel("gather_rows", &u->k_));
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel(LayoutKernel(dev, p->type, "gather_rows"), &u->k_));
   *out = std::move(u);
   return Status::Ok();
 }
@@ -390,8 +403,9 @@ Status MakeResizeNearest(const Device& dev, const NodeDesc& node, std::unique_pt
            static_cast<int>(o[2]), prm->align_corners ? 1 : 0, prm->half_pixel_centers ? 1 : 0,
            static_cast<int>(NumElements(o))};
   u->device_inputs_ = {0};
-  SDGPU_RETURN_IF_ERROR(dev.GetKernel("resize_nearest", &u->k_));
-  if (in[3] % 4 != 0 || !dev.GetKernel("resize_nearest_v4", &u->k4_).ok()) u->k4_ = nullptr;
+  const abi::TfLiteType type = node.inputs[0]->type;
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel(LayoutKernel(dev, type, "resize_nearest"), &u->k_));
+  if (in[3] % 4 != 0 || !dev.GetKernel(LayoutKernel(dev, type, "resize_nearest_v4"), &u->k4_).ok()) u->k4_ = nullptr;
   *out = std::move(u);
   return Status::Ok();
 }

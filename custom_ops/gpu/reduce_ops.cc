@@ -1,7 +1,8 @@
 // Reductions (kernels in backends/<backend>/kernels/reduce.*): MEAN/SUM/
 // REDUCE_MAX over adjacent axes and row SOFTMAX, one work-group per output
 // (row) with a shared-memory tree; few outputs over long contiguous rows go
-// through two stages (chunk partials in scratch, then the per-row tree).
+// through two stages (chunk partials in scratch, then the per-row tree). Tensors are in activation storage
+// (ACT_*, elem_offset()); the partials stay float.
 #include <algorithm>
 
 #include "gpu/builtin_params.h"
@@ -21,7 +22,8 @@ constexpr int kTwoStageMaxOutputs = 2048;
 
 // reduce_f32(y, yo, x, xo, int red, int inner, int mode); x viewed as [outer, red, inner].
 // Two-stage (inner == 1): reduce_partial(part, po, x, xo, int red, int chunk, int nchunks, int mode, float scale)
-// over (row, chunk) into the op's scratch, then reduce_f32 over the partials ([outer, nchunks, 1], sum or max).
+// over (row, chunk) into the op's scratch (float), then reduce_f32_part (reduce_f32 reading float x) over the
+// partials ([outer, nchunks, 1], sum or max).
 class ReduceOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
@@ -35,18 +37,20 @@ class ReduceOp final : public GpuOp {
       return dev.Launch(*k_, a, {outputs * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
     }
     Args p;
-    p.Buf(scratch.buffer, scratch.elem_offset()).Buf(in[0].buffer, in[0].elem_offset()).Int(red_).Int(kReduceChunk);
+    const int po = scratch.elem_offset(sizeof(float));  // float partials
+    p.Buf(scratch.buffer, po).Buf(in[0].buffer, in[0].elem_offset()).Int(red_).Int(kReduceChunk);
     p.Int(nchunks_).Int(mode_).Float(mode_ == 0 ? 1.0f / static_cast<float>(red_) : 1.0f);
     SDGPU_RETURN_IF_ERROR(
         dev.Launch(*partial_, p, {outputs * nchunks_ * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings));
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, scratch.elem_offset()).Int(nchunks_).Int(1);
+    a.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, po).Int(nchunks_).Int(1);
     a.Int(mode_ == 2 ? 2 : 1);
-    return dev.Launch(*k_, a, {outputs * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
+    return dev.Launch(*sum_parts_, a, {outputs * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
   }
 
   const Kernel* k_ = nullptr;
-  const Kernel* partial_ = nullptr;  // null: one stage
+  const Kernel* partial_ = nullptr;    // null: one stage
+  const Kernel* sum_parts_ = nullptr;  // reduce_f32_part (two stages)
   int outer_ = 1, red_ = 1, inner_ = 1, mode_ = 0, nchunks_ = 0;
 };
 
@@ -104,7 +108,7 @@ Status MakeReduce(const Device& dev, const NodeDesc& node, int mode, std::unique
   u->device_inputs_ = {0};
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("reduce_f32", &u->k_));
   if (u->inner_ == 1 && u->red_ >= 2 * kReduceChunk && u->outer_ <= kTwoStageMaxOutputs &&
-      dev.GetKernel("reduce_partial", &u->partial_).ok()) {
+      dev.GetKernel("reduce_partial", &u->partial_).ok() && dev.GetKernel("reduce_f32_part", &u->sum_parts_).ok()) {
     u->nchunks_ = (u->red_ + kReduceChunk - 1) / kReduceChunk;
     u->scratch_bytes_ = static_cast<size_t>(u->outer_) * u->nchunks_ * sizeof(float);
   } else {

@@ -18,7 +18,8 @@
 // float64 (one rounding, like the CPU backend) and uploaded (see PackedWeights).
 // weights_fp16 stores U as half for F(2x2) only: the output transform's cancellation amplifies U's
 // rounding (measured, Ci 32..320, max |err| / max |y|: F2 3e-4, F4 5e-3, F6 3e-2 .. 8e-2), so F4/F6 keep
-// float32 U -- pick F2 tiles where weight memory matters more than the FLOP savings. V and M live in the op's arena scratch: a*a*T*(Ci + Co) floats,
+// float32 U -- pick F2 tiles where weight memory matters more than the FLOP savings. V and M live in the op's arena
+// scratch: a*a*T*(Ci + Co) elements of activation storage (half with activations_fp16, like X and Y),
 // plus split-K partials if the GEMM plan splits (rarely: a*a batches fill the device, except the skinny GEMM of
 // b1's 8x8 map, UseSkinny4); the output transform sums the partials (winograd_output_f*_sum, `splits`), so no
 // gemm_splitk_reduce launch writes M first.
@@ -108,21 +109,24 @@ void TransformFilter(const WinogradGeom& g, const float* filter, float* u, bool 
 class WinogradOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
+  using GpuOp::float32_inputs_;
   using GpuOp::scratch_bytes_;
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
     SDGPU_RETURN_IF_ERROR(u_->Ensure(dev));
     const int a2 = g_.a * g_.a;
-    const TensorRef v{scratch.buffer, scratch.offset};
-    const TensorRef mbuf{scratch.buffer, scratch.offset + static_cast<size_t>(a2) * g_.tiles * g_.ci * sizeof(float)};
-    const TensorRef rest{scratch.buffer, mbuf.offset + static_cast<size_t>(a2) * g_.tiles * g_.co * sizeof(float)};
+    // V, M and the GEMM's split-K partials are activation storage (the GEMM's A and C): act_bytes() per element.
+    const size_t eb = dev.act_bytes();
+    const TensorRef v{scratch.buffer, scratch.offset, eb};
+    const TensorRef mbuf{scratch.buffer, scratch.offset + static_cast<size_t>(a2) * g_.tiles * g_.ci * eb, eb};
+    const TensorRef rest{scratch.buffer, mbuf.offset + static_cast<size_t>(a2) * g_.tiles * g_.co * eb, eb};
     const Dim3 local = {kTransformWg, 1, 1};
     // With the input-norm prologue in[0] is the GroupNorm's table and norm_input_ the tensor to transform.
     const TensorRef& x = norm_ > 0 ? norm_input_ : in[0];
     Args in_args;
     in_args.Buf(v.buffer, v.elem_offset()).Buf(x.buffer, x.elem_offset());
     in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(g_.pad);
-    in_args.Buf(in[0].buffer, in[0].elem_offset());  // NT (read by the _gn / _gnsilu twins only)
+    in_args.Buf(in[0].buffer, in[0].elem_offset(sizeof(float)));  // NT, float (read by the _gn / _gnsilu twins only)
     SDGPU_RETURN_IF_ERROR(dev.Launch(*input_[norm_], in_args,
                                      {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
     if (tuner_.pending()) {  // the input transform above is queued before every candidate
@@ -141,11 +145,13 @@ class WinogradOp final : public GpuOp {
         LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings, {}, {}, sum_partials));
     const TensorRef& m = sum_partials ? rest : mbuf;
     Args o;
-    o.Buf(out.buffer, out.elem_offset()).Buf(m.buffer, m.elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+    // the bias is float whatever the activation storage (float32_inputs_)
+    o.Buf(out.buffer, out.elem_offset()).Buf(m.buffer, m.elem_offset());
+    o.Buf(in[2].buffer, in[2].elem_offset(sizeof(float)));
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
     AddResidualArgs(residual_, residual_input_, x, &o);
     o.Int(sum_partials ? plan_.splits : 1);
-    if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset()).Int(stats_groups_);
+    if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset(sizeof(float))).Int(stats_groups_);
     const Kernel* output = stats_groups_ > 0 ? output_st_[sum_partials ? 1 : 0] : sum_partials ? output_sum_ : output_;
     return dev.Launch(*output, o,
                       {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
@@ -245,7 +251,11 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
   const int min_tiles = dev.HasKernel("gemm_t16x64") ? kMinTiles : kMinTilesNoSkinny;
-  bool ok = constant_filter && fits && g.tiles >= min_tiles &&
+  // Half activation storage rounds V and M (the GEMM's A and C) to half: the output transform's cancellation
+  // amplifies that like a half U (header comment; simulated, Ci 128, max |err| / max |y|: F2 6e-4, F4 1.1e-2,
+  // F6 1.4e-2), so with activations_fp16 only F2 stays in the Winograd domain and F4 / F6 run the direct convolution.
+  const bool storage_ok = !dev.act_half() || g.m == 2;
+  bool ok = constant_filter && fits && storage_ok && g.tiles >= min_tiles &&
             dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
   // The fused variants exist on every device, but each is requested (built) only where it is used: _gn / _gnsilu
@@ -273,7 +283,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.sbn = 1;
     s.scb = g.tiles * g.co;
     s.scm = g.co;
-    tc = TensorCoreGemm(dev, s, half_u);
+    tc = !dev.act_half() && TensorCoreGemm(dev, s, half_u);  // the tensor-core kernels keep float storage
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok();
     if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, fusion ? kMaxSkinnySplits : 1);
   }
@@ -329,10 +339,11 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     });
   }
   u->device_inputs_ = {0, 2};
+  u->float32_inputs_ = {2};  // the bias (the output transform's float `bias`)
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
                                        fusion ? kMaxWinogradTuneSplits : 1, tc));
-  u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
+  u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * dev.act_bytes() +
                       std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
   return Status::Ok();
