@@ -21,6 +21,17 @@ bool ActHalfReady(const NodeDesc& node) {
     return false;
   }
   switch (node.builtin_code) {
+    // elementwise (gpu/kernels/elementwise.kern)
+    case kAdd: case kSub: case kMul: case kDiv: case kSquaredDifference: case kMaximum: case kMinimum: case kPow:
+    case kLogistic: case kRsqrt: case kSin: case kCos: case kExp: case kLog: case kSqrt: case kNeg: case kAbs:
+    case kTanh: case kSquare: case kRelu: case kGelu: case kSelectV2:
+    // layout (gpu/kernels/copy.kern: the _act twins for float tensors)
+    case kReshape: case kSqueeze: case kExpandDims: case kTranspose: case kBroadcastTo: case kSlice:
+    case kStridedSlice: case kPad: case kConcatenation: case kGather: case kEmbeddingLookup:
+    case kResizeNearestNeighbor:
+    // reductions (gpu/kernels/reduce.kern)
+    case kMean: case kSum: case kReduceMax: case kSoftmax:
+      return true;
     default:
       return false;
   }

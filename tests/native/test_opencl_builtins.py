@@ -117,3 +117,57 @@ def test_slice_concat_pad_resize_match_numpy(rng):
     np.testing.assert_array_equal(out["padded"], np.pad(x[..., 8:], [(0, 0), (1, 2), (2, 0), (0, 0)]))
     np.testing.assert_array_equal(out["up"], x[..., :8].repeat(2, axis=1).repeat(2, axis=2))
     np.testing.assert_array_equal(out["up3"], w.repeat(2, axis=1).repeat(2, axis=2))
+
+
+def _rel_err(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.abs(actual.astype(np.float64) - expected).max() / np.abs(expected).max())
+
+
+@pytest.mark.parametrize("backend", ["opencl", "gl"])
+def test_half_activation_storage_builtins_match_numpy(rng, backend):
+    """activations_fp16: every tensor inside the partition is stored as half (ACT_* kernels, the layout kernels'
+    _act twins); one partition of broadcasting math (float4 and scalar paths), a tiled transpose, unaligned and
+    aligned copies, concat / pad / nearest resize, softmax and one- and two-stage reductions stays within 3e-3 of
+    float64 numpy (max abs error / max abs reference)."""
+    x = rng.standard_normal((1, 6, 5, 16)).astype(np.float32)
+    b = rng.standard_normal((16,)).astype(np.float32)
+    c = rng.standard_normal((1, 6, 5, 1)).astype(np.float32)
+    w = rng.standard_normal((1, 6, 5, 3)).astype(np.float32)
+    z = (rng.standard_normal((2, 20000)) + 3.0).astype(np.float32)
+    g = BuiltinGraph()
+    xi, bi, ci, wi, zi = (g.input(n, v.shape) for n, v in (("x", x), ("b", b), ("c", c), ("w", w), ("z", z)))
+    s = g.binary(OP.ADD, xi, bi, x.shape, "s")  # float4 a and b
+    t = g.binary(OP.MUL, s, ci, x.shape, "t")   # b broadcast along the inner dim
+    lo = g.slice(t, [0, 0, 0, 0], [1, 6, 5, 8], "lo")
+    hi = g.slice(t, [0, 0, 0, 8], [1, 6, 5, 8], "hi")
+    outs = [
+        g.slice(t, [0, 1, 0, 3], [1, 4, 5, 9], "odd"),
+        g.concat([hi, lo, wi], 3, [1, 6, 5, 19], "cat"),
+        g.pad(hi, [[0, 0], [1, 2], [2, 0], [0, 0]], [1, 9, 7, 8], "padded"),
+        g.resize_nearest(lo, [12, 10], [1, 12, 10, 8], "up"),
+        g.resize_nearest(wi, [12, 10], [1, 12, 10, 3], "up3"),
+        g.transpose(t, (0, 3, 1, 2), (1, 16, 6, 5), "tr"),
+        g.transpose(t, (3, 1, 0, 2), (16, 6, 1, 5), "perm"),
+        g.softmax(t, x.shape, 1.0, "sm"),
+        g.reduce(OP.MEAN, t, [1, 2], (1, 1, 1, 16), True, "mean"),
+        g.reduce(OP.SUM, zi, [1], (2,), False, "zsum"),
+    ]
+    for o in outs:
+        g.output(o)
+    result = run(g.build(), {"x": x, "b": b, "c": c, "w": w, "z": z}, backend=backend, activations_fp16=True)
+    assert result.stats["partitions"] == 1 and result.stats["declined_nodes"] == 0
+    t64 = (x.astype(np.float64) + b) * c
+    lo64, hi64 = t64[..., :8], t64[..., 8:]
+    e = np.exp(t64 - t64.max(axis=-1, keepdims=True))
+    expected = {
+        "odd": t64[:, 1:5, :, 3:12], "cat": np.concatenate([hi64, lo64, w], axis=3),
+        "padded": np.pad(hi64, [(0, 0), (1, 2), (2, 0), (0, 0)]),
+        "up": lo64.repeat(2, axis=1).repeat(2, axis=2), "up3": w.astype(np.float64).repeat(2, axis=1).repeat(2, axis=2),
+        "tr": np.transpose(t64, (0, 3, 1, 2)), "perm": np.transpose(t64, (3, 1, 0, 2)),
+        "sm": e / e.sum(axis=-1, keepdims=True), "mean": t64.mean(axis=(1, 2), keepdims=True),
+        "zsum": z.astype(np.float64).sum(axis=1),
+    }
+    errors = {k: _rel_err(result.outputs[k], v) for k, v in expected.items()}
+    assert max(errors.values()) <= 3e-3, errors
+    # a copy moves halves unchanged: the resized input is exactly w rounded to half
+    np.testing.assert_array_equal(result.outputs["up3"], w.astype(np.float16).astype(np.float32).repeat(2, 1).repeat(2, 2))
