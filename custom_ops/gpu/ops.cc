@@ -18,7 +18,17 @@ int ActivationOf(const NodeDesc& node) {
 // (gpu/dialect/README.md, "Activation storage"); the others run on the CPU while the option is on.
 bool ActHalfReady(const NodeDesc& node) {
   if (node.builtin_code == kCustom) {
-    return false;
+    if (node.sd_op == nullptr) return false;
+    switch (node.sd_op->def->kind) {
+      // ops/attention, ops/group_norm and ops/gelu
+      case OpKind::kAttention:
+      case OpKind::kGroupNorm:
+        return true;
+      case OpKind::kGelu:  // the plain form launches unary_f32 (gpu/kernels/elementwise.kern)
+        return std::get<GeluAttrs>(node.sd_op->attrs).gated;
+      default:
+        return false;
+    }
   }
   switch (node.builtin_code) {
     default:
