@@ -20,17 +20,20 @@ bool ActHalfReady(const NodeDesc& node) {
   if (node.builtin_code == kCustom) {
     if (node.sd_op == nullptr) return false;
     switch (node.sd_op->def->kind) {
-      // ops/attention, ops/group_norm and ops/gelu
+      // ops/attention, ops/group_norm and ops/gelu (gated; the plain form launches unary_f32 of
+      // gpu/kernels/elementwise.kern, converted with the elementwise builtins)
       case OpKind::kAttention:
       case OpKind::kGroupNorm:
+      case OpKind::kGelu:
         return true;
-      case OpKind::kGelu:  // the plain form launches unary_f32 (gpu/kernels/elementwise.kern)
-        return std::get<GeluAttrs>(node.sd_op->attrs).gated;
       default:
         return false;
     }
   }
   switch (node.builtin_code) {
+    // sd_ops.cc: dequant_f16 and, for a constant, unary_f32's copy (gpu/kernels/elementwise.kern)
+    case kDequantize:
+      return true;
     default:
       return false;
   }

@@ -40,12 +40,17 @@ def check_attention(backend: str, rng: np.random.Generator, variant: str, causal
     assert_close(result.outputs["o"], A.reference([q, k, v], attrs), rtol=1e-5)
 
 
-def check_gelu(backend: str, rng: np.random.Generator, mode: str) -> None:
+def check_gelu(backend: str, rng: np.random.Generator, mode: str, half: bool = False) -> None:
+    """``half``: activations_fp16 (unary_f32 on half storage), checked to HALF_STORAGE_RTOL in one partition."""
     attrs = G.GeluAttrs(approximate=mode)
     x = (3.0 * rng.standard_normal((3, 1000))).astype(np.float32)
-    result = run(gelu_model(x.shape, G.SPEC.encode(attrs)), {"x": x}, backend=backend)
+    result = run(gelu_model(x.shape, G.SPEC.encode(attrs)), {"x": x}, backend=backend, activations_fp16=half)
     assert result.stats["claimed_nodes"] == 1
-    assert_close(result.outputs["y"], G.reference([x], attrs), rtol=1e-5)
+    if half:
+        assert result.stats["partitions"] == 1 and result.stats["declined_nodes"] == 0
+        assert relative_error(result.outputs["y"], G.reference([x], attrs)) <= HALF_STORAGE_RTOL
+    else:
+        assert_close(result.outputs["y"], G.reference([x], attrs), rtol=1e-5)
 
 
 def check_group_norm(backend: str, rng: np.random.Generator, shape: tuple[int, ...], groups: int, axis: int,
