@@ -18,7 +18,17 @@ int ActivationOf(const NodeDesc& node) {
 // (gpu/dialect/README.md, "Activation storage"); the others run on the CPU while the option is on.
 bool ActHalfReady(const NodeDesc& node) {
   if (node.builtin_code == kCustom) {
-    return false;
+    if (node.sd_op == nullptr) return false;
+    switch (node.sd_op->def->kind) {
+      // ops/attention, ops/group_norm and ops/gelu (gated; the plain form launches unary_f32 of
+      // gpu/kernels/elementwise.kern, converted with the elementwise builtins)
+      case OpKind::kAttention:
+      case OpKind::kGroupNorm:
+      case OpKind::kGelu:
+        return true;
+      default:
+        return false;
+    }
   }
   switch (node.builtin_code) {
     // elementwise (gpu/kernels/elementwise.kern)
@@ -31,6 +41,8 @@ bool ActHalfReady(const NodeDesc& node) {
     case kResizeNearestNeighbor:
     // reductions (gpu/kernels/reduce.kern)
     case kMean: case kSum: case kReduceMax: case kSoftmax:
+    // sd_ops.cc: dequant_f16 and, for a constant, unary_f32's copy (gpu/kernels/elementwise.kern)
+    case kDequantize:
       return true;
     default:
       return false;

@@ -729,9 +729,16 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     // zero-copy view: its output already is its input's memory; absorbed ADD: its producer wrote its output
     if (step.aliased || step.absorbed) continue;
     std::vector<TensorRef> in(step.inputs.size());
-    for (int k : step.op->device_inputs()) SDGPU_RETURN_IF_ERROR(Ref(step.inputs[k], &in[k]));
-    for (int k : step.op->float32_inputs()) {
-      if (auto c = constants_f32_.find(step.inputs[k]); c != constants_f32_.end()) in[k] = TensorRef{c->second.get(), 0};
+    const std::vector<int>& f32 = step.op->float32_inputs();
+    for (int k : step.op->device_inputs()) {
+      // a float32 copy (half activation storage) is the only buffer of a constant no other op reads as half
+      auto c = std::find(f32.begin(), f32.end(), k) != f32.end() ? constants_f32_.find(step.inputs[k])
+                                                                 : constants_f32_.end();
+      if (c != constants_f32_.end()) {
+        in[k] = TensorRef{c->second.get(), 0};
+      } else {
+        SDGPU_RETURN_IF_ERROR(Ref(step.inputs[k], &in[k]));
+      }
     }
     if (step.residual >= 0) {
       TensorRef r;

@@ -40,6 +40,10 @@ constexpr int64_t kGroupNormNhwcMax = 16384;
 
 constexpr int kTiledMaxHeadDim = 512;  // ATT_DYN_MAXD
 
+// The element offset of a float32 buffer the kernels index directly (gamma, beta as float32_inputs_, the GroupNorm
+// norm table): in floats whatever the activation storage of the partition.
+int FloatOffset(const TensorRef& r) { return r.elem_offset(sizeof(float)); }
+
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
@@ -65,7 +69,8 @@ float HalfToFloat(uint16_t h) {
 }
 
 // A constant's values copied into the op's output at every invoke (unary_f32 mode 0): the DEQUANTIZE of a constant
-// whose output leaves the partition. Its device copy is made at the first Enqueue.
+// whose output leaves the partition. Its device copy is made at the first Enqueue, stored like the activations (half
+// with activations_fp16: unary_f32 reads its input through ACT_LD).
 class ConstantOp final : public GpuOp {
  public:
   Status Enqueue(const Device& dev, const std::vector<TensorRef>&, const TensorRef& out, const TensorRef&,
@@ -101,8 +106,9 @@ class DequantF16Op final : public GpuOp {
 // Gated SdGelu (GEGLU): x [rows, 2F] (value half, then gate half) -> y [rows, F], y = value * gelu(gate), one
 // read of the projection output instead of SLICE + SLICE + GELU + MUL. Kernels (ops/gelu/gpu.kern):
 //   gelu_gated_f32(y, yo, x, xo, int rows, int F, int mode)       any F, one work-item per output element;
-//   gelu_gated_f32_v4(y, yo, x, xo, int rows, int F4, int mode)   F = 4 * F4 and both tensors 16-byte aligned
-//                                                                 (decided per launch), offsets in float4 units;
+//   gelu_gated_f32_v4(y, yo, x, xo, int rows, int F4, int mode)   F = 4 * F4 and both tensors aligned to four
+//                                                                 elements (decided per launch), offsets in float4
+//                                                                 units;
 // mode = the unary_f32 GELU code (12 erf, 13 tanh, 14 quick). 2-D launches, dim 0 = column, dim 1 = row, in
 // kWg1D-invocation groups whose width is the next power of two >= the columns (narrow rows fill the group
 // with more rows instead of idle lanes).
@@ -118,7 +124,8 @@ class SdGeluGatedOp final : public GpuOp {
     const bool vec = k4_ != nullptr && yo % 4 == 0 && xo % 4 == 0;
     const int cols = vec ? f_ / 4 : f_;
     Args a;
-    a.Buf(out.buffer, vec ? yo / 4 : yo).Buf(in[0].buffer, vec ? xo / 4 : xo).Int(rows_).Int(cols).Int(mode_);
+    a.Buf(out.buffer, vec ? out.vec4_offset() : yo).Buf(in[0].buffer, vec ? in[0].vec4_offset() : xo);
+    a.Int(rows_).Int(cols).Int(mode_);
     size_t width = 1;
     while (width < kWg1D && width < static_cast<size_t>(cols)) width *= 2;
     return dev.Launch(vec ? *k4_ : *k_, a, {static_cast<size_t>(cols), static_cast<size_t>(rows_), 1},
@@ -150,6 +157,7 @@ class SdGeluGatedOp final : public GpuOp {
 class SdGroupNormOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
+  using GpuOp::float32_inputs_;
   using GpuOp::scratch_bytes_;
   bool LayerNormEps(float* eps) const override {
     if (g_.groups != 1 || g_.a != 1 || g_.b != 1 || silu_ != 0 || table_) return false;
@@ -164,16 +172,16 @@ class SdGroupNormOp final : public GpuOp {
     if (stats_chunks_ > 0) return EnqueueFromPartials(dev, in, out, scratch, timings);
     if (rows_kernel_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0) {
       Args a;
-      a.Buf(out.buffer, out.elem_offset() / 4).Buf(in[0].buffer, in[0].elem_offset() / 4);
-      a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+      a.Buf(out.buffer, out.vec4_offset()).Buf(in[0].buffer, in[0].vec4_offset());
+      a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(C / 4).Float(eps_).Int(silu_);
       return dev.Launch(*rows_kernel_, a, {static_cast<size_t>(g_.n) * kLayerNormRowsWg, 1, 1},
                         {kLayerNormRowsWg, 1, 1}, timings);
     }
     if (nhwc_ != nullptr) {
-      Args a;
-      a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
-      a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+      Args a;  // table mode: the output holds the float32 norm table
+      a.Buf(out.buffer, table_ ? FloatOffset(out) : out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
+      a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(A).Int(C).Int(G).Float(eps_);
       if (!table_) a.Int(silu_);
       return dev.Launch(table_ ? *nhwc_affine_ : *nhwc_, a, {ngroups * kGroupNormNhwcWg, 1, 1},
@@ -182,7 +190,7 @@ class SdGroupNormOp final : public GpuOp {
     if (partial_ == nullptr) {
       Args a;
       a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
-      a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+      a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(A).Int(C).Int(B).Int(G).Float(eps_).Int(silu_);
       return dev.Launch(*single_, a, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
     }
@@ -192,7 +200,7 @@ class SdGroupNormOp final : public GpuOp {
     const int nchunks = by_rows ? row_chunks_ : nchunks_;
     Args p;
     if (by_rows) {
-      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].elem_offset() / 4).Int(A).Int(C).Int(G).Int(rows_);
+      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].vec4_offset()).Int(A).Int(C).Int(G).Int(rows_);
       p.Int(nchunks);
       SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_rows_, p, {static_cast<size_t>(g_.n) * nchunks * kGroupNormWg2, 1, 1},
                                        {kGroupNormWg2, 1, 1}, timings));
@@ -203,8 +211,8 @@ class SdGroupNormOp final : public GpuOp {
     }
     Args f;
     if (table_) {  // the norm table straight from the partials; the consumer applies it (no apply launch)
-      f.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, parts).Int(nchunks).Int(static_cast<int>(count_));
-      f.Float(eps_).Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset()).Int(C).Int(G);
+      f.Buf(out.buffer, FloatOffset(out)).Buf(scratch.buffer, parts).Int(nchunks).Int(static_cast<int>(count_));
+      f.Float(eps_).Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2])).Int(C).Int(G);
       return dev.Launch(*finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
     }
     f.Buf(scratch.buffer, stats).Buf(scratch.buffer, parts).Int(nchunks).Int(static_cast<int>(count_)).Float(eps_);
@@ -213,9 +221,9 @@ class SdGroupNormOp final : public GpuOp {
     const bool vec = apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
     const int n = static_cast<int>(g_.n * A * C * B);
     Args a;
-    a.Buf(out.buffer, vec ? out.elem_offset() / 4 : out.elem_offset());
-    a.Buf(in[0].buffer, vec ? in[0].elem_offset() / 4 : in[0].elem_offset());
-    a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset()).Buf(scratch.buffer, stats);
+    a.Buf(out.buffer, vec ? out.vec4_offset() : out.elem_offset());
+    a.Buf(in[0].buffer, vec ? in[0].vec4_offset() : in[0].elem_offset());
+    a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2])).Buf(scratch.buffer, stats);
     a.Int(A).Int(C).Int(B).Int(G).Int(silu_).Int(vec ? n / 4 : n);
     if (vec) a.Int(B == 1 ? 1 : 0);
     return Launch1D(dev, vec ? *apply4_ : *apply_, a, vec ? n / 4 : n, timings);
@@ -275,9 +283,9 @@ class SdGroupNormOp final : public GpuOp {
     const TensorRef& part = stats_buffer_;
     Args f;
     if (table_) {
-      f.Buf(out.buffer, out.elem_offset()).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
-      f.Int(static_cast<int>(count_)).Float(eps_).Buf(in[1].buffer, in[1].elem_offset());
-      f.Buf(in[2].buffer, in[2].elem_offset()).Int(C).Int(G);
+      f.Buf(out.buffer, FloatOffset(out)).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
+      f.Int(static_cast<int>(count_)).Float(eps_).Buf(in[1].buffer, FloatOffset(in[1]));
+      f.Buf(in[2].buffer, FloatOffset(in[2])).Int(C).Int(G);
       return dev.Launch(*finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
     }
     f.Buf(scratch.buffer, scratch.elem_offset()).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
@@ -286,9 +294,9 @@ class SdGroupNormOp final : public GpuOp {
     const bool vec = apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
     const int n = static_cast<int>(g_.n * A * C);
     Args a;
-    a.Buf(out.buffer, vec ? out.elem_offset() / 4 : out.elem_offset());
-    a.Buf(in[0].buffer, vec ? in[0].elem_offset() / 4 : in[0].elem_offset());
-    a.Buf(in[1].buffer, in[1].elem_offset()).Buf(in[2].buffer, in[2].elem_offset());
+    a.Buf(out.buffer, vec ? out.vec4_offset() : out.elem_offset());
+    a.Buf(in[0].buffer, vec ? in[0].vec4_offset() : in[0].elem_offset());
+    a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
     a.Buf(scratch.buffer, scratch.elem_offset()).Int(A).Int(C).Int(1).Int(G).Int(silu_).Int(vec ? n / 4 : n);
     if (vec) a.Int(1);
     return Launch1D(dev, vec ? *apply4_ : *apply_, a, vec ? n / 4 : n, timings);
@@ -437,6 +445,7 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
   u->eps_ = attrs.eps;
   u->silu_ = attrs.activation == GroupNormActivation::kSilu ? 1 : 0;
   u->device_inputs_ = {0, 1, 2};
+  u->float32_inputs_ = {1, 2};  // gamma, beta: read as float32 (x and y are activation storage)
   u->count_ = g.a * (g.c / g.groups) * g.b;
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("group_norm_f32", &u->single_));
   // the statistics epilogue's kernels (GroupStatsGeometry): channels-last groups
@@ -544,7 +553,8 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   const auto blocks_of = [&](size_t bq) {
     return static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + bq - 1) / bq);
   };
-  const std::vector<AttnTiling> vendor = dev.vendor_attention_tilings();
+  // (the vendor kernels, inline PTX and tensor cores, keep float32 storage: none with activations_fp16)
+  const std::vector<AttnTiling> vendor = dev.act_half() ? std::vector<AttnTiling>{} : dev.vendor_attention_tilings();
   const std::vector<const AttnTiling*> table = AttnTilingTable(vendor);
   // a tensor-core tiling runs flash without a causal mask, with its tensor_cores option or when attention_tiling
   // forces it
@@ -723,7 +733,7 @@ Status MakeDequantize(const Device& dev, const NodeDesc& node, std::unique_ptr<G
   SDGPU_RETURN_IF_ERROR(DequantizeConstant(in, n, nullptr));
   auto u = std::make_unique<ConstantOp>();
   u->n_ = static_cast<int>(n);
-  u->data_ = std::make_unique<PackedWeights>(static_cast<size_t>(n), false, [in, n](float* dst) {
+  u->data_ = std::make_unique<PackedWeights>(static_cast<size_t>(n), dev.act_half(), [in, n](float* dst) {
     (void)DequantizeConstant(in, n, dst);  // checked above
   });
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("unary_f32", &u->k_));

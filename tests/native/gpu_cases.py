@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import load_delegate
 
-from harness import assert_close, make_interpreter, run
+from harness import HALF_STORAGE_RTOL, assert_close, make_interpreter, relative_error, run
 from kernel_dialect import CUSTOM_OPS, glsl_kernels
 from sdconvert.ops import attention as A
 from sdconvert.ops import gelu as G
@@ -40,26 +40,39 @@ def check_attention(backend: str, rng: np.random.Generator, variant: str, causal
     assert_close(result.outputs["o"], A.reference([q, k, v], attrs), rtol=1e-5)
 
 
-def check_gelu(backend: str, rng: np.random.Generator, mode: str) -> None:
+def check_gelu(backend: str, rng: np.random.Generator, mode: str, half: bool = False) -> None:
+    """``half``: activations_fp16 (unary_f32 on half storage), checked to HALF_STORAGE_RTOL in one partition."""
     attrs = G.GeluAttrs(approximate=mode)
     x = (3.0 * rng.standard_normal((3, 1000))).astype(np.float32)
-    result = run(gelu_model(x.shape, G.SPEC.encode(attrs)), {"x": x}, backend=backend)
+    result = run(gelu_model(x.shape, G.SPEC.encode(attrs)), {"x": x}, backend=backend, activations_fp16=half)
     assert result.stats["claimed_nodes"] == 1
-    assert_close(result.outputs["y"], G.reference([x], attrs), rtol=1e-5)
+    if half:
+        assert result.stats["partitions"] == 1 and result.stats["declined_nodes"] == 0
+        assert relative_error(result.outputs["y"], G.reference([x], attrs)) <= HALF_STORAGE_RTOL
+    else:
+        assert_close(result.outputs["y"], G.reference([x], attrs), rtol=1e-5)
 
 
 def check_group_norm(backend: str, rng: np.random.Generator, shape: tuple[int, ...], groups: int, axis: int,
-                     act: str, profile: Path | None = None, mean: float = 3.0) -> list[str]:
+                     act: str, profile: Path | None = None, mean: float = 3.0, half: bool = False) -> list[str]:
     """One SdGroupNorm node on ``backend`` vs the numpy reference (data N(mean, 2^2)); with ``profile`` (a file
-    path), also return the names of the kernels the node launched, in order."""
+    path), also return the names of the kernels the node launched, in order. ``half``: activations_fp16 (x and y
+    stored as half; gamma and beta stay float32), checked to HALF_STORAGE_RTOL in one partition."""
     attrs = GN.GroupNormAttrs(groups=groups, eps=1e-5, activation=act, channel_axis=axis)
     c = shape[axis]
     x = (rng.standard_normal(shape) * 2.0 + mean).astype(np.float32)
     gamma, beta = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
     opts = {"backend": backend} if profile is None else {"backend": backend, "profile_path": str(profile)}
+    if half:
+        opts["activations_fp16"] = True
     result = run(group_norm_model(shape, gamma, beta, GN.SPEC.encode(attrs)), {"x": x}, **opts)
     assert result.stats["claimed_nodes"] == 1
-    assert_close(result.outputs["y"], GN.reference([x, gamma, beta], attrs), rtol=1e-5)
+    expected = GN.reference([x, gamma, beta], attrs)
+    if half:
+        assert result.stats["partitions"] == 1 and result.stats["declined_nodes"] == 0
+        assert relative_error(result.outputs["y"], expected) <= HALF_STORAGE_RTOL
+    else:
+        assert_close(result.outputs["y"], expected, rtol=1e-5)
     if profile is None:
         return []
     (node,) = json.loads(profile.read_text())["nodes"]

@@ -42,6 +42,16 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-5) -
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * scale)
 
 
+# activations_fp16 parity: max |actual - expected| / max |expected| against the float32 / float64 reference.
+HALF_STORAGE_RTOL = 3e-3
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    """max |actual - expected| / max |expected| (the tensor's scale as the unit)."""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    return float(np.abs(actual.astype(np.float64) - expected).max() / np.abs(expected).max())
+
+
 def signature_inputs(runner: Any, rng: np.random.Generator, timestep: float | None = None) -> dict[str, np.ndarray]:
     """Random inputs for every input of a signature runner: int32 ids in [0, 100), floats N(0, 1);
     a ``timestep`` input gets the fixed value ``timestep`` when given."""

@@ -14,7 +14,7 @@ import pytest
 
 from cpu_isa import ENV as ISA_ENV
 from cpu_isa import available_isas
-from harness import assert_close, make_interpreter, run
+from harness import HALF_STORAGE_RTOL, assert_close, make_interpreter, relative_error, run
 from sdconvert.ops import OpAttrError
 from sdconvert.ops import gelu as G
 from sdlite import native
@@ -64,6 +64,18 @@ def test_matches_reference(rng, backend, mode, shape):
     result = run(gated_model(shape, G.SPEC.encode(_attrs(mode))), {"x": x}, backend=backend)
     assert result.stats["claimed_nodes"] == 1 and result.stats["declined_nodes"] == 0
     assert_close(result.outputs["y"], G.reference([x], _attrs(mode)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "gl"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_half_activation_storage_matches_reference(rng, backend, mode, shape):
+    """activations_fp16: x and y stored as half (the float4 kernel for F % 4 == 0, else the scalar one), on the GPU."""
+    x = (3.0 * rng.standard_normal(shape)).astype(np.float32)
+    result = run(gated_model(shape, G.SPEC.encode(_attrs(mode))), {"x": x}, backend=backend, activations_fp16=True)
+    assert result.stats["partitions"] == 1 and result.stats["claimed_nodes"] == 1
+    assert result.stats["declined_nodes"] == 0
+    assert relative_error(result.outputs["y"], G.reference([x], _attrs(mode))) <= HALF_STORAGE_RTOL
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -33,9 +33,10 @@ def test_attention_matches_reference(rng, variant, causal, n, sq, sk, heads, hea
     gpu_cases.check_attention(BACKEND, rng, variant, causal, n, sq, sk, heads, head_dim)
 
 
+@pytest.mark.parametrize("storage", ["float32", "half"])
 @pytest.mark.parametrize("mode", gpu_cases.GELU_MODES)
-def test_gelu_matches_reference(rng, mode):
-    gpu_cases.check_gelu(BACKEND, rng, mode)
+def test_gelu_matches_reference(rng, mode, storage):
+    gpu_cases.check_gelu(BACKEND, rng, mode, half=storage == "half")
 
 
 @pytest.mark.parametrize("shape,groups,axis,act", gpu_cases.GROUP_NORM_CASES)

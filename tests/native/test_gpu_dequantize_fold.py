@@ -89,12 +89,33 @@ def _dequantize_output_model(w16: np.ndarray) -> bytes:
     return g.build()
 
 
+@pytest.mark.parametrize("storage", ["float32", "half"])
 @pytest.mark.parametrize("backend", ["opencl", "gl"])
-def test_dequantize_that_leaves_the_partition_still_runs_and_uploads_once(rng, backend: str) -> None:
+def test_dequantize_that_leaves_the_partition_still_runs_and_uploads_once(rng, backend: str, storage: str) -> None:
+    """storage "half" (activations_fp16): the constant is kept like the activations, as half, and copied unchanged."""
+    half = storage == "half"
     w16 = rng.standard_normal((64, 96)).astype(np.float16)
-    got, stats = _run(_dequantize_output_model(w16), {"x": np.zeros(1, np.float32)}, backend, invokes=2)
-    np.testing.assert_array_equal(got["y"], w16.astype(np.float32))
-    assert stats[-1]["device_weight_bytes"] == 64 * 96 * 4  # the validation build uploads nothing
+    got, stats = _run(_dequantize_output_model(w16), {"x": np.zeros(1, np.float32)}, backend, invokes=2,
+                      activations_fp16=half)
+    np.testing.assert_array_equal(got["y"], w16.astype(np.float32))  # fp16 values: exact in either storage
+    assert stats[-1]["partitions"] == 1 and stats[-1]["declined_nodes"] == 0
+    assert stats[-1]["device_weight_bytes"] == 64 * 96 * (2 if half else 4)  # the validation build uploads nothing
+
+
+@pytest.mark.parametrize("shape", [(3,), (5, 7), (64, 96)])
+@pytest.mark.parametrize("backend", ["opencl", "gl"])
+def test_fp16_input_dequantize_with_half_activation_storage(rng, backend: str, shape) -> None:
+    """activations_fp16: DEQUANTIZE of an fp16 graph input (dequant_f16) writes half activation storage; odd
+    element counts put neighbouring halves in one 32-bit word on GL (scalar half stores)."""
+    x = (rng.standard_normal(shape) * 100.0).astype(np.float16)
+    g = OpGraphBuilder()
+    xi = g.input("x", list(shape), np.float16)
+    y = g.tensor("y", list(shape))
+    g.builtin(S.BuiltinOperator.DEQUANTIZE, S.BuiltinOptions.NONE, None, [xi], [y])
+    g.output(y)
+    got, stats = _run(g.build(), {"x": x}, backend, activations_fp16=True)
+    np.testing.assert_array_equal(got["y"], x.astype(np.float32))
+    assert stats[-1]["partitions"] == 1 and stats[-1]["declined_nodes"] == 0
 
 
 def test_setup_time_is_reported_and_spent_at_the_first_invoke_only(rng) -> None:

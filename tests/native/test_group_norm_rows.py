@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from harness import assert_close, run
+from harness import HALF_STORAGE_RTOL, assert_close, relative_error, run
 from sdconvert.ops import group_norm as GN
 from tflite_models import group_norm_model
 
@@ -27,17 +27,27 @@ ROWS = ["layer_norm_rows"]
     (5, 2052, "none", ["group_norm_f32"]),  # one float4 too wide: general kernels (2052 > 512 channels per group)
     (9, 30, "silu", ["group_norm_nhwc"]),   # C % 4 != 0: general kernels
 ])
-def test_layer_norm_view_matches_reference(tmp_path, backend, rows, c, activation, kernels):
+@pytest.mark.parametrize("storage", ["float32", "half"])
+def test_layer_norm_view_matches_reference(tmp_path, backend, rows, c, activation, kernels, storage):
+    """storage "half": activations_fp16 (x and y as half), to HALF_STORAGE_RTOL in one partition."""
     rng = np.random.default_rng(rows + c)
+    half = storage == "half"
     x = (rng.standard_normal((rows, 1, c)) * 0.01 + 5.0).astype(np.float32)  # |mean| >> std
     x[: rows // 2] = rng.standard_normal((rows // 2, 1, c)).astype(np.float32) * 3.0
+    if half:  # half steps of 5.0 are 0.004, a third of those rows' spread: the centred rows only
+        x = rng.standard_normal((rows, 1, c)).astype(np.float32) * 3.0
     gamma = rng.standard_normal(c).astype(np.float32)
     beta = rng.standard_normal(c).astype(np.float32)
     attrs = GN.GroupNormAttrs(groups=1, eps=1e-5, activation=activation)
     profile = tmp_path / "profile.json"
     result = run(group_norm_model(x.shape, gamma, beta, GN.SPEC.encode(attrs)), {"x": x}, backend=backend,
-                 profile_path=str(profile))
+                 profile_path=str(profile), activations_fp16=half)
     assert result.stats["claimed_nodes"] == 1 and result.stats["declined_nodes"] == 0
-    assert_close(result.outputs["y"], GN.reference([x, gamma, beta], attrs), rtol=1e-4)
+    expected = GN.reference([x, gamma, beta], attrs)
+    if half:
+        assert result.stats["partitions"] == 1
+        assert relative_error(result.outputs["y"], expected) <= HALF_STORAGE_RTOL
+    else:
+        assert_close(result.outputs["y"], expected, rtol=1e-4)
     (node,) = json.loads(profile.read_text())["nodes"]
     assert [k["name"] for k in node["kernels"]] == kernels

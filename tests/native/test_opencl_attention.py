@@ -15,7 +15,7 @@ import pytest
 
 from attention_cases import BACKENDS, profile_attention
 from attention_cases import run_attention as _run
-from harness import assert_close, make_interpreter
+from harness import HALF_STORAGE_RTOL, assert_close, make_interpreter, relative_error
 from sdconvert.ops import attention as A
 from sdlite import native
 from tflite_models import attention_model
@@ -40,6 +40,33 @@ def test_tiled_attention_matches_reference(rng, backend, variant, causal, n, sq,
     forced = {} if sk > 80 or head_dim % 4 or head_dim == 160 else {"attention_tiling": "d40" if head_dim == 40 else "dyn"}
     actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim, backend=backend, **forced)
     assert_close(actual, expected, rtol=1e-5)
+
+
+# activations_fp16 at SD's head dims, one case per kernel family (where a forced tiling lacks the device's local memory,
+# llvmpipe's 32 KiB, the op picks as without it): (variant, causal, n, sq, sk, heads, head_dim, delegate options)
+HALF_STORAGE_CASES = [
+    ("flash", False, 1, 64, 77, 2, 40, {}),                         # cross-attention: attn_short_q*
+    ("flash", True, 1, 77, 77, 2, 64, {}),                          # the text encoder's causal self-attention
+    ("flash", True, 2, 40, 77, 2, 40, {"attention_tiling": "d40"}),  # block-tiled flash
+    ("partial_softmax", False, 1, 70, 130, 2, 80, {"attention_tiling": "dyn"}),  # block-tiled stats + P.V
+    ("flash", False, 1, 300, 300, 2, 40, {}),                       # row-wise r40
+    ("flash", False, 1, 300, 300, 2, 40, {"attention_key_splits": 2}),  # key split: float32 partials + attn_merge
+    ("partial_softmax", True, 1, 256, 256, 1, 80, {}),              # row-wise stats + P.V (r80 / h80)
+    ("flash", False, 1, 64, 64, 2, 160, {}),                        # r160
+    ("flash", False, 1, 40, 100, 1, 512, {}),                       # the VAE's single head: d512 / dyn
+    ("flash", False, 1, 20, 30, 2, 64, {"attention_tiling": "legacy"}),  # the fallback kernels
+    ("partial_softmax", True, 1, 20, 30, 2, 64, {"attention_tiling": "legacy"}),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant,causal,n,sq,sk,heads,head_dim,opts", HALF_STORAGE_CASES)
+def test_half_activation_storage_matches_reference(rng, backend, variant, causal, n, sq, sk, heads, head_dim, opts):
+    """activations_fp16: Q, K, V and O stored as half (the row stats and key-split partials stay float32), one
+    partition (run_attention: the node claimed, none declined), within HALF_STORAGE_RTOL of the float64 reference."""
+    actual, expected = _run(rng, variant, causal, n, sq, sk, heads, head_dim, backend=backend, activations_fp16=True,
+                            **opts)
+    assert relative_error(actual, expected) <= HALF_STORAGE_RTOL
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

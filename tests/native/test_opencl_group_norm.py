@@ -33,10 +33,13 @@ GROUP_NORM_PATHS = [
 ]
 
 
+@pytest.mark.parametrize("storage", ["float32", "half"])
 @pytest.mark.parametrize("backend", gpu_cases.GPU_BACKENDS)
 @pytest.mark.parametrize("shape,groups,axis,act,kernels", GROUP_NORM_PATHS)
-def test_group_norm_paths_match_reference(rng, tmp_path, backend, shape, groups, axis, act, kernels):
-    launched = gpu_cases.check_group_norm(backend, rng, shape, groups, axis, act, profile=tmp_path / "p.json")
+def test_group_norm_paths_match_reference(rng, tmp_path, backend, shape, groups, axis, act, kernels, storage):
+    """storage "half": activations_fp16, the same path with x and y as half (float4 kernels on 8-byte halves)."""
+    launched = gpu_cases.check_group_norm(backend, rng, shape, groups, axis, act, profile=tmp_path / "p.json",
+                                          half=storage == "half")
     assert launched == kernels
 
 

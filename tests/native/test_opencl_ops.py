@@ -35,9 +35,10 @@ def test_attention_head_dim_limit_runs_on_the_cpu_kernels_with_the_reason(rng):
     assert stats["declined"][0]["reason"] == "head_dim 300 above the kernel limit 256"
 
 
+@pytest.mark.parametrize("storage", ["float32", "half"])
 @pytest.mark.parametrize("mode", gpu_cases.GELU_MODES)
-def test_gelu_matches_reference(rng, mode):
-    gpu_cases.check_gelu(BACKEND, rng, mode)
+def test_gelu_matches_reference(rng, mode, storage):
+    gpu_cases.check_gelu(BACKEND, rng, mode, half=storage == "half")
 
 
 @pytest.mark.parametrize("shape,groups,axis,act", gpu_cases.GROUP_NORM_CASES)
