@@ -25,6 +25,10 @@
 // exact products, fp64 sums, at least fp32-accurate) takes their place.
 // Constant weights (FULLY_CONNECTED, CONV_2D filters) are re-laid out once as a K x N row-major matrix (float32,
 // or half with weights_fp16) so B tiles load along N; non-constant operands are read in place through their strides.
+// Activation storage (delegate option activations_fp16, Device::act_half): A, C, the residual and the split-K
+// partials are the kernels' ACT data, so offsets come from TensorRef::elem_offset() and the partials take
+// dev.act_bytes() per element of scratch; a non-constant B (or filter) is then half storage, read through b_half bit
+// 0; a bias input stays float32 (float32_inputs_); the tensor-core configs (fp32 only) are never candidates.
 //
 // Tuning knob (benchmarks and tests only): the delegate option gemm_tiles=BMxBN[nTHREADS|tc][/splits] forces one tile
 // config (and split count) for every tiled GEMM/conv instead of the cost model below.
@@ -374,7 +378,7 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   SDGPU_RETURN_IF_ERROR(dev.GetKernel(conv ? sp.config->conv : sp.config->gemm, &p.kernel));
   if (p.splits > 1) {
     SDGPU_RETURN_IF_ERROR(dev.GetKernel("gemm_splitk_reduce", &p.reduce));
-    p.scratch_bytes = static_cast<size_t>(partial) * sizeof(float);
+    p.scratch_bytes = static_cast<size_t>(partial) * dev.act_bytes();  // written through C: activation storage
   }
   *out = p;
   return Status::Ok();
@@ -463,7 +467,7 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
   p.splits = splits;
   p.k_split = k_split;
   p.kernel = kernel;
-  p.scratch_bytes = splits > 1 ? static_cast<size_t>(splits) * batch * M * N * sizeof(float) : 0;
+  p.scratch_bytes = splits > 1 ? static_cast<size_t>(splits) * batch * M * N * dev.act_bytes() : 0;
   *plan = p;
   return true;
 }
@@ -487,6 +491,7 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
 }
 
 bool TensorCoresWanted(const Device& dev) {
+  if (dev.act_half()) return false;  // the tensor-core kernels (backends/opencl/nvidia/) keep float32 storage
   const GemmTiles* forced = ForcedTiles(dev);
   if (forced != nullptr) return forced->tc;
   if (dev.overrides().tensor_cores_3xtf32) return true;
@@ -574,7 +579,7 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
   if (candidates_.size() < 2) candidates_.clear();
   key_ = dev.name() + "|" + (conv ? "conv|" : "gemm|") + std::to_string(M) + "x" + std::to_string(N) + "x" +
          std::to_string(K) + "x" + std::to_string(batch) + "|" + key + (free_splits > 1 ? "|free" : "") +
-         (tc ? (dev.overrides().tensor_cores_fp64 ? "|tc64" : "|tc") : "");
+         (tc ? (dev.overrides().tensor_cores_fp64 ? "|tc64" : "|tc") : "") + (dev.act_half() ? "|act16" : "");
   return Status::Ok();
 }
 
@@ -697,12 +702,19 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
 
 namespace {
 
+// The split-K partials at `scratch` (a byte offset): written through the GEMM's C and read back by the reduce (or the
+// caller, partials_only), so they are activation storage, dev.act_bytes() per element (MakePlan sizes them so).
+TensorRef Partials(const Device& dev, const TensorRef& scratch) {
+  return TensorRef{scratch.buffer, scratch.offset, dev.act_bytes()};
+}
+
 // gemm_splitk_reduce: C[b, m, n] = act(sum of the plan's split partials in `scratch` + bias[n]) (see the header).
 Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef& c, int scb, int scm,
                           const TensorRef& scratch, const TensorRef& bias, bool has_bias, int M, int N, int batch,
                           int act, const Residual& residual, const TensorRef& residual_input, Timings* timings) {
   Args r;
-  r.Buf(c.buffer, c.elem_offset()).Int(scb).Int(scm).Buf(scratch.buffer, scratch.elem_offset()).Int(p.splits);
+  r.Buf(c.buffer, c.elem_offset()).Int(scb).Int(scm).Buf(scratch.buffer, Partials(dev, scratch).elem_offset());
+  r.Int(p.splits);
   r.Buf(bias.buffer, bias.elem_offset()).Int(has_bias ? 1 : 0).Int(M).Int(N).Int(act);
   AddResidualArgs(residual, residual_input, scratch, &r);
   // any work-group size (the kernel bounds-checks): 16 x 16 where the device allows it
@@ -728,7 +740,8 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                          p.kernel->name());
   }
   const bool split = p.splits > 1;
-  const TensorRef& dst = split ? scratch : c;
+  const TensorRef partials = Partials(dev, scratch);
+  const TensorRef& dst = split ? partials : c;
   const int plane = s.M * s.N;
   const bool has_bias = bias != nullptr;
   const TensorRef& bias_ref = has_bias ? *bias : a;
@@ -797,6 +810,7 @@ bool SplitGemmColumns(const GemmShape& s, int parts, GemmShape* out) {
 class GemmOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
+  using GpuOp::float32_inputs_;  // the bias input (read as float by every kernel here)
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
     const TensorRef& A = in[s_.a_input];
@@ -829,6 +843,7 @@ class GemmOp final : public GpuOp {
 class ConvOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
+  using GpuOp::float32_inputs_;  // the bias input (read as float by every kernel here)
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
     const TensorRef& bias = s_.has_bias ? in[2] : in[1];
@@ -850,6 +865,7 @@ class ConvOp final : public GpuOp {
 class TiledGemmOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
+  using GpuOp::float32_inputs_;  // the bias input (read as float by every kernel here)
   using GpuOp::scratch_bytes_;
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
@@ -858,7 +874,7 @@ class TiledGemmOp final : public GpuOp {
       SDGPU_RETURN_IF_ERROR(packed_->Ensure(dev));
       b = packed_->operand();
     } else {
-      b = BOperand{in[s_.b_input].buffer, in[s_.b_input].elem_offset(), false};
+      b = BOperand{in[s_.b_input].buffer, in[s_.b_input].elem_offset(), b_half_};  // half: activation storage
     }
     TensorRef packed_bias;
     if (packed_bias_) {
@@ -872,21 +888,22 @@ class TiledGemmOp final : public GpuOp {
       SDGPU_RETURN_IF_ERROR(ln_colsum_->Ensure(dev));
       colsum.buffer = ln_colsum_->operand().buffer;
       colsum_ref = &colsum;
-      if (in[s_.a_input].elem_offset() % 4 != 0) return Status::Error("LayerNorm GEMM input not 16-byte aligned");
+      if (in[s_.a_input].elem_offset() % 4 != 0) return Status::Error("LayerNorm GEMM input rows not 4-element aligned");
     }
     auto run = [&](const TilePlan& p, Timings* t) -> Status {
       if (!p.ln_rows) {
         return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, t, residual_, residual_input_, false,
                                colsum_ref, ln_eps_);
       }
-      // the rows, normalised (unit affine), at the head of the scratch; the plan's own scratch (split partials) after
-      const TensorRef rows{scratch.buffer, scratch.offset};
+      // the rows, normalised (unit affine), at the head of the scratch (activation storage: layer_norm_rows writes
+      // them, the GEMM reads them as A); the plan's own scratch (split partials) after
+      const TensorRef rows{scratch.buffer, scratch.offset, dev.act_bytes()};
       const TensorRef rest{scratch.buffer, scratch.offset + ln_rows_bytes_};
       SDGPU_RETURN_IF_ERROR(ln_ones_->Ensure(dev));
       SDGPU_RETURN_IF_ERROR(ln_zeros_->Ensure(dev));
-      if (rows.offset % 16 != 0) return Status::Error("LayerNorm rows scratch not 16-byte aligned");
+      if (rows.offset % (4 * rows.elem_bytes) != 0) return Status::Error("LayerNorm rows scratch not float4-aligned");
       Args a;
-      a.Buf(rows.buffer, rows.elem_offset(16)).Buf(in[s_.a_input].buffer, in[s_.a_input].elem_offset(16));
+      a.Buf(rows.buffer, rows.vec4_offset()).Buf(in[s_.a_input].buffer, in[s_.a_input].vec4_offset());
       a.Buf(ln_ones_->operand().buffer, 0).Buf(ln_zeros_->operand().buffer, 0).Int(s_.K / 4).Float(ln_eps_).Int(0);
       SDGPU_RETURN_IF_ERROR(dev.Launch(*ln_rows_kernel_, a, {static_cast<size_t>(s_.M) * kLayerNormRowsWg, 1, 1},
                                        {kLayerNormRowsWg, 1, 1}, t));
@@ -1010,7 +1027,7 @@ class TiledGemmOp final : public GpuOp {
     size_t rows_bytes = 0;
     if (fold != LnFold::kTwin && s_.K <= kLayerNormRowsMaxC && dev.max_work_group_size() >= kLayerNormRowsWg &&
         dev.GetKernel("layer_norm_rows", &ln_rows_kernel_).ok()) {
-      rows_bytes = RoundUp(static_cast<size_t>(s_.M) * static_cast<size_t>(s_.K) * sizeof(float), size_t{256});
+      rows_bytes = RoundUp(static_cast<size_t>(s_.M) * static_cast<size_t>(s_.K) * dev.act_bytes(), size_t{256});
     } else if (fold == LnFold::kRows) {
       return false;
     }
@@ -1102,6 +1119,7 @@ class TiledGemmOp final : public GpuOp {
 class TiledConvOp final : public GpuOp {
  public:
   using GpuOp::device_inputs_;  // filled by the factory below
+  using GpuOp::float32_inputs_;  // the bias input (read as float by every kernel here)
   using GpuOp::scratch_bytes_;
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
@@ -1130,11 +1148,12 @@ class TiledConvOp final : public GpuOp {
       sbk = s_.co;  // packed K x Co
       sbn = 1;
     } else {
-      b = BOperand{in[1].buffer, in[1].elem_offset(), false};
+      b = BOperand{in[1].buffer, in[1].elem_offset(), dev.act_half()};  // the filter input: activation storage
     }
     const bool split = plan.splits > 1;
     const int M = s_.n * s_.oh * s_.ow;
-    const TensorRef& dst = split ? scratch : out;
+    const TensorRef partials = Partials(dev, scratch);
+    const TensorRef& dst = split ? partials : out;
     const TensorRef& bias = s_.has_bias ? in[2] : in[0];
     Args a;
     a.Buf(dst.buffer, dst.elem_offset()).Int(split ? M * s_.co : 0).Buf(in[0].buffer, in[0].elem_offset());
@@ -1181,7 +1200,7 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
     packed.sbk = s.N;
     packed.sbn = 1;
   }
-  const bool tc = TensorCoreGemm(dev, packed, b_const != nullptr && weights_fp16);
+  const bool tc = TensorCoreGemm(dev, packed, b_const != nullptr ? weights_fp16 : dev.act_half());
   if (!PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok()) return Status::Ok();
   if (b_const != nullptr) {
     const int N = s.N, K = s.K;
@@ -1197,11 +1216,13 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
     u->s_ = packed;
     inputs.erase(std::remove(inputs.begin(), inputs.end(), s.b_input), inputs.end());
   }
-  u->b_half_ = b_const != nullptr && weights_fp16;
+  // B's storage: packed constant weights are half with weights_fp16, a B input of the partition with half activations
+  u->b_half_ = b_const != nullptr ? weights_fp16 : dev.act_half();
   u->autotune_ = autotune;
   SDGPU_RETURN_IF_ERROR(
       u->tuner_.Init(dev, false, s.M, s.N, s.K, s.batch, GemmTuneKey(u->s_, u->b_half_), autotune, 1, tc));
   u->device_inputs_ = std::move(inputs);
+  if (s.bias_input >= 0) u->float32_inputs_ = {s.bias_input};
   u->scratch_bytes_ = std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
   return Status::Ok();
@@ -1212,6 +1233,7 @@ Status MakeNaiveGemm(const Device& dev, const GemmShape& s, std::vector<int> inp
   auto u = std::make_unique<GemmOp>();
   u->s_ = s;
   u->device_inputs_ = std::move(inputs);
+  if (s.bias_input >= 0) u->float32_inputs_ = {s.bias_input};
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("gemm_f32", &u->k_));
   *out = std::move(u);
   return Status::Ok();
@@ -1258,6 +1280,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
     } else {
       u->device_inputs_ = s.has_bias ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};
     }
+    if (s.has_bias) u->float32_inputs_ = {2};
     *out = std::move(u);
     return Status::Ok();
   }
@@ -1265,6 +1288,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
   auto u = std::make_unique<ConvOp>();
   u->s_ = s;
   u->device_inputs_ = s.has_bias ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};
+  if (s.has_bias) u->float32_inputs_ = {2};
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("conv2d_igemm", &u->k_));
   *out = std::move(u);
   return Status::Ok();

@@ -46,7 +46,7 @@ struct TilePlan {
   int bm = 64, bn = 64, threads = 256, splits = 1, k_split = 0;  // work-group = 16 x (threads / 16)
   const Kernel* kernel = nullptr;  // gemm_tBMxBN or conv_tBMxBN
   const Kernel* reduce = nullptr;  // gemm_splitk_reduce when splits > 1
-  size_t scratch_bytes = 0;        // split-K partials
+  size_t scratch_bytes = 0;        // split-K partials (activation storage: Device::act_bytes() per element)
   bool ln = false;                 // the kernel is a LayerNorm twin (NAME_ln / NAME_gg_ln, gemm_tiled.kern)
   // A folded LayerNorm's other form (TiledGemmOp::FuseLayerNorm): the op first normalises A's rows into the head of
   // its scratch (layer_norm_rows, unit affine: gamma and beta are in the packed weights and bias), then runs this
@@ -141,7 +141,8 @@ class TileTuner {
   std::string key_;
 };
 
-// A GEMM B operand: device buffer + element offset (in halves when `half`).
+// A GEMM B operand: device buffer + element offset (in halves when `half`: packed weights with weights_fp16, or a B
+// tensor of the partition with half activation storage).
 struct BOperand {
   const Buffer* buffer = nullptr;
   int offset = 0;
@@ -153,7 +154,9 @@ struct BOperand {
 // Enqueues the tiled GEMM `s` (strides sbb/sbk/sbn of s apply to `b`); `bias` may be null; `residual` (with its
 // input) is the epilogue of GpuOp::FuseResidual (batch 1 only; the split-K reduce applies it when splitting).
 // `partials_only`: a split plan leaves its partials [batch][split][M][N] in `scratch` for the caller to sum
-// (no reduce launch, no bias / activation / residual: the caller's next kernel applies them).
+// (no reduce launch, no bias / activation / residual: the caller's next kernel applies them). The partials are
+// activation storage (the kernels write them through C): Device::act_bytes() per element from scratch's byte offset,
+// whatever scratch.elem_bytes says. c, a and the residual input are ACT tensors (TensorRef::elem_offset()).
 // A LayerNorm plan (TilePlan::ln) takes `ln_colsum` (the column sums of its gamma-scaled B) and `ln_eps`.
 Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,

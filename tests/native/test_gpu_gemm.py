@@ -182,6 +182,75 @@ def test_weights_fp16_conv(rng, backend):
     assert_close(got, conv2d_ref(x, w.astype(np.float16).astype(np.float32), b), rtol=1e-5)
 
 
+# activations_fp16 (half storage of every float tensor of the partition, fp32 arithmetic): each GEMM kernel family
+# with half A / C (and half B where B is a tensor of the partition: b_half bit 0), split-K partials stored as half
+# and summed by the reduce. Case: (op, shape variant, delegate options); "naive" runs gemm_f32 on GL, whose
+# gl_limits leave no tile config the local memory it needs (OpenCL has no such limit: the cost model's plan there).
+ACT16_CASES = [
+    ("fc", "edges", {}),                       # 70 x 37 x 45: edge tiles, unaligned rows (scalar loads and stores)
+    ("fc", "edges", {"gemm_tiles": "16x64"}),  # the skinny kernel
+    ("fc", "split", {"gemm_tiles": "64x64/3"}),
+    ("fc", "split", {"gemm_tiles": "16x64/2"}),
+    ("fc", "aligned", {"gemm_tiles": "64x64n128"}),  # float4 A loads and aligned 4-wide stores
+    ("fc", "weights_input", {"gemm_tiles": "64x64"}),  # B is a half tensor, read along k
+    ("fc", "edges", {"naive": "1"}),
+    ("bmm", "plain", {}),                      # B read along n with 4-half loads
+    ("bmm", "adj", {"gemm_tiles": "64x64/2"}),
+    ("bmm", "broadcast", {"gemm_tiles": "128x64"}),
+    ("conv", "3x3", {}),
+    ("conv", "3x3", {"gemm_tiles": "64x64/3"}),
+    ("conv", "filter_input", {"gemm_tiles": "64x64n128"}),
+    ("conv", "ci4", {}),                       # Ci % 16 != 0: conv2d_igemm
+]
+
+
+def _act16_case(rng, op: str, variant: str) -> tuple[bytes, dict[str, np.ndarray], np.ndarray]:
+    def rand(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    if op == "fc":
+        m, k, n = {"edges": (70, 37, 45), "split": (20, 600, 33), "aligned": (96, 64, 80),
+                   "weights_input": (50, 24, 40)}[variant]
+        x, w, b = rand(1, m, k), rand(n, k), rand(n)
+        if variant == "weights_input":
+            return (fully_connected_model(x.shape, w, None, const_weights=False), {"x": x, "w": w},
+                    fully_connected_ref(x, w, None))
+        return fully_connected_model(x.shape, w, b, "relu"), {"x": x}, fully_connected_ref(x, w, b, "relu")
+    if op == "bmm":
+        adj = variant == "adj"
+        batches, m, k, n = {"plain": ((3, 3), 67, 40, 80), "adj": ((3, 3), 67, 40, 77),
+                            "broadcast": ((1, 4), 130, 18, 70)}[variant]
+        a = rand(batches[0], k, m) if adj else rand(batches[0], m, k)
+        b = rand(batches[1], n, k) if adj else rand(batches[1], k, n)
+        out = (max(batches), m, n)
+        return batch_matmul_model(a.shape, b.shape, out, adj, adj), {"a": a, "b": b}, batch_matmul_ref(a, b, adj, adj)
+    x_shape, co = {"3x3": ((2, 9, 11, 32), 40), "filter_input": ((1, 12, 10, 16), 24), "ci4": ((1, 10, 9, 4), 20)}[variant]
+    x, w, b = rand(*x_shape), rand(co, 3, 3, x_shape[3]), rand(co)
+    if variant == "filter_input":
+        return (conv2d_model(x.shape, w, b, 2, 1, "SAME", "relu6", const_weights=False), {"x": x, "w": w},
+                conv2d_ref(x, w, b, 2, 1, "SAME", "relu6"))
+    return conv2d_model(x.shape, w, b, 1, 1, "SAME", "relu6"), {"x": x}, conv2d_ref(x, w, b, 1, 1, "SAME", "relu6")
+
+
+@pytest.mark.parametrize("op,variant,options", ACT16_CASES)
+def test_activations_fp16_gemm_families(tmp_path, rng, backend, op, variant, options):
+    """Half storage, one partition: within 3e-3 of float64 (the inputs alone round by up to 2^-11 relative), and the
+    answer really went through half storage (further from float64 than fp32 storage gets)."""
+    model, inputs, want = _act16_case(rng, op, variant)
+    opts = {k: v for k, v in options.items() if k != "naive"}
+    if "naive" in options and backend == "gl":
+        opts["gl_limits"] = "shared_bytes=4096"  # below every tile config's local memory: gemm_f32
+    profile = tmp_path / "profile.json"
+    got = _run(backend, model, inputs, activations_fp16=True, profile_path=str(profile), **opts)
+    assert_close(got, want, rtol=3e-3)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err > 2e-5, err
+    kernels = _profile_kernels(profile)
+    assert ("gemm_splitk_reduce" in kernels) == ("/" in opts.get("gemm_tiles", "")), kernels
+    if "naive" in options and backend == "gl":
+        assert kernels == ["gemm_f32"], kernels
+
+
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
 @pytest.mark.parametrize("tile", [2, 4, 6])
 def test_winograd_matches_direct_within_bound(backend, tile, padding):

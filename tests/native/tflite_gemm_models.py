@@ -102,13 +102,14 @@ def conv_out_size(size: int, k: int, stride: int, dilation: int, padding: str) -
 
 
 def conv2d_model(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, stride: int = 1, dilation: int = 1,
-                 padding: str = "SAME", activation: str = "none") -> bytes:
-    """NHWC x, OHWI w -> CONV_2D -> y."""
+                 padding: str = "SAME", activation: str = "none", const_weights: bool = True) -> bytes:
+    """NHWC x, OHWI w -> CONV_2D -> y; ``const_weights=False`` makes w a graph input ``w``."""
     n, h, wd, _ = x_shape
     co, kh, kw, _ = w.shape
     g = OpGraphBuilder()
     x = g.input("x", x_shape)
-    ins = [x, g.const("w", w.astype(np.float32))] + ([g.const("b", b.astype(np.float32))] if b is not None else [-1])
+    wt = g.const("w", w.astype(np.float32)) if const_weights else g.input("w", w.shape)
+    ins = [x, wt] + ([g.const("b", b.astype(np.float32))] if b is not None else [-1])
     oh, ow = conv_out_size(h, kh, stride, dilation, padding), conv_out_size(wd, kw, stride, dilation, padding)
     y = g.tensor("y", [n, oh, ow, co])
     opts = S.Conv2DOptionsT()
