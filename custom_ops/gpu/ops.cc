@@ -43,6 +43,10 @@ bool ActHalfReady(const NodeDesc& node) {
     case kMean: case kSum: case kReduceMax: case kSoftmax:
     // sd_ops.cc: dequant_f16 and, for a constant, unary_f32's copy (gpu/kernels/elementwise.kern)
     case kDequantize:
+    // the GEMM family (gemm.kern, gemm_tiled.kern)
+    case kFullyConnected:
+    case kBatchMatMul:
+    case kConv2D:
       return true;
     default:
       return false;

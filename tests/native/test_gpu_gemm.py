@@ -189,7 +189,7 @@ def test_weights_fp16_conv(rng, backend):
 ACT16_CASES = [
     ("fc", "edges", {}),                       # 70 x 37 x 45: edge tiles, unaligned rows (scalar loads and stores)
     ("fc", "edges", {"gemm_tiles": "16x64"}),  # the skinny kernel
-    ("fc", "split", {"gemm_tiles": "64x64/3"}),
+    ("fc", "split", {"gemm_tiles": "64x64/4"}),
     ("fc", "split", {"gemm_tiles": "16x64/2"}),
     ("fc", "aligned", {"gemm_tiles": "64x64n128"}),  # float4 A loads and aligned 4-wide stores
     ("fc", "weights_input", {"gemm_tiles": "64x64"}),  # B is a half tensor, read along k
@@ -198,7 +198,7 @@ ACT16_CASES = [
     ("bmm", "adj", {"gemm_tiles": "64x64/2"}),
     ("bmm", "broadcast", {"gemm_tiles": "128x64"}),
     ("conv", "3x3", {}),
-    ("conv", "3x3", {"gemm_tiles": "64x64/3"}),
+    ("conv", "3x3", {"gemm_tiles": "64x64/2"}),
     ("conv", "filter_input", {"gemm_tiles": "64x64n128"}),
     ("conv", "ci4", {}),                       # Ci % 16 != 0: conv2d_igemm
 ]
@@ -226,25 +226,26 @@ def _act16_case(rng, op: str, variant: str) -> tuple[bytes, dict[str, np.ndarray
         return batch_matmul_model(a.shape, b.shape, out, adj, adj), {"a": a, "b": b}, batch_matmul_ref(a, b, adj, adj)
     x_shape, co = {"3x3": ((2, 9, 11, 32), 40), "filter_input": ((1, 12, 10, 16), 24), "ci4": ((1, 10, 9, 4), 20)}[variant]
     x, w, b = rand(*x_shape), rand(co, 3, 3, x_shape[3]), rand(co)
+    # RELU, not RELU6: a clamp at 6 of outputs spread ~ sqrt(K) would measure the error against the clamp
     if variant == "filter_input":
-        return (conv2d_model(x.shape, w, b, 2, 1, "SAME", "relu6", const_weights=False), {"x": x, "w": w},
-                conv2d_ref(x, w, b, 2, 1, "SAME", "relu6"))
-    return conv2d_model(x.shape, w, b, 1, 1, "SAME", "relu6"), {"x": x}, conv2d_ref(x, w, b, 1, 1, "SAME", "relu6")
+        return (conv2d_model(x.shape, w, b, 2, 1, "SAME", "relu", const_weights=False), {"x": x, "w": w},
+                conv2d_ref(x, w, b, 2, 1, "SAME", "relu"))
+    return conv2d_model(x.shape, w, b, 1, 1, "SAME", "relu"), {"x": x}, conv2d_ref(x, w, b, 1, 1, "SAME", "relu")
 
 
 @pytest.mark.parametrize("op,variant,options", ACT16_CASES)
 def test_activations_fp16_gemm_families(tmp_path, rng, backend, op, variant, options):
-    """Half storage, one partition: within 3e-3 of float64 (the inputs alone round by up to 2^-11 relative), and the
-    answer really went through half storage (further from float64 than fp32 storage gets)."""
+    """Half storage, one partition: within 3e-3 of float64 (max abs error / max abs reference; the inputs alone round
+    by up to 2^-11 relative), and the answer really went through half storage (further from float64 than fp32 storage
+    gets)."""
     model, inputs, want = _act16_case(rng, op, variant)
     opts = {k: v for k, v in options.items() if k != "naive"}
     if "naive" in options and backend == "gl":
         opts["gl_limits"] = "shared_bytes=4096"  # below every tile config's local memory: gemm_f32
     profile = tmp_path / "profile.json"
     got = _run(backend, model, inputs, activations_fp16=True, profile_path=str(profile), **opts)
-    assert_close(got, want, rtol=3e-3)
     err = float(np.abs(got - want).max() / np.abs(want).max())
-    assert err > 2e-5, err
+    assert 2e-5 < err <= 3e-3, err
     kernels = _profile_kernels(profile)
     assert ("gemm_splitk_reduce" in kernels) == ("/" in opts.get("gemm_tiles", "")), kernels
     if "naive" in options and backend == "gl":
