@@ -25,6 +25,8 @@ bool ActHalfReady(const NodeDesc& node) {
       case OpKind::kAttention:
       case OpKind::kGroupNorm:
       case OpKind::kGelu:
+      // ops/conv2d_winograd: the transforms, the tiled GEMM between them (gpu/kernels/gemm_tiled.kern)
+      case OpKind::kConv2DWinograd:
         return true;
       default:
         return false;
