@@ -64,15 +64,16 @@ def write_json(path: Path, data: Any) -> None:
 #: strict fp32-FMA row there)
 RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 tensor cores"),
                     "+fp64": ("tensor_cores:fp64", "FP64 tensor cores"),
-                    "+fp32": ("tensor_cores:off", "fp32 FMAs only")}
+                    "+fp32": ("tensor_cores:off", "fp32 FMAs only"),
+                    "+a16": ("activations_fp16:1", "half activation storage")}
 
 
 @dataclass(frozen=True)
 class Variant:
     """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto),
     ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops); ``plain``
-    or a fused variant + ``+tc`` / ``+fp64`` / ``+fp32`` runs that variant's model file with the delegate option
-    ``tensor_cores=3xtf32`` / ``fp64`` / ``off``."""
+    or a fused variant + ``+tc`` / ``+fp64`` / ``+fp32`` / ``+a16`` runs that variant's model file with the delegate
+    option ``tensor_cores=3xtf32`` / ``fp64`` / ``off`` / ``activations_fp16=1``."""
 
     name: str
 
