@@ -187,13 +187,15 @@
 // cl_khr_fp16); arithmetic stays fp32. Offsets are in storage elements either way.
 #if SD_ACT_HALF
 #define ACT_LD(buf, i) vload_half((i), (__global const half*)(buf))
-#define ACT_ST(buf, i, v) vstore_half_rte((v), (i), (__global half*)(buf))
+// The stores take the default rounding (round to nearest even, OpenCL C 6.12.7): the same as the _rte forms, which
+// some compilers expand in software.
+#define ACT_ST(buf, i, v) vstore_half((v), (i), (__global half*)(buf))
 #define ACT_LD4A(buf, i) vloada_half4((i) >> 2, (__global const half*)(buf))
 #define ACT_LD4(buf, i) vload_half4(0, (__global const half*)(buf) + (i))
-#define ACT_ST4A(buf, i, v) vstorea_half4_rte((v), (i) >> 2, (__global half*)(buf))
-#define ACT_ST4(buf, i, v) vstore_half4_rte((v), 0, (__global half*)(buf) + (i))
+#define ACT_ST4A(buf, i, v) vstorea_half4((v), (i) >> 2, (__global half*)(buf))
+#define ACT_ST4(buf, i, v) vstore_half4((v), 0, (__global half*)(buf) + (i))
 #define ACT_LDV4(buf, i) vloada_half4((i), (__global const half*)(buf))
-#define ACT_STV4(buf, i, v) vstorea_half4_rte((v), (i), (__global half*)(buf))
+#define ACT_STV4(buf, i, v) vstorea_half4((v), (i), (__global half*)(buf))
 #else
 #define ACT_LD(buf, i) (buf)[(i)]
 #define ACT_ST(buf, i, v) ((buf)[(i)] = (v))
