@@ -29,6 +29,7 @@
 // partials are the kernels' ACT data, so offsets come from TensorRef::elem_offset() and the partials take
 // dev.act_bytes() per element of scratch; a non-constant B (or filter) is then half storage, read through b_half bit
 // 0; a bias input stays float32 (float32_inputs_); the tensor-core configs (fp32 only) are never candidates.
+// GemmShape::float_ac (Winograd's V and M) keeps A, C and the partials float32 whatever the storage: b_half bit 2.
 //
 // Tuning knob (benchmarks and tests only): the delegate option gemm_tiles=BMxBN[nTHREADS|tc][/splits] forces one tile
 // config (and split count) for every tiled GEMM/conv instead of the cost model below.
@@ -725,6 +726,8 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
 
 }  // namespace
 
+size_t FloatPartialBytes(const Device& dev, size_t act_sized) { return act_sized / dev.act_bytes() * sizeof(float); }
+
 Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual, const TensorRef& residual_input,
@@ -740,16 +743,23 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                          p.kernel->name());
   }
   const bool split = p.splits > 1;
-  const TensorRef partials = Partials(dev, scratch);
+  if (s.float_ac && split && !partials_only) {
+    return Status::Error("float32 A / C (GemmShape::float_ac) needs the caller to sum the split-K partials");
+  }
+  const TensorRef partials =
+      s.float_ac ? TensorRef{scratch.buffer, scratch.offset, sizeof(float)} : Partials(dev, scratch);
   const TensorRef& dst = split ? partials : c;
   const int plane = s.M * s.N;
   const bool has_bias = bias != nullptr;
   const TensorRef& bias_ref = has_bias ? *bias : a;
+  // A and C are read as float or as activation storage by b_half bit 2: their element size goes with them (gpu::Arg)
+  const int ac_bytes = static_cast<int>(s.float_ac ? sizeof(float) : dev.act_bytes());
   Args g;
-  g.Buf(dst.buffer, dst.elem_offset());
+  g.Buf(dst.buffer, dst.elem_offset(), ac_bytes);
   g.Int(split ? p.splits * plane : s.scb).Int(split ? plane : 0).Int(split ? s.N : s.scm);
-  g.Buf(a.buffer, a.elem_offset()).Int(s.sab).Int(s.sam).Int(s.sak);
-  g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0));
+  g.Buf(a.buffer, a.elem_offset(), ac_bytes).Int(s.sab).Int(s.sam).Int(s.sak);
+  g.Buf(b.buffer, b.offset).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0) |
+                                                              (s.float_ac && dev.act_half() ? 4 : 0));
   g.Buf(bias_ref.buffer, bias_ref.elem_offset()).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
   AddResidualArgs(split ? Residual() : residual, residual_input, a, &g);
@@ -1156,7 +1166,9 @@ class TiledConvOp final : public GpuOp {
     const TensorRef& dst = split ? partials : out;
     const TensorRef& bias = s_.has_bias ? in[2] : in[0];
     Args a;
-    a.Buf(dst.buffer, dst.elem_offset()).Int(split ? M * s_.co : 0).Buf(in[0].buffer, in[0].elem_offset());
+    // Y's element size goes with it: the shared epilogue can also store float (b_half bit 2, gpu::Arg)
+    a.Buf(dst.buffer, dst.elem_offset(), static_cast<int>(dev.act_bytes())).Int(split ? M * s_.co : 0);
+    a.Buf(in[0].buffer, in[0].elem_offset());
     a.Buf(b.buffer, b.offset).Int(sbk).Int(sbn).Int(b.half ? 1 : 0);
     a.Buf(bias.buffer, bias.elem_offset()).Int(s_.has_bias && !split ? 1 : 0);
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);

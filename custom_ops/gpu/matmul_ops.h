@@ -30,6 +30,11 @@ struct GemmShape {
   int a_input = 0, b_input = 1, bias_input = -1;  // indices into the node inputs
   float alpha = 1.0f;
   int act = 0;  // TFLite fused activation code
+  // A, C and the split-K partials are float32 whatever the activation storage (Winograd's V and M, kept float
+  // because its transforms amplify half rounding; gemm_tiled.kern's b_half bit 2): the caller's TensorRefs of A and
+  // C then have elem_bytes 4, a split plan's partials take 4 bytes per element (FloatPartialBytes) and must be summed
+  // by the caller (LaunchTiledGemm's partials_only).
+  bool float_ac = false;
 };
 
 // NHWC conv, OHWI filter, inputs (x, filter[, bias]).
@@ -156,13 +161,18 @@ struct BOperand {
 // `partials_only`: a split plan leaves its partials [batch][split][M][N] in `scratch` for the caller to sum
 // (no reduce launch, no bias / activation / residual: the caller's next kernel applies them). The partials are
 // activation storage (the kernels write them through C): Device::act_bytes() per element from scratch's byte offset,
-// whatever scratch.elem_bytes says. c, a and the residual input are ACT tensors (TensorRef::elem_offset()).
+// whatever scratch.elem_bytes says (4 with s.float_ac). c, a and the residual input are ACT tensors
+// (TensorRef::elem_offset()), except a and c with s.float_ac (float32: elem_bytes 4).
 // A LayerNorm plan (TilePlan::ln) takes `ln_colsum` (the column sums of its gamma-scaled B) and `ln_eps`.
 Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual = Residual(),
                        const TensorRef& residual_input = TensorRef(), bool partials_only = false,
                        const TensorRef* ln_colsum = nullptr, float ln_eps = 0.0f);
+
+// The bytes of a GEMM's split-K partials stored as float32 (GemmShape::float_ac) from `act_sized`, a plan's or
+// tuner's scratch_bytes sized in activation storage (TilePlan::scratch_bytes; plans without ln_rows).
+size_t FloatPartialBytes(const Device& dev, size_t act_sized);
 
 // Device memory that device-side weight producers upload the model's bytes into before a kernel transforms them
 // (PackedWeights::DeviceProducer): one buffer reused by consecutive producers -- commands run in submission order,

@@ -19,10 +19,13 @@
 // weights_fp16 stores U as half for F(2x2) only: the output transform's cancellation amplifies U's
 // rounding (measured, Ci 32..320, max |err| / max |y|: F2 3e-4, F4 5e-3, F6 3e-2 .. 8e-2), so F4/F6 keep
 // float32 U -- pick F2 tiles where weight memory matters more than the FLOP savings. V and M live in the op's arena
-// scratch: a*a*T*(Ci + Co) elements of activation storage (half with activations_fp16, like X and Y),
-// plus split-K partials if the GEMM plan splits (rarely: a*a batches fill the device, except the skinny GEMM of
-// b1's 8x8 map, UseSkinny4); the output transform sums the partials (winograd_output_f*_sum, `splits`), so no
-// gemm_splitk_reduce launch writes M first.
+// scratch: a*a*T*(Ci + Co) float32 elements whatever the activation storage. X, Y and R are half with
+// activations_fp16, V and M are not: the transforms amplify their rounding like a half U's (simulated, Ci 128,
+// max |err| / max |y| with half V and M: F2 6e-4, F4 1.1e-2, F6 1.4e-2), so every tile stays in the Winograd
+// domain at fp32 accuracy for 2x the scratch bytes of half V and M (the GEMM's A and C are float:
+// GemmShape::float_ac). Plus float32 split-K partials if the GEMM plan splits (rarely: a*a batches fill the device,
+// except the skinny GEMM of b1's 8x8 map, UseSkinny4); the output transform sums the partials
+// (winograd_output_f*_sum, `splits`), so no gemm_splitk_reduce launch writes M first.
 //
 // Falls back to the implicit-GEMM convolution (same math, direct summation, within the same error
 // bound) when the device has no Winograd kernels, when the filter is not a
@@ -115,8 +118,8 @@ class WinogradOp final : public GpuOp {
                  Timings* timings) override {
     SDGPU_RETURN_IF_ERROR(u_->Ensure(dev));
     const int a2 = g_.a * g_.a;
-    // V, M and the GEMM's split-K partials are activation storage (the GEMM's A and C): act_bytes() per element.
-    const size_t eb = dev.act_bytes();
+    // V, M and the GEMM's split-K partials are float32 whatever the activation storage (the header comment).
+    const size_t eb = sizeof(float);
     const TensorRef v{scratch.buffer, scratch.offset, eb};
     const TensorRef mbuf{scratch.buffer, scratch.offset + static_cast<size_t>(a2) * g_.tiles * g_.ci * eb, eb};
     const TensorRef rest{scratch.buffer, mbuf.offset + static_cast<size_t>(a2) * g_.tiles * g_.co * eb, eb};
@@ -251,11 +254,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
   const int min_tiles = dev.HasKernel("gemm_t16x64") ? kMinTiles : kMinTilesNoSkinny;
-  // Half activation storage rounds V and M (the GEMM's A and C) to half: the output transform's cancellation
-  // amplifies that like a half U (header comment; simulated, Ci 128, max |err| / max |y|: F2 6e-4, F4 1.1e-2,
-  // F6 1.4e-2), so with activations_fp16 only F2 stays in the Winograd domain and F4 / F6 run the direct convolution.
-  const bool storage_ok = !dev.act_half() || g.m == 2;
-  bool ok = constant_filter && fits && storage_ok && g.tiles >= min_tiles &&
+  bool ok = constant_filter && fits && g.tiles >= min_tiles &&
             dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
   // The fused variants exist on every device, but each is requested (built) only where it is used: _gn / _gnsilu
@@ -283,7 +282,9 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.sbn = 1;
     s.scb = g.tiles * g.co;
     s.scm = g.co;
-    tc = !dev.act_half() && TensorCoreGemm(dev, s, half_u);  // the tensor-core kernels keep float storage
+    s.float_ac = true;  // V and M (header comment)
+    // no tensor cores under act_half, as for every GEMM (backends/opencl/nvidia is not built for half storage)
+    tc = !dev.act_half() && TensorCoreGemm(dev, s, half_u);
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok();
     if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, fusion ? kMaxSkinnySplits : 1);
   }
@@ -343,8 +344,9 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
                                        fusion ? kMaxWinogradTuneSplits : 1, tc));
-  u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * dev.act_bytes() +
-                      std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
+  // the planners size split-K partials in activation storage; V, M and the partials are float32
+  u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
+                      FloatPartialBytes(dev, std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes()));
   *out = std::move(u);
   return Status::Ok();
 }

@@ -8,10 +8,12 @@ tensor between the input and the output is stored once more. Measured (max |erro
 weights, PoCL and llvmpipe alike): text encoder 1.0-1.2e-3, UNet 2.9-3.6e-3, VAE decoder 3.2-5.0e-3 (its ~30 stored
 tensors); float32 storage gives 4e-7 .. 7e-6. The bound, 6e-3 through assert_close (relative, the output's scale as
 the floor), is a little above the worst; issue 32's 3e-3 holds for the text encoder and the fused UNet only.
-With half storage the F4 / F6 Winograd convs run as direct convolutions (winograd_ops.cc: their transforms amplify
-the rounding of V and M past 1e-2), so the arena comparison takes the fused and F2 variants."""
+Every Winograd tile (F2 / F4 / F6) stays in the Winograd domain with half storage: its V and M are float32 whatever
+the activation storage (winograd_ops.cc: the transforms would amplify their half rounding past 1e-2), which the
+profile's kernel names show."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,8 @@ from sdlite import native
 
 BACKENDS = ("opencl", "gl")
 MODELS = ("text_encoder", "unet", "vae_decoder")
-VARIANTS = ("plain", "fused", "f2", "f4", "f6")
+WINOGRAD = ("f2", "f4", "f6")
+VARIANTS = ("plain", "fused", *WINOGRAD)
 
 
 @pytest.fixture(scope="module")
@@ -42,34 +45,54 @@ def variant_folders(tmp_path_factory, tiny_export: Path) -> dict[str, Path]:
     return out
 
 
-def _run(backend: str, path: Path, inputs: dict, act_half: bool) -> tuple[dict, dict]:
-    delegate = native.load(backend=backend, gemm_autotune=False, activations_fp16=act_half)
+def _run(backend: str, path: Path, inputs: dict, act_half: bool, profile: Path | None = None) -> tuple[dict, dict]:
+    options = {"profile_path": str(profile)} if profile is not None else {}
+    delegate = native.load(backend=backend, gemm_autotune=False, activations_fp16=act_half, **options)
     runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
         "serving_default")
     outputs = runner(**inputs)
     return outputs, native.stats(delegate)
 
 
+def _kernels(profile: Path) -> set[str]:
+    """The names of the kernels the profiled invoke launched."""
+    return {k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]}
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Path, variant_folders, rng, backend, variant):
+def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Path, variant_folders, rng, tmp_path,
+                                                                backend, variant):
+    launched: set[str] = set()
     for model in MODELS:
         reference = Interpreter(model_path=str(tiny_export / f"{model}.tflite")).get_signature_runner(
             "serving_default")
         inputs = signature_inputs(reference, rng, timestep=500.0)
         expected = reference(**inputs)
-        actual, stats = _run(backend, variant_folders[variant] / f"{model}.tflite", inputs, act_half=True)
+        profile = tmp_path / f"{model}.json"
+        actual, stats = _run(backend, variant_folders[variant] / f"{model}.tflite", inputs, act_half=True,
+                             profile=profile)
         assert (stats["partitions"], stats["declined_nodes"], stats["host_fallback_nodes"]) == (1, 0, 0), (model, stats)
+        if variant in WINOGRAD:  # every Winograd conv of float32 storage stays one with half storage
+            winograd = {k for k in _kernels(profile) if k.startswith("winograd_")}
+            _, _ = _run(backend, variant_folders[variant] / f"{model}.tflite", inputs, act_half=False, profile=profile)
+            assert winograd == {k for k in _kernels(profile) if k.startswith("winograd_")}, (model, winograd)
+            launched |= winograd
         for name, value in expected.items():
             assert np.isfinite(actual[name]).all(), (model, name)
             assert_close(actual[name], value, rtol=6e-3)
+    if variant in WINOGRAD:  # the tiny UNet's maps are too small for F4 / F6; its VAE decoder's are not
+        for kernel in (f"winograd_input_{variant}", f"winograd_output_{variant}"):
+            assert any(k.startswith(kernel) for k in launched), (kernel, launched)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_storage_halves_the_arena(tiny_export: Path, variant_folders, rng, backend):
-    # The arena holds the activations, the Winograd transforms' intermediates (half too) and the ops' float32
-    # scratch (GroupNorm statistics, norm tables, attention row statistics): a little over half remains.
-    for variant, model in (("fused", "unet"), ("fused", "vae_decoder"), ("f2", "vae_decoder")):
+    # The arena holds the activations and the ops' float32 scratch (GroupNorm statistics, norm tables, attention row
+    # statistics): a little over half remains. The Winograd transforms' V and M stay float32 (winograd_ops.cc) and
+    # are most of the tiny VAE decoder's F2 arena, so that one shrinks less (measured 0.87).
+    for variant, model, low, high in (("fused", "unet", 0.45, 0.6), ("fused", "vae_decoder", 0.45, 0.6),
+                                      ("f2", "vae_decoder", 0.45, 0.95)):
         path = variant_folders[variant] / f"{model}.tflite"
         reference = Interpreter(model_path=str(tiny_export / f"{model}.tflite")).get_signature_runner(
             "serving_default")
@@ -77,4 +100,4 @@ def test_half_storage_halves_the_arena(tiny_export: Path, variant_folders, rng, 
         _, full = _run(backend, path, inputs, act_half=False)
         _, half = _run(backend, path, inputs, act_half=True)
         ratio = half["max_arena_bytes"] / full["max_arena_bytes"]
-        assert 0.45 <= ratio <= 0.6, (variant, model, half["max_arena_bytes"], full["max_arena_bytes"])
+        assert low <= ratio <= high, (variant, model, half["max_arena_bytes"], full["max_arena_bytes"])

@@ -208,7 +208,8 @@ GlDevice::~GlDevice() {
 
 // "layout(std430, binding = K) [readonly ]buffer SdBufK[_v4|_u32|_h4] { TYPE name[]; };" (gen_glsl.py): the element
 // size of each binding's own declaration (no suffix), or, for a half buffer that has only half views, 2 (_u32) or 8
-// (_h4, a float4* parameter).
+// (_h4, a float4* parameter). A parameter declared both ways (gemm_tiled.kern's A and C, float or half by a runtime
+// switch) gets 4 here; its launcher gives the element size per argument (gpu::Arg::elem_bytes), which wins.
 namespace {
 
 std::vector<int> BindingElementBytes(const std::string& source) {
@@ -588,7 +589,10 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
       const uint64_t serial = buf != nullptr ? buf->serial() : 0;
       const bool ranged = buf != nullptr && buf->ranged();
       size_t start = 0;  // bytes: the range's start (0: the whole buffer)
-      const size_t unit = binding < p->elem_bytes.size() ? static_cast<size_t>(p->elem_bytes[binding]) : 4;
+      // the launcher's element size where the kernel switches a parameter's storage at run time (gpu::Arg)
+      const size_t unit = arg.elem_bytes > 0                    ? static_cast<size_t>(arg.elem_bytes)
+                          : binding < p->elem_bytes.size() ? static_cast<size_t>(p->elem_bytes[binding])
+                                                           : 4;
       if (ranged) {
         // The tensor starts within the range's first alignment unit and ends within max_tensor_bytes() of it, i.e.
         // inside the storage block size. The alignment (>= 16) is a multiple of every element size.
