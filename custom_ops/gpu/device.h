@@ -65,21 +65,22 @@ struct Arg {
   const Buffer* buffer = nullptr;  // kBuffer
   int32_t i = 0;                   // kInt value, or the element offset of a kBuffer
   float f = 0.0f;                  // kFloat
-  // kBuffer: the bytes per element of `i` where the kernel's parameter is read as float or as half by a runtime
-  // switch (gemm_tiled.kern's A and C, b_half bit 2); 0: the parameter's declared storage. A GL device binding the
-  // buffer in ranges needs it (gl_device.cc BindingElementBytes sees both declarations).
+  // kBuffer: the bytes per element of `i` (a tensor's TensorRef::elem_bytes, x4 for a float4 parameter); 0: the
+  // parameter's declared storage. A GL device binding the buffer in ranges needs it where one parameter is read both
+  // as float and as half (gemm_tiled.kern's A, B and C by their b_half bits, attention's O with its stats view):
+  // its declarations then name two element sizes (gl_device.cc BindingElementBytes).
   int elem_bytes = 0;
 };
 
 // Ordered kernel arguments, built fluently: Args().Buf(y, yo).Buf(x, xo).Int(n).Float(eps).
 class Args {
  public:
-  Args& Buf(const Buffer* buffer, int elem_offset, int elem_bytes = 0) {
+  Args& Buf(const Buffer* buffer, int elem_offset, size_t elem_bytes = 0) {
     Arg a;
     a.kind = Arg::Kind::kBuffer;
     a.buffer = buffer;
     a.i = elem_offset;
-    a.elem_bytes = elem_bytes;
+    a.elem_bytes = static_cast<int>(elem_bytes);
     items_.push_back(a);
     return *this;
   }

@@ -77,7 +77,7 @@ class ConstantOp final : public GpuOp {
                  Timings* timings) override {
     SDGPU_RETURN_IF_ERROR(data_->Ensure(dev));
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(data_->operand().buffer, 0).Int(n_).Int(0);
+    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(data_->operand().buffer, 0).Int(n_).Int(0);
     return Launch1D(dev, *k_, a, n_, timings);
   }
 
@@ -95,7 +95,7 @@ class DequantF16Op final : public GpuOp {
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset(2)).Int(n_);
+    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(2)).Int(n_);
     return Launch1D(dev, *k_, a, n_, timings);
   }
 
@@ -172,7 +172,7 @@ class SdGroupNormOp final : public GpuOp {
     if (stats_chunks_ > 0) return EnqueueFromPartials(dev, in, out, scratch, timings);
     if (rows_kernel_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0) {
       Args a;
-      a.Buf(out.buffer, out.vec4_offset()).Buf(in[0].buffer, in[0].vec4_offset());
+      a.Buf(out.buffer, out.vec4_offset(), 4 * out.elem_bytes).Buf(in[0].buffer, in[0].vec4_offset(), 4 * in[0].elem_bytes);
       a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(C / 4).Float(eps_).Int(silu_);
       return dev.Launch(*rows_kernel_, a, {static_cast<size_t>(g_.n) * kLayerNormRowsWg, 1, 1},
@@ -180,7 +180,7 @@ class SdGroupNormOp final : public GpuOp {
     }
     if (nhwc_ != nullptr) {
       Args a;  // table mode: the output holds the float32 norm table
-      a.Buf(out.buffer, table_ ? FloatOffset(out) : out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
+      a.Buf(out.buffer, table_ ? FloatOffset(out) : out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes);
       a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(A).Int(C).Int(G).Float(eps_);
       if (!table_) a.Int(silu_);
@@ -189,7 +189,7 @@ class SdGroupNormOp final : public GpuOp {
     }
     if (partial_ == nullptr) {
       Args a;
-      a.Buf(out.buffer, out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset());
+      a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes);
       a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(A).Int(C).Int(B).Int(G).Float(eps_).Int(silu_);
       return dev.Launch(*single_, a, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
@@ -200,12 +200,12 @@ class SdGroupNormOp final : public GpuOp {
     const int nchunks = by_rows ? row_chunks_ : nchunks_;
     Args p;
     if (by_rows) {
-      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].vec4_offset()).Int(A).Int(C).Int(G).Int(rows_);
+      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].vec4_offset(), 4 * in[0].elem_bytes).Int(A).Int(C).Int(G).Int(rows_);
       p.Int(nchunks);
       SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_rows_, p, {static_cast<size_t>(g_.n) * nchunks * kGroupNormWg2, 1, 1},
                                        {kGroupNormWg2, 1, 1}, timings));
     } else {
-      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].elem_offset()).Int(A).Int(C).Int(B).Int(G).Int(nchunks);
+      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes).Int(A).Int(C).Int(B).Int(G).Int(nchunks);
       SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_, p, {ngroups * nchunks * kGroupNormWg2, 1, 1},
                                        {kGroupNormWg2, 1, 1}, timings));
     }
@@ -283,12 +283,12 @@ class SdGroupNormOp final : public GpuOp {
     const TensorRef& part = stats_buffer_;
     Args f;
     if (table_) {
-      f.Buf(out.buffer, FloatOffset(out)).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
+      f.Buf(out.buffer, FloatOffset(out)).Buf(part.buffer, part.elem_offset(), part.elem_bytes).Int(stats_chunks_);
       f.Int(static_cast<int>(count_)).Float(eps_).Buf(in[1].buffer, FloatOffset(in[1]));
       f.Buf(in[2].buffer, FloatOffset(in[2])).Int(C).Int(G);
       return dev.Launch(*finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
     }
-    f.Buf(scratch.buffer, scratch.elem_offset()).Buf(part.buffer, part.elem_offset()).Int(stats_chunks_);
+    f.Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Buf(part.buffer, part.elem_offset(), part.elem_bytes).Int(stats_chunks_);
     f.Int(static_cast<int>(count_)).Float(eps_);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*finalize_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings));
     const bool vec = apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
@@ -297,7 +297,7 @@ class SdGroupNormOp final : public GpuOp {
     a.Buf(out.buffer, vec ? out.vec4_offset() : out.elem_offset());
     a.Buf(in[0].buffer, vec ? in[0].vec4_offset() : in[0].elem_offset());
     a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
-    a.Buf(scratch.buffer, scratch.elem_offset()).Int(A).Int(C).Int(1).Int(G).Int(silu_).Int(vec ? n / 4 : n);
+    a.Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Int(A).Int(C).Int(1).Int(G).Int(silu_).Int(vec ? n / 4 : n);
     if (vec) a.Int(1);
     return Launch1D(dev, vec ? *apply4_ : *apply_, a, vec ? n / 4 : n, timings);
   }
@@ -322,18 +322,18 @@ class SdAttentionOp final : public GpuOp {
     const TensorRef &q = in[0], &k = in[1], &v = in[2];
     if (attrs_.variant == AttentionVariant::kFlash || single_pass_) {
       Args a;
-      a.Buf(out.buffer, out.elem_offset()).Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset());
-      a.Buf(v.buffer, v.elem_offset());
+      a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(q.buffer, q.elem_offset(), q.elem_bytes).Buf(k.buffer, k.elem_offset(), k.elem_bytes);
+      a.Buf(v.buffer, v.elem_offset(), v.elem_bytes);
       ShapeArgs(&a);
       return dev.Launch(*k1_, a, global, local, timings);
     }
     Args s;
-    s.Buf(scratch.buffer, scratch.elem_offset()).Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset());
+    s.Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Buf(q.buffer, q.elem_offset(), q.elem_bytes).Buf(k.buffer, k.elem_offset(), k.elem_bytes);
     ShapeArgs(&s);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*k1_, s, global, local, timings));
     Args a;
-    a.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, scratch.elem_offset()).Buf(q.buffer, q.elem_offset());
-    a.Buf(k.buffer, k.elem_offset()).Buf(v.buffer, v.elem_offset());
+    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Buf(q.buffer, q.elem_offset(), q.elem_bytes);
+    a.Buf(k.buffer, k.elem_offset(), k.elem_bytes).Buf(v.buffer, v.elem_offset(), v.elem_bytes);
     ShapeArgs(&a);
     return dev.Launch(*k2_, a, global, local, timings);
   }
@@ -352,13 +352,13 @@ class SdAttentionOp final : public GpuOp {
     const int po = scratch.elem_offset(), so = po + splits_ * pstride;
     Args a;
     a.Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
-    a.Buf(q.buffer, q.elem_offset()).Buf(k.buffer, k.elem_offset()).Buf(v.buffer, v.elem_offset());
+    a.Buf(q.buffer, q.elem_offset(), q.elem_bytes).Buf(k.buffer, k.elem_offset(), k.elem_bytes).Buf(v.buffer, v.elem_offset(), v.elem_bytes);
     ShapeArgs(&a);
     a.Int(kps_);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*k1_, a, {groups_ * wg_, static_cast<size_t>(splits_), 1}, {wg_, 1, 1}, timings));
     const int total4 = pstride / 4;
     Args m;
-    m.Buf(out.buffer, out.elem_offset()).Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
+    m.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
     m.Int(splits_).Int(sq_).Int(attrs_.heads).Int(attrs_.head_dim).Int(total4);
     return Launch1D(dev, *k2_, m, static_cast<size_t>(total4), timings);
   }

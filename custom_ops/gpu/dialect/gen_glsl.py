@@ -302,6 +302,12 @@ def identifiers(toks: list[Tok]) -> set[str]:
     return {t.text for t in toks if t.kind == "id"}
 
 
+def names_used(toks: list[Tok]) -> set[str]:
+    """Identifiers used as names: not a member or swizzle after ``.`` (``v.x`` does not use a buffer ``x``)."""
+    sig_toks = sig(toks)
+    return {t.text for k, t in enumerate(sig_toks) if t.kind == "id" and (k == 0 or sig_toks[k - 1].text != ".")}
+
+
 def check_no_pointers(toks: list[Tok], what: str) -> None:
     s = sig(toks)
     for k in range(1, len(s) - 1):
@@ -436,6 +442,7 @@ def translate(items: list[Item]) -> list[Kernel]:
         body = simple_rewrites(translate_casts(body), keep_const=False)
         body_text = render(body)
         used = identifiers(body) | {w for decl in shared for w in re.findall(r"[A-Za-z_]\w*", decl)}
+        bare = names_used(body)  # the buffer parameters indexed by their own name
         # helpers used, transitively, in source order
         need: set[str] = set()
         todo = [u for u in used if u in helpers]
@@ -455,7 +462,7 @@ def translate(items: list[Item]) -> list[Kernel]:
                 half_views = f"{p.name}_u32" in used or f"{p.name}_h4" in used
                 # a half buffer (a `half*` parameter, or an ACT_* one with SD_ACT_HALF 1) has only its half views: the
                 # launch reads each binding's element size from its declarations (GlDevice, BindingElementBytes)
-                if BUFFER_TYPES[p.type] is not None and (p.name in used or not half_views):
+                if BUFFER_TYPES[p.type] is not None and (p.name in bare or not half_views):
                     views.append(("", BUFFER_TYPES[p.type]))
                 if f"{p.name}_v4" in used:
                     views.append(("_v4", "vec4"))
