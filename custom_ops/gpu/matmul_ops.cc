@@ -48,6 +48,7 @@
 #include <optional>
 #include <string>
 
+#include "common/half.h"
 #include "delegate/options.h"
 #include "gpu/builtin_params.h"
 #include "gpu/op_factories.h"
@@ -194,28 +195,6 @@ std::string ConfigNames() {
 
 }  // namespace
 
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
-  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (absx < 0x38800000u) {  // below the smallest normal half: subnormal or zero
-    if (absx < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to 0
-    const uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - static_cast<int>(absx >> 23);  // 14..24
-    uint32_t h = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (h & 1u))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = ((absx >> 23) - 112) << 10 | ((absx >> 13) & 0x3ffu);
-  const uint32_t rem = absx & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carries into the exponent correctly
-  return static_cast<uint16_t>(sign | h);
-}
-
 // Weight packing runs once, at an op's first Enqueue, but SD1.5's UNet packs ~3.3 GB of FC / conv weights: one
 // thread took 2.4 s of the H100 host's first inference (BENCHMARKS.md), so matrices from 2^20 elements are
 // split into bands of whole 32-row cache blocks of the source over several host threads.
@@ -254,7 +233,7 @@ Status PackedWeights::UploadHost(const Device& dev, const float* data) {
       // On all host cores: one thread converted SD1.5's 1.6 G UNet weights in ~20 s of the H200's first run.
       HostParallelRanges(static_cast<int64_t>(elements_), int64_t{1} << 16, elements_ >= (size_t{1} << 20),
                          [&](int64_t b, int64_t e) {
-                           for (int64_t i = b; i < e; ++i) h[static_cast<size_t>(i)] = FloatToHalf(data[i]);
+                           for (int64_t i = b; i < e; ++i) h[static_cast<size_t>(i)] = HalfFromFloat(data[i]);
                          });
     }
     SDGPU_RETURN_IF_ERROR(UploadWeights(dev, h.data(), elements_ * sizeof(uint16_t), &buffer_));

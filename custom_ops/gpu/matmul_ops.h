@@ -250,9 +250,6 @@ const Kernel* TransposeKernel(const Device& dev);
 // Transposes a rows x cols row-major matrix into `dst` (cols x rows); from 2^20 elements on several host threads.
 void TransposeInto(const float* src, int rows, int cols, float* dst);
 
-// IEEE half from float, round to nearest even (what vload_half inverts exactly).
-uint16_t FloatToHalf(float f);
-
 // `inputs`: the node inputs read on the device (A, B[, bias]).
 // `autotune`: delegate option gemm_autotune (TileTuner).
 Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, bool autotune,

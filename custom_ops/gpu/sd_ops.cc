@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "gpu/attention_tiling.h"
 #include "gpu/builtin_params.h"
 #include "gpu/matmul_ops.h"
@@ -43,30 +44,6 @@ constexpr int kTiledMaxHeadDim = 512;  // ATT_DYN_MAXD
 // The element offset of a float32 buffer the kernels index directly (gamma, beta as float32_inputs_, the GroupNorm
 // norm table): in floats whatever the activation storage of the partition.
 int FloatOffset(const TensorRef& r) { return r.elem_offset(sizeof(float)); }
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // A constant's values copied into the op's output at every invoke (unary_f32 mode 0): the DEQUANTIZE of a constant
 // whose output leaves the partition. Its device copy is made at the first Enqueue, stored like the activations (half
@@ -685,7 +662,7 @@ Status DequantizeConstant(const abi::TfLiteTensor* in, int64_t n, float* v) {
     if (in->bytes != static_cast<size_t>(n) * 2) return Status::Error("fp16 constant of the wrong size");
     if (v == nullptr) return Status::Ok();
     const auto* h = reinterpret_cast<const uint16_t*>(in->data.raw);
-    for (int64_t i = 0; i < n; ++i) v[i] = HalfToFloat(h[i]);
+    for (int64_t i = 0; i < n; ++i) v[i] = FloatFromHalf(h[i]);
     return Status::Ok();
   }
   if (in->type != abi::kTfLiteInt8 && in->type != abi::kTfLiteUInt8) return Status::Error("unsupported input type");
