@@ -40,6 +40,11 @@ DELEGATE_OPTIONS_HELP = ("sdgpu delegate options as key:value;key:value (benchma
                          "form), e.g. 'tensor_cores:3xtf32' (see the delegate options table in README.md)")
 
 
+# `sdlite generate --phone`: a phone's memory budget (issue 37; BENCHMARKS.md "Memory of a whole image"), on top of
+# --low-memory: half the GPU bytes of weights and activations, ~50 dB PSNR against fp32 on SD1.5.
+PHONE_DELEGATE_OPTIONS = {"weights_fp16": True, "activations_fp16": True}
+
+
 def _add_backend_args(p: argparse.ArgumentParser) -> None:
     from sdlite.backends import BACKENDS
 
@@ -107,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--low-memory", action="store_true",
                    help="one model on the device at a time (text encoder, then UNet, then VAE): peak GPU memory of the "
                         "largest model instead of the sum; models reload per image (cheap with the delegate cache)")
+    g.add_argument("--phone", action="store_true",
+                   help="the phone preset: --low-memory with fp16 weights and fp16 activation storage on the GPU "
+                        "(delegate options weights_fp16:1;activations_fp16:1; fp32 arithmetic); pairs with a model "
+                        "converted with `sdconvert --phone`")
     g.add_argument("--no-verify", action="store_true",
                    help="skip checking the model files against the sha256 sums in manifest.json (checked once per "
                         "file version, then remembered by size and mtime)")
@@ -462,7 +471,11 @@ def main(argv: list[str] | None = None) -> int:
             args.timeline = Timeline()
             args.timeline.mark("main")
 
-            with native.extra_options(**native.parse_options_text(args.delegate_options)):
+            options = native.parse_options_text(args.delegate_options)
+            if args.phone:  # the phone preset; explicit --delegate-options keys win
+                args.low_memory = True
+                options = {**PHONE_DELEGATE_OPTIONS, **options}
+            with native.extra_options(**options):
                 rc = cmd_generate(args)
         sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at interpreter exit
         return rc

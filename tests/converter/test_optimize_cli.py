@@ -160,6 +160,17 @@ def test_winograd_plan_table_printed(tiny_export, tmp_path, capsys):
     assert "attention" not in stdout  # no fusion table without --fuse
 
 
+def test_phone_preset_fuses_with_the_mobile_winograd_plan(tiny_export, tmp_path, capsys):
+    """--phone = --fuse --winograd auto on the adreno740 profile (its plan counts fp16 weight bytes)."""
+    rc, stdout, _ = _optimize(capsys, str(tiny_export / "unet.tflite"), "--phone", "--json",
+                              "-o", str(tmp_path / "p.tflite"))
+    assert rc == 0
+    info = json.loads(stdout)
+    assert (info["options"]["fuse"], info["options"]["winograd"], info["options"]["device_profile"]) == (
+        True, "auto", "adreno740")
+    assert info["models"]["unet"]["fusion"]["counts"] == TINY_UNET_SITES
+
+
 def test_dispatched_by_the_main_cli(tiny_export, tmp_path, capsys):
     out = tmp_path / "u.tflite"
     assert sdconvert_main(["optimize", str(tiny_export / "unet.tflite"), "--fuse", "-q", "-o", str(out)]) == 0
@@ -271,6 +282,7 @@ def test_in_place_with_overwrite(tiny_export, tmp_path):
     (("--fuse", "--device-profile", "toaster"), "unknown device profile 'toaster'"),
     (("--winograd", "auto", "--memory-budget", "lots"), "--memory-budget: cannot parse 'lots'"),
     (("--fuse", "--verify-backend", "gl"), "--verify-backend applies with --verify"),
+    (("--phone", "--device-profile", "h200"), "--phone plans for --device-profile adreno740 and --target sdgpu"),
     (("--fuse", "--verify", "--verify-backend", "cpu,vulkan"),
      "--verify-backend takes a comma list of cpu, opencl, gl, got 'cpu,vulkan'"),
 ])

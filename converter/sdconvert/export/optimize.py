@@ -33,6 +33,9 @@ def add_graph_arguments(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--device-profile", default="adreno740",
                    help="target device profile: the Winograd cost model and the auto attention variant")
     g.add_argument("--memory-budget", help="budget for Winograd weights + intermediates, e.g. 1GiB (auto mode)")
+    g.add_argument("--phone", action="store_true",
+                   help="the phone preset: --fuse --winograd auto with the adreno740 profile (Winograd weights planned "
+                        "in fp16 bytes within its 1 GiB budget); run it with `sdlite generate --phone`")
     g.add_argument("--tune", action="store_true", help="time candidate tiles on this machine through our delegate (auto mode)")
     g.add_argument("--tune-backend", default="cpu", choices=("cpu", "opencl", "gl"),
                    help="with --tune: the delegate backend to time on; opencl / gl time each candidate by device events "
@@ -56,8 +59,13 @@ class GraphOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, timer: Timer | None = None) -> GraphOptions:
-        return cls(fuse=args.fuse, target=args.target, attention_variant=args.attention_variant,
-                   winograd=args.winograd, device_profile=args.device_profile, memory_budget=args.memory_budget,
+        fuse, winograd = args.fuse, args.winograd
+        if getattr(args, "phone", False):  # the phone preset (add_graph_arguments)
+            if args.device_profile != "adreno740" or args.target != "sdgpu":
+                raise UserError("--phone plans for --device-profile adreno740 and --target sdgpu; drop the other one")
+            fuse, winograd = True, "auto" if winograd == "off" else winograd
+        return cls(fuse=fuse, target=args.target, attention_variant=args.attention_variant,
+                   winograd=winograd, device_profile=args.device_profile, memory_budget=args.memory_budget,
                    tune=args.tune, merge_fc=getattr(args, "merge_fc", True),
                    tune_backend=getattr(args, "tune_backend", "cpu"), timer=timer)
 
