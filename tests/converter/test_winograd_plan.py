@@ -10,7 +10,7 @@ from sdconvert.errors import UserError
 from sdconvert.configs import SD15, TINY
 from sdconvert.winograd.buffers import kernel_buffers, kernel_flops
 from sdconvert.winograd.convspec import ConvSpec, suitability
-from sdconvert.winograd.cost import GiB, MiB, PROFILES, estimate, get_profile, parse_bytes, runs_winograd
+from sdconvert.winograd.cost import GiB, MiB, PROFILES, estimate, get_profile, num_tiles, parse_bytes, runs_winograd
 from sdconvert.winograd.plan import WinogradPlan, make_plan, parse_mode, short_conv_name
 from sdconvert.winograd.sd_shapes import unet_convs
 
@@ -58,10 +58,14 @@ def test_kernel_flops_gemm_stage() -> None:
 
 
 def test_estimate_memory_matches_buffers() -> None:
+    # the bytes the delegate holds on an fp16 profile: F6's U and every tile's V / M stay float32, F2's U is half
     p = get_profile("adreno740")
     e = estimate(SMALL_MAP, 6, p)
-    assert e.weight_bytes == 2 * 64 * 1280 * 1280
-    assert e.scratch_bytes == 2 * 64 * 4 * (1280 + 1280)
+    assert e.weight_bytes == 4 * 64 * 1280 * 1280
+    assert e.scratch_bytes == 4 * 64 * 4 * (1280 + 1280)
+    e2 = estimate(SMALL_MAP, 2, p)
+    assert e2.weight_bytes == 2 * 16 * 1280 * 1280
+    assert e2.scratch_bytes == 4 * 16 * num_tiles(SMALL_MAP, 2) * (1280 + 1280)
     assert estimate(SMALL_MAP, 0, p).memory_bytes == 0
 
 

@@ -172,5 +172,9 @@ def estimate(spec: ConvSpec, tile: int, profile: DeviceProfile) -> CostEstimate:
     time = (_stage(f.input_transform, in_bytes, profile.transform_flops, profile)
             + _stage(f.gemm * row_padding, gemm_bytes, profile.gemm_flops, profile)
             + _stage(f.output_transform, out_bytes, profile.transform_flops, profile))
+    # Memory as our delegate holds it: with fp16 storage (weights_fp16, activations_fp16) only F(2x2)'s U is half;
+    # F4 / F6 keep U and every tile keeps V and M in float32, whose transforms amplify half rounding past 1e-2
+    # (custom_ops/gpu/winograd_ops.cc). The time model keeps `eb`: it prices traffic, not residency.
+    held_u = eb if tile == 2 else max(eb, 4)
     return CostEstimate(tile, f.total, in_bytes + gemm_bytes + out_bytes, time,
-                        eb * b.transformed_weights, eb * b.scratch)
+                        held_u * b.transformed_weights, max(eb, 4) * b.scratch)
