@@ -732,11 +732,10 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   const bool has_bias = bias != nullptr;
   const TensorRef& bias_ref = has_bias ? *bias : a;
   // A and C are read as float or as activation storage by b_half bit 2: their element size goes with them (gpu::Arg)
-  const int ac_bytes = static_cast<int>(s.float_ac ? sizeof(float) : dev.act_bytes());
   Args g;
-  g.Buf(dst.buffer, dst.elem_offset(), ac_bytes);
+  g.Buf(dst.buffer, dst.elem_offset(), dst.elem_bytes);
   g.Int(split ? p.splits * plane : s.scb).Int(split ? plane : 0).Int(split ? s.N : s.scm);
-  g.Buf(a.buffer, a.elem_offset(), ac_bytes).Int(s.sab).Int(s.sam).Int(s.sak);
+  g.Buf(a.buffer, a.elem_offset(), a.elem_bytes).Int(s.sab).Int(s.sam).Int(s.sak);
   // B's element size goes with it too: float weights are indexed bare, half ones (b_half bit 0) through LDH
   g.Buf(b.buffer, b.offset, b.half ? 2 : 4).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0) |
                                                               (s.float_ac && dev.act_half() ? 4 : 0));
@@ -1147,7 +1146,7 @@ class TiledConvOp final : public GpuOp {
     const TensorRef& bias = s_.has_bias ? in[2] : in[0];
     Args a;
     // Y's element size goes with it: the shared epilogue can also store float (b_half bit 2, gpu::Arg)
-    a.Buf(dst.buffer, dst.elem_offset(), static_cast<int>(dev.act_bytes())).Int(split ? M * s_.co : 0);
+    a.Buf(dst.buffer, dst.elem_offset(), dst.elem_bytes).Int(split ? M * s_.co : 0);
     a.Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes);
     a.Buf(b.buffer, b.offset, b.half ? 2 : 4).Int(sbk).Int(sbn).Int(b.half ? 1 : 0);
     a.Buf(bias.buffer, bias.elem_offset(), bias.elem_bytes).Int(s_.has_bias && !split ? 1 : 0);

@@ -619,7 +619,7 @@ size_t GpuPartition::StoredElemBytes(const abi::TfLiteTensor* t) const {
 
 size_t GpuPartition::StoredBytes(const abi::TfLiteTensor* t) const {
   if (t == nullptr) return 0;
-  return t->type == abi::kTfLiteFloat32 && device().act_half() ? t->bytes / 2 : t->bytes;
+  return t->type == abi::kTfLiteFloat32 ? t->bytes / 4 * StoredElemBytes(t) : t->bytes;
 }
 
 // Host-side edge conversions: a partition's inputs, outputs and constants are float32 in TFLite, half on the device
