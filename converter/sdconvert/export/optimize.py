@@ -34,8 +34,8 @@ def add_graph_arguments(ap: argparse.ArgumentParser) -> None:
                    help="target device profile: the Winograd cost model and the auto attention variant")
     g.add_argument("--memory-budget", help="budget for Winograd weights + intermediates, e.g. 1GiB (auto mode)")
     g.add_argument("--phone", action="store_true",
-                   help="the phone preset: --fuse --winograd auto with the adreno740 profile (Winograd weights planned "
-                        "in fp16 bytes within its 1 GiB budget); run it with `sdlite generate --phone`")
+                   help="the phone preset: --fuse --winograd auto with the adreno740 profile (its 1 GiB Winograd budget "
+                        "counts the bytes the delegate holds with fp16 weights); run it with `sdlite generate --phone`")
     g.add_argument("--tune", action="store_true", help="time candidate tiles on this machine through our delegate (auto mode)")
     g.add_argument("--tune-backend", default="cpu", choices=("cpu", "opencl", "gl"),
                    help="with --tune: the delegate backend to time on; opencl / gl time each candidate by device events "
