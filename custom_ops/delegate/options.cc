@@ -193,6 +193,8 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->weights_fp16));
     } else if (key == "activations_fp16") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->activations_fp16));
+    } else if (key == "release_weight_pages") {
+      SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->release_weight_pages));
     } else if (key == "gemm_autotune") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gemm_autotune));
     } else if (key == "fuse_epilogues") {
@@ -263,7 +265,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, cache_dir, cache_max_mb, opencl_cache_dir, cache_programs, tuning_budget_ms, "
-                           "setup_progress, weights_fp16, activations_fp16, "
+                           "setup_progress, weights_fp16, activations_fp16, release_weight_pages, "
                            "gemm_autotune, fuse_epilogues, "
                            "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_finish_each, gl_barrier, "
                            "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir, gl_limits)");

@@ -30,6 +30,10 @@
 //   weights_fp16       gpu backends: "1" stores the constant weights the GEMM/conv/Winograd ops pack
 //                      (FULLY_CONNECTED, CONV_2D filters, Winograd U) as half -- half the device weight
 //                      memory; arithmetic stays fp32 (relative error ~1e-3). "0" (default) keeps float32.
+//   release_weight_pages  gpu backends: "1" (default) gives back the host pages of the model's weights once the
+//                      device holds what was made from them (common/host_pages.h: read-only shared file mappings
+//                      only, as LiteRT maps a model file; a later read faults them back in): SD1.5's fp32 UNet file
+//                      no longer stays in the resident set. "0" leaves them mapped (A/B measurements).
 //   activations_fp16   gpu backends: "1" stores the partition's float tensors (activations, and the float constants
 //                      ops read like them) as half: half the arena's bytes and of the memory traffic the
 //                      paper names as the bottleneck; arithmetic stays fp32, inputs and outputs stay float32
@@ -122,6 +126,7 @@ struct DelegateOptions {
   bool setup_progress = true;    // gpu: progress lines during long set-up phases
   bool weights_fp16 = false;     // gpu: packed constant weights stored as half (vload_half), fp32 math
   bool activations_fp16 = false; // gpu: float tensors of the partition stored as half, fp32 math
+  bool release_weight_pages = true;  // gpu: model weight pages given back once on the device
   bool gemm_autotune = true;     // gpu: time the GEMM/conv tile configs per shape at the first run (TileTuner)
   bool fuse_epilogues = true;    // gpu: residual ADDs / gated GELUs / LayerNorms / GroupNorm prologues folded
   int attention_key_splits = 0;  // gpu: SdAttention key ranges per query block (0 = auto, 1 = off, 2..64)

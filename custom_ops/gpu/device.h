@@ -225,6 +225,10 @@ class Device {
   // weights from them, then released (stats host_weight_bytes).
   void NoteHostWeightBytes(long long delta) const { host_weight_bytes_.fetch_add(delta, std::memory_order_relaxed); }
   long long host_weight_bytes() const { return host_weight_bytes_.load(std::memory_order_relaxed); }
+  // Bytes of the model's weight pages the partitions gave back to the system (delegate option
+  // release_weight_pages; stats host_pages_released_bytes). Never decremented.
+  void NoteHostPagesReleased(size_t bytes) const { host_pages_released_.fetch_add(bytes, std::memory_order_relaxed); }
+  size_t host_pages_released() const { return host_pages_released_.load(std::memory_order_relaxed); }
 
   // Host time of the lazy set-up before and during the first invoke (stats setup_*_us, Backend::Counters):
   // producing packed / transformed constant weights on the host (PackedWeights), uploading weights (UploadWeights,
@@ -302,6 +306,7 @@ class Device {
   bool act_half_ = false;
   mutable std::atomic<size_t> weight_bytes_{0};
   mutable std::atomic<long long> host_weight_bytes_{0};
+  mutable std::atomic<size_t> host_pages_released_{0};
   mutable std::array<std::atomic<long long>, 4> setup_ns_{};
   mutable std::vector<float> staging_;
   Overrides overrides_;

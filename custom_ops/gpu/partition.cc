@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <set>
 #include <variant>
 
@@ -74,6 +75,8 @@ abi::TfLiteRegistration GpuPartition::Registration(const char* custom_name) {
 const Device& GpuPartition::device() const { return backend_->device(); }
 
 Status GpuPartition::FoldConstantDequantizes(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params) {
+  // release_weight_pages: the stored (fp16 / int8) values are read once, here
+  if (backend_->options().release_weight_pages) weight_pages_ = FileMappedPages::Snapshot();
   const std::vector<int> out_list = abi::IntArrayToVector(params->output_tensors);
   const std::set<int> outs(out_list.begin(), out_list.end());
   for (int node_index : abi::IntArrayToVector(params->nodes_to_replace)) {
@@ -109,7 +112,9 @@ Status GpuPartition::FoldConstantDequantizes(abi::TfLiteContext* context, const 
     device().NoteHostWeightBytes(static_cast<long long>(f->tensor.bytes));
     folded_.emplace(out_index, std::move(f));
     folded_nodes_.push_back(node_index);
+    GivePages(in);
   }
+  weight_pages_.ReleaseAgain();  // what reading the next one mapped again (FileMappedPages::ReleaseAgain)
   return Status::Ok();
 }
 
@@ -696,26 +701,105 @@ Status GpuPartition::Ref(int tensor, TensorRef* out) const {
   return Status::Error("internal error: tensor " + std::to_string(tensor) + " has no device buffer");
 }
 
-Status GpuPartition::FirstInvokeSetup() {
+std::vector<const abi::TfLiteTensor*> GpuPartition::ConstantInputs(abi::TfLiteContext* context,
+                                                                    const Step& step) const {
+  std::vector<const abi::TfLiteTensor*> out;
+  for (int t : step.inputs) {
+    abi::TfLiteTensor* tensor = nullptr;
+    if (t >= 0 && TensorOf(context, t, &tensor).ok() && IsConstant(tensor)) out.push_back(tensor);
+  }
+  return out;
+}
+
+Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
   const Device& dev = device();
   SDGPU_RETURN_IF_ERROR(dev.PrepareKernels());
   std::vector<PackedWeights*> weights;
+  std::unordered_map<const PackedWeights*, int> step_of;  // weight -> the step whose op made it
   int launches = 0;
-  for (Step& step : steps_) {
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    Step& step = steps_[i];
     if (step.aliased || step.absorbed) continue;
+    const size_t before = weights.size();
     step.op->CollectWeights(&weights);
+    for (size_t k = before; k < weights.size(); ++k) step_of[weights[k]] = i;
     ++launches;
   }
-  SDGPU_RETURN_IF_ERROR(PrepareWeights(dev, weights));
+  // release_weight_pages: a tensor's pages go when no weight still to be made reads it. A device producer's upload
+  // may still read them after Ensure returns (a non-blocking write; PoCL copies later, faulting them back in), so
+  // those go after a Finish, every kDeviceBatch bytes: the host holds at most about that much of them.
+  constexpr size_t kDeviceBatch = size_t{64} << 20;
+  std::unordered_map<const abi::TfLiteTensor*, int> pending;
+  std::set<const PackedWeights*> on_device;
+  std::vector<const abi::TfLiteTensor*> uploading;
+  size_t uploading_bytes = 0;
+  std::function<void(const PackedWeights*)> made;
+  if (backend_->options().release_weight_pages) {
+    if (weight_pages_.empty()) weight_pages_ = FileMappedPages::Snapshot();
+    for (const PackedWeights* w : weights) {
+      if (w == nullptr || w->ready()) continue;
+      if (w->has_device_producer()) on_device.insert(w);
+      for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[step_of.at(w)])) ++pending[t];
+    }
+    made = [&](const PackedWeights* w) {
+      auto s = step_of.find(w);
+      if (s == step_of.end()) return;
+      for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[s->second])) {
+        auto p = pending.find(t);
+        if (p == pending.end() || --p->second != 0) continue;
+        if (!on_device.count(w)) {
+          GivePages(t);
+        } else {
+          uploading.push_back(t);
+          uploading_bytes += t->bytes;
+        }
+      }
+      if (uploading_bytes >= kDeviceBatch && dev.Finish().ok()) {
+        for (const abi::TfLiteTensor* t : uploading) GivePages(t);
+        uploading.clear();
+        uploading_bytes = 0;
+      }
+    };
+  }
+  SDGPU_RETURN_IF_ERROR(PrepareWeights(dev, weights, made));
   dev.progress().Begin("first inference", launches);
   return Status::Ok();
+}
+
+void GpuPartition::GivePages(const abi::TfLiteTensor* t) {
+  if (weight_pages_.empty() || t == nullptr || t->data.raw == nullptr) return;
+  if (!pages_given_.insert(t->data.raw).second) return;
+  const size_t bytes = weight_pages_.Release(t->data.raw, t->bytes);
+  device().NoteHostPagesReleased(bytes);
+  // every 256 MiB, what reading later weights mapped again (FileMappedPages::ReleaseAgain)
+  constexpr size_t kAgainEvery = size_t{256} << 20;
+  since_release_again_ += bytes;
+  if (since_release_again_ >= kAgainEvery) {
+    weight_pages_.ReleaseAgain();
+    since_release_again_ = 0;
+  }
+}
+
+void GpuPartition::ReleaseWeightPages(abi::TfLiteContext* context) {
+  if (weight_pages_.empty()) return;
+  for (const Step& step : steps_) {
+    for (const abi::TfLiteTensor* t : ConstantInputs(context, step)) GivePages(t);
+  }
+  // Also those given back during the set-up: a non-blocking upload of the first invoke may have faulted some back
+  // in (the blocking output reads before this have waited for all of them), reading neighbours others.
+  weight_pages_.ReleaseAgain();
+  weight_pages_ = FileMappedPages();
+  pages_given_.clear();
+  const size_t total = device().host_pages_released();
+  delegate_->logger().Info(std::string(device().backend_name()) + ": gave back " + std::to_string(total >> 20) +
+                           " MiB of the model's weight pages (release_weight_pages)");
 }
 
 Status GpuPartition::Invoke(abi::TfLiteContext* context) {
   if (!prepared_) return Status::Error("invoke before a successful prepare");
   const Device& dev = device();
   const bool first = invocations_ == 0;
-  if (first) SDGPU_RETURN_IF_ERROR(FirstInvokeSetup());
+  if (first) SDGPU_RETURN_IF_ERROR(FirstInvokeSetup(context));
   const auto t0 = std::chrono::steady_clock::now();
   for (int t : inputs_to_upload_) {
     abi::TfLiteTensor* tensor = nullptr;
@@ -771,6 +855,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
   if (first) {  // every op has produced its device weights: their host sources are no longer read
     dev.ReleaseStaging();  // (Device::StagingFloats)
     ReleaseFoldedConstants();
+    ReleaseWeightPages(context);
     dev.progress().End();
   }
   ++invocations_;

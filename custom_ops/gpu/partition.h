@@ -90,6 +90,7 @@
 #include <vector>
 
 #include "abi/tflite_abi.h"
+#include "common/host_pages.h"
 #include "delegate/memory_planner.h"
 #include "gpu/ops.h"
 
@@ -173,8 +174,17 @@ class GpuPartition {
   Status Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);
   Status Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node);
   // Before the first invoke: the device builds the kernels the ops asked for, every op's constant weights are made
-  // (gpu/weight_prep.h), and the set-up phase "first inference" starts (it ends after the first invoke).
-  Status FirstInvokeSetup();
+  // (gpu/weight_prep.h), and the set-up phase "first inference" starts (it ends after the first invoke). With
+  // release_weight_pages, a model tensor's host pages are given back as soon as the last weight made from it is on
+  // the device, so the host never holds much more than the weights in flight (the fp32 UNet file is 3.4 GB).
+  Status FirstInvokeSetup(abi::TfLiteContext* context);
+  // The constant inputs of a step (folded DEQUANTIZEs as their float views).
+  std::vector<const abi::TfLiteTensor*> ConstantInputs(abi::TfLiteContext* context, const Step& step) const;
+  // After the first invoke: gives back the pages of every step's constant inputs (what Prepare uploaded as read,
+  // weights made lazily at an op's first Enqueue); a later read (CPU nodes sharing a tensor) faults them back in.
+  void ReleaseWeightPages(abi::TfLiteContext* context);
+  // Gives back one constant tensor's pages (weight_pages_ decides whether they can go; counted once).
+  void GivePages(const abi::TfLiteTensor* t);
   Status Invoke(abi::TfLiteContext* context);
   Status Ref(int tensor, TensorRef* out) const;
   // The tensor whose device memory `tensor` lives in (itself unless it is an aliased view).
@@ -249,6 +259,11 @@ class GpuPartition {
   std::unordered_map<int, std::pair<int, size_t>> alias_root_;  // aliased view output -> (root tensor, byte offset)
   std::unordered_map<int, std::unique_ptr<FoldedConstant>> folded_;  // DEQUANTIZE output tensor -> its constant
   std::vector<int> folded_nodes_;                                    // their node indices (profile: no launches)
+  // release_weight_pages: the model's mappings, from the DEQUANTIZE folds (or the first invoke's set-up) to the end of
+  // the first invoke
+  FileMappedPages weight_pages_;
+  std::set<const void*> pages_given_;  // the tensors' data whose pages went
+  size_t since_release_again_ = 0;     // bytes given back since the last FileMappedPages::ReleaseAgain
   std::unordered_map<int, std::unique_ptr<Buffer>> constants_;  // uploaded once
   // activations_fp16: the float32 copies of constants that ops read through float32 parameters (float32_inputs)
   std::unordered_map<int, std::unique_ptr<Buffer>> constants_f32_;

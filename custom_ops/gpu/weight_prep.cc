@@ -19,7 +19,9 @@ constexpr size_t kSlots = 2;
 // The two-stage host pipeline of the header comment. The producer never fails; an upload error stops it.
 class HostPipeline {
  public:
-  HostPipeline(const Device& dev, const std::vector<PackedWeights*>& weights) : dev_(dev), weights_(weights) {
+  HostPipeline(const Device& dev, const std::vector<PackedWeights*>& weights,
+               const std::function<void(const PackedWeights*)>& made)
+      : dev_(dev), weights_(weights), made_(made) {
     size_t largest = 0;
     for (const PackedWeights* w : weights_) largest = std::max(largest, w->elements());
     for (size_t i = 0; i < kSlots; ++i) {
@@ -36,6 +38,7 @@ class HostPipeline {
     } catch (const std::system_error&) {  // no thread: the same work, in turn
       for (PackedWeights* w : weights_) {
         SDGPU_RETURN_IF_ERROR(w->Ensure(dev_));
+        if (made_) made_(w);
         dev_.progress().Advance();
       }
       return Status::Ok();
@@ -50,6 +53,7 @@ class HostPipeline {
         ready_.pop_front();
       }
       status = weights_[i]->UploadHost(dev_, slots_[slot].data());
+      if (status.ok() && made_) made_(weights_[i]);
       dev_.progress().Advance();
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -89,6 +93,7 @@ class HostPipeline {
 
   const Device& dev_;
   const std::vector<PackedWeights*>& weights_;
+  const std::function<void(const PackedWeights*)>& made_;
   std::vector<std::vector<float>> slots_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -98,7 +103,8 @@ class HostPipeline {
 
 }  // namespace
 
-Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights) {
+Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights,
+                      const std::function<void(const PackedWeights*)>& made) {
   std::vector<PackedWeights*> on_device, on_host;
   for (PackedWeights* w : weights) {
     if (w == nullptr || w->ready()) continue;
@@ -112,14 +118,16 @@ Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weig
   for (PackedWeights* w : on_device) {
     status = w->Ensure(dev, &staging);
     if (!status.ok()) break;
+    if (made) made(w);
     progress.Advance();
   }
   if (status.ok() && on_host.size() > 1 && std::thread::hardware_concurrency() > 1) {
-    status = HostPipeline(dev, on_host).Run();
+    status = HostPipeline(dev, on_host, made).Run();
   } else if (status.ok()) {
     for (PackedWeights* w : on_host) {
       status = w->Ensure(dev);
       if (!status.ok()) break;
+      if (made) made(w);
       progress.Advance();
     }
   }

@@ -7,8 +7,11 @@
 //      op order (a LayerNorm fold's bias and column sums come from the sums its weights' producer left).
 // GL contexts are current on one thread: every device call stays on the calling thread. Progress: the set-up phase
 // "preparing weights" (gpu/setup_progress.h); stats weights_on_device / weights_on_host.
+// `made` (optional) is called on the calling thread after each weight is on the device: the partition gives back
+// the host pages of the model tensors no weight still to come reads (common/host_pages.h).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -17,6 +20,7 @@
 
 namespace sdgpu::gpu {
 
-Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights);
+Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights,
+                      const std::function<void(const PackedWeights*)>& made = nullptr);
 
 }  // namespace sdgpu::gpu

@@ -51,8 +51,8 @@ CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CO
 INT_RANGES = {"num_threads": (1, 256), "attention_block_q": (1, 1024), "attention_block_k": (1, 4096),
               "cache_max_mb": (1, 1048576), "tuning_budget_ms": (0, 3600000)}
 # Options that are tri-state flags (None = the delegate's default), passed as "1" / "0"
-FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "setup_progress", "gl_finish_each", "gl_plain_buffers",
-                "gl_nv_pragmas")
+FLAG_OPTIONS = ("gemm_autotune", "fuse_epilogues", "setup_progress", "release_weight_pages", "gl_finish_each",
+                "gl_plain_buffers", "gl_nv_pragmas")
 
 
 class NativeDelegateError(BackendUnavailableError):
@@ -85,6 +85,8 @@ class DelegateOptions:
     like them, the Winograd transforms' intermediates) as half on the device: half the arena's bytes and memory
     traffic; fp32 arithmetic; inputs and outputs stay float32 (converted at the partition's edge). A node whose
     kernels keep float32 storage runs on the CPU while it is on.
+    ``release_weight_pages`` (GPU backends; unset = the delegate's default, on): give back the pages of the model
+    file LiteRT mapped once the device holds what was made from them (stats ``host_pages_released_bytes``).
     ``gemm_autotune`` (GPU backends; unset = the delegate's default, on): time the GEMM/conv tile configs of
     each distinct shape at the first invoke and keep the fastest (a slower first run for faster steady-state
     steps; see ``TileTuner`` in ``custom_ops/gpu/matmul_ops.h``).
@@ -149,6 +151,7 @@ class DelegateOptions:
     cache_programs: str | None = None
     tuning_budget_ms: int | None = None
     setup_progress: bool | None = None
+    release_weight_pages: bool | None = None
     weights_fp16: bool = False
     activations_fp16: bool = False
     gemm_autotune: bool | None = None
@@ -384,7 +387,7 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
 
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
     attention_block_q, attention_block_k, profile_path, cache_dir, cache_max_mb, cache_programs, tuning_budget_ms,
-    setup_progress, weights_fp16, activations_fp16, gemm_autotune,
+    setup_progress, release_weight_pages, weights_fp16, activations_fp16, gemm_autotune,
     fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_*),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
