@@ -59,7 +59,7 @@ def test_script_prints_tables_and_writes_plan(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "winograd=auto profile=adreno740 convs=98 suitable=49" in out
     data = json.loads(plan_path.read_text())
-    assert data["memory_budget_bytes"] == 1024 ** 3 and data["summary"]["within_budget"] is True
+    assert data["memory_budget_bytes"] == 768 * 1024 ** 2 and data["summary"]["within_budget"] is True
     assert table_main(["--plan", "--memory-budget", "much"]) == 2
     assert capsys.readouterr().err.strip() == (
         "winograd_table: error: --memory-budget: cannot parse 'much'; use e.g. 512MiB, 1.5GiB or a byte count")

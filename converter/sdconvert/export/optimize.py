@@ -34,7 +34,7 @@ def add_graph_arguments(ap: argparse.ArgumentParser) -> None:
                    help="target device profile: the Winograd cost model and the auto attention variant")
     g.add_argument("--memory-budget", help="budget for Winograd weights + intermediates, e.g. 1GiB (auto mode)")
     g.add_argument("--phone", action="store_true",
-                   help="the phone preset: --fuse --winograd auto with the adreno740 profile (its 1 GiB Winograd budget "
+                   help="the phone preset: --fuse --winograd auto with the adreno740 profile (its 768 MiB Winograd budget "
                         "counts the bytes the delegate holds with fp16 weights); run it with `sdlite generate --phone`")
     g.add_argument("--tune", action="store_true", help="time candidate tiles on this machine through our delegate (auto mode)")
     g.add_argument("--tune-backend", default="cpu", choices=("cpu", "opencl", "gl"),

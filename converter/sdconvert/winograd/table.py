@@ -3,7 +3,7 @@
 Everything is computed analytically from ``sdconvert.configs`` -- no SD1.5 weights are built.
 
     python -m sdconvert.winograd.table                     # paper table + per-map table + explanations
-    python -m sdconvert.winograd.table --plan --profile adreno740 [--winograd auto] [--memory-budget 1GiB]
+    python -m sdconvert.winograd.table --plan --profile adreno740 [--winograd auto] [--memory-budget 768MiB]
                                        [--plan-json plan.json]
     python -m sdconvert.winograd.table --accuracy [--small]  # measured fp32 error per tile (SD shapes: ~1 min)
 """
