@@ -65,15 +65,19 @@ def write_json(path: Path, data: Any) -> None:
 RUNTIME_SUFFIXES = {"+tc": ("tensor_cores:3xtf32", "3xTF32 tensor cores"),
                     "+fp64": ("tensor_cores:fp64", "FP64 tensor cores"),
                     "+fp32": ("tensor_cores:off", "fp32 FMAs only"),
-                    "+a16": ("activations_fp16:1", "half activation storage")}
+                    "+a16": ("activations_fp16:1", "half activation storage"),
+                    "+w16": ("weights_fp16:1", "fp16 weights"),
+                    # `sdlite generate --phone`'s delegate options (sdlite.cli)
+                    "+phone": ("weights_fp16:1;activations_fp16:1", "fp16 weights and half activations")}
 
 
 @dataclass(frozen=True)
 class Variant:
     """``plain`` (as converted), ``fused`` (Sd* ops), ``fused+winoN`` (fused, then Winograd F(N) / auto),
     ``litert`` (``--fuse --target litert``: the forms the stock LiteRT GPU accelerator runs, no custom ops); ``plain``
-    or a fused variant + ``+tc`` / ``+fp64`` / ``+fp32`` / ``+a16`` runs that variant's model file with the delegate
-    option ``tensor_cores=3xtf32`` / ``fp64`` / ``off`` / ``activations_fp16=1``."""
+    or a fused variant + ``+tc`` / ``+fp64`` / ``+fp32`` / ``+a16`` / ``+w16`` / ``+phone`` runs that variant's model
+    file with the delegate option ``tensor_cores=3xtf32`` / ``fp64`` / ``off`` / ``activations_fp16=1`` /
+    ``weights_fp16=1`` / both fp16 options."""
 
     name: str
 

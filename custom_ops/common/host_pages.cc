@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__linux__)
@@ -67,6 +68,41 @@ void FileMappedPages::ReleaseAgain() const {
   // advice: a failure only leaves pages resident, as they were
   for (const Range& r : released_) (void)madvise(reinterpret_cast<void*>(r.begin), r.end - r.begin, MADV_DONTNEED);
 #endif
+}
+
+AnonymousBuffer::AnonymousBuffer(size_t bytes) {
+  if (bytes == 0) return;
+#if defined(__linux__)
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;
+  data_ = p;
+#else
+  data_ = std::calloc(bytes, 1);
+  if (data_ == nullptr) return;
+#endif
+  bytes_ = bytes;
+}
+
+AnonymousBuffer& AnonymousBuffer::operator=(AnonymousBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void AnonymousBuffer::reset() {
+  if (data_ == nullptr) return;
+#if defined(__linux__)
+  munmap(data_, bytes_);
+#else
+  std::free(data_);
+#endif
+  data_ = nullptr;
+  bytes_ = 0;
 }
 
 }  // namespace sdgpu

@@ -39,4 +39,28 @@ class FileMappedPages {
   std::vector<Range> released_;  // page-aligned ranges given back
 };
 
+// Host memory taken straight from the system (an anonymous mapping where there is one): pages never written cost no
+// RSS, and reset() returns every page at once (a freed malloc block of a few MB can stay in the allocator's heap).
+class AnonymousBuffer {
+ public:
+  AnonymousBuffer() = default;
+  explicit AnonymousBuffer(size_t bytes);  // data() is nullptr when the system refuses
+  ~AnonymousBuffer() { reset(); }
+  AnonymousBuffer(const AnonymousBuffer&) = delete;
+  AnonymousBuffer& operator=(const AnonymousBuffer&) = delete;
+  AnonymousBuffer(AnonymousBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  AnonymousBuffer& operator=(AnonymousBuffer&& o) noexcept;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  void reset();
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace sdgpu

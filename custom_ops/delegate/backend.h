@@ -78,6 +78,7 @@ class Backend {
   struct Counters {
     long long device_weight_bytes = -1;
     long long host_weight_bytes = -1;
+    long long max_host_weight_bytes = -1;      // the most host_weight_bytes was
     long long host_pages_released_bytes = -1;  // model weight pages given back to the system (release_weight_pages)
     long long setup_weights_host_us = -1;
     long long setup_weights_upload_us = -1;

@@ -33,7 +33,9 @@
 //   release_weight_pages  gpu backends: "1" (default) gives back the host pages of the model's weights once the
 //                      device holds what was made from them (common/host_pages.h: read-only shared file mappings
 //                      only, as LiteRT maps a model file; a later read faults them back in): SD1.5's fp32 UNet file
-//                      no longer stays in the resident set. "0" leaves them mapped (A/B measurements).
+//                      no longer stays in the resident set; and makes the float32 copies of an fp16 / int8 model's
+//                      large weights one at a time (GpuPartition::FoldedConstant). "0" leaves the pages mapped and
+//                      folds every weight at load (A/B measurements).
 //   activations_fp16   gpu backends: "1" stores the partition's float tensors (activations, and the float constants
 //                      ops read like them) as half: half the arena's bytes and of the memory traffic the
 //                      paper names as the bottleneck; arithmetic stays fp32, inputs and outputs stay float32

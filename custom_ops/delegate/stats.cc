@@ -73,6 +73,7 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
   };
   counter("device_weight_bytes", counters.device_weight_bytes);
   counter("host_weight_bytes", counters.host_weight_bytes);
+  counter("max_host_weight_bytes", counters.max_host_weight_bytes);
   counter("host_pages_released_bytes", counters.host_pages_released_bytes);
   counter("setup_weights_host_us", counters.setup_weights_host_us);
   counter("setup_weights_upload_us", counters.setup_weights_upload_us);

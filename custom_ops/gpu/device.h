@@ -223,8 +223,15 @@ class Device {
   // Bytes of model constants the partitions hold on the HOST now: the float32 values of folded constant
   // DEQUANTIZEs (GpuPartition::FoldConstantDequantizes), held until the first invoke has produced every op's device
   // weights from them, then released (stats host_weight_bytes).
-  void NoteHostWeightBytes(long long delta) const { host_weight_bytes_.fetch_add(delta, std::memory_order_relaxed); }
+  void NoteHostWeightBytes(long long delta) const {
+    const long long now = host_weight_bytes_.fetch_add(delta, std::memory_order_relaxed) + delta;
+    long long most = max_host_weight_bytes_.load(std::memory_order_relaxed);
+    while (now > most && !max_host_weight_bytes_.compare_exchange_weak(most, now, std::memory_order_relaxed)) {
+    }
+  }
   long long host_weight_bytes() const { return host_weight_bytes_.load(std::memory_order_relaxed); }
+  // The most they were at once (stats max_host_weight_bytes).
+  long long max_host_weight_bytes() const { return max_host_weight_bytes_.load(std::memory_order_relaxed); }
   // Bytes of the model's weight pages the partitions gave back to the system (delegate option
   // release_weight_pages; stats host_pages_released_bytes). Never decremented.
   void NoteHostPagesReleased(size_t bytes) const { host_pages_released_.fetch_add(bytes, std::memory_order_relaxed); }
@@ -306,6 +313,7 @@ class Device {
   bool act_half_ = false;
   mutable std::atomic<size_t> weight_bytes_{0};
   mutable std::atomic<long long> host_weight_bytes_{0};
+  mutable std::atomic<long long> max_host_weight_bytes_{0};
   mutable std::atomic<size_t> host_pages_released_{0};
   mutable std::array<std::atomic<long long>, 4> setup_ns_{};
   mutable std::vector<float> staging_;

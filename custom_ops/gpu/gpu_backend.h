@@ -51,6 +51,7 @@ class GpuBackend final : public Backend {
     Counters c;
     c.device_weight_bytes = static_cast<long long>(device_->weight_bytes());
     c.host_weight_bytes = device_->host_weight_bytes();
+    c.max_host_weight_bytes = device_->max_host_weight_bytes();
     c.host_pages_released_bytes = static_cast<long long>(device_->host_pages_released());
     c.setup_weights_host_us = device_->setup_ns(Device::Setup::kWeightsHost) / 1000;
     c.setup_weights_upload_us = device_->setup_ns(Device::Setup::kWeightsUpload) / 1000;

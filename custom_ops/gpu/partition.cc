@@ -97,34 +97,64 @@ Status GpuPartition::FoldConstantDequantizes(abi::TfLiteContext* context, const 
     const int64_t n = NumElements(DimsOf(out));
     if (n <= 0 || !DequantizeConstant(in, n, nullptr).ok()) continue;  // MakeDequantize reports why, if it must run
     auto f = std::make_unique<FoldedConstant>();
-    {
-      const SetupTimer timer(device(), Device::Setup::kWeightsHost);
-      f->data.resize(static_cast<size_t>(n));
-      SDGPU_RETURN_IF_ERROR(DequantizeConstant(in, n, f->data.data()));
+    f->data = AnonymousBuffer(static_cast<size_t>(n) * sizeof(float));
+    if (f->data.data() == nullptr) {
+      return Status::Error("out of host memory for the float32 values of DEQUANTIZE node " +
+                           std::to_string(node_index) + " (" + std::to_string(n) + " elements)");
     }
+    f->source = *in;
+    f->n = n;
     f->tensor = *out;  // type float32, dims, name
-    f->tensor.data.raw = reinterpret_cast<char*>(f->data.data());
+    f->tensor.data.raw = static_cast<char*>(f->data.data());
     f->tensor.bytes = static_cast<size_t>(n) * sizeof(float);
     f->tensor.allocation_type = abi::kTfLiteMmapRo;
     f->tensor.allocation = nullptr;
     f->tensor.quantization = abi::TfLiteQuantization{};
     f->tensor.params = abi::TfLiteQuantizationParams{};
-    device().NoteHostWeightBytes(static_cast<long long>(f->tensor.bytes));
+    if (!backend_->options().release_weight_pages || n < kLazyFoldElements) {
+      SDGPU_RETURN_IF_ERROR(FillFolded(f.get()));
+    }
+    folded_views_[&f->tensor] = f.get();
     folded_.emplace(out_index, std::move(f));
     folded_nodes_.push_back(node_index);
-    GivePages(in);
   }
   weight_pages_.ReleaseAgain();  // what reading the next one mapped again (FileMappedPages::ReleaseAgain)
   return Status::Ok();
 }
 
-void GpuPartition::ReleaseFoldedConstants() {
-  for (auto& [index, f] : folded_) {
-    if (f->tensor.data.raw == nullptr) continue;
-    device().NoteHostWeightBytes(-static_cast<long long>(f->tensor.bytes));
-    std::vector<float>().swap(f->data);
-    f->tensor.data.raw = nullptr;  // a later read is an error (IsConstant fails), not a use after free
+GpuPartition::FoldedConstant* GpuPartition::FoldedOf(const abi::TfLiteTensor* t) const {
+  auto it = folded_views_.find(t);
+  return it != folded_views_.end() ? it->second : nullptr;
+}
+
+Status GpuPartition::FillFolded(FoldedConstant* f) {
+  const std::lock_guard<std::mutex> lock(host_mu_);
+  if (f->state == FoldedConstant::State::kFilled) return Status::Ok();
+  if (f->state == FoldedConstant::State::kFreed) {
+    return Status::Error("internal error: the float32 values of " + std::string(f->tensor.name ? f->tensor.name : "?") +
+                         " were read after they were freed");
   }
+  {
+    const SetupTimer timer(device(), Device::Setup::kWeightsHost);
+    SDGPU_RETURN_IF_ERROR(DequantizeConstant(&f->source, f->n, static_cast<float*>(f->data.data())));
+  }
+  f->state = FoldedConstant::State::kFilled;
+  device().NoteHostWeightBytes(static_cast<long long>(f->tensor.bytes));
+  GivePagesLocked(&f->source);  // the stored values are read once
+  return Status::Ok();
+}
+
+void GpuPartition::FreeFolded(FoldedConstant* f) {
+  const std::lock_guard<std::mutex> lock(host_mu_);
+  if (f->state == FoldedConstant::State::kFreed) return;
+  if (f->state == FoldedConstant::State::kFilled) device().NoteHostWeightBytes(-static_cast<long long>(f->tensor.bytes));
+  f->data.reset();
+  f->state = FoldedConstant::State::kFreed;
+  f->tensor.data.raw = nullptr;  // a later read is an error (IsConstant fails), not a use after free
+}
+
+void GpuPartition::ReleaseFoldedConstants() {
+  for (auto& [index, f] : folded_) FreeFolded(f.get());
 }
 
 Status GpuPartition::TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLiteTensor** out) const {
@@ -581,6 +611,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       std::unique_ptr<Buffer> buf;
       SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(as_float32 ? tensor->bytes : StoredBytes(tensor), &buf));
       if (IsConstant(tensor)) {  // weights: uploaded once, kept for the interpreter's lifetime
+        if (FoldedConstant* f = FoldedOf(tensor)) SDGPU_RETURN_IF_ERROR(FillFolded(f));
         const SetupTimer timer(dev, Device::Setup::kWeightsUpload);
         SDGPU_RETURN_IF_ERROR(UploadTensor(*buf, tensor, as_float32, true));
         dev.NoteWeightBytes(buf->bytes());
@@ -725,48 +756,78 @@ Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
     for (size_t k = before; k < weights.size(); ++k) step_of[weights[k]] = i;
     ++launches;
   }
-  // release_weight_pages: a tensor's pages go when no weight still to be made reads it. A device producer's upload
-  // may still read them after Ensure returns (a non-blocking write; PoCL copies later, faulting them back in), so
-  // those go after a Finish, every kDeviceBatch bytes: the host holds at most about that much of them.
-  constexpr size_t kDeviceBatch = size_t{64} << 20;
+  // release_weight_pages: a tensor's host memory goes when no weight still to be made reads it (its file pages, or
+  // a folded DEQUANTIZE's float32 values, which are made only then: FoldedConstant). A step that reads a constant
+  // without a weight made here (Prepare's uploads, lazy weights at the first Enqueue) keeps it to the end. A device
+  // producer's upload may still read its source after Ensure returns (a non-blocking write: PoCL copies later), so
+  // those go after a Finish, every 64 MiB (an eighth of a smaller model): the host holds about that much of them.
   std::unordered_map<const abi::TfLiteTensor*, int> pending;
   std::set<const PackedWeights*> on_device;
   std::vector<const abi::TfLiteTensor*> uploading;
-  size_t uploading_bytes = 0;
+  size_t uploading_bytes = 0, device_batch = 0;
+  std::function<Status(const PackedWeights*)> before;
   std::function<void(const PackedWeights*)> made;
   if (backend_->options().release_weight_pages) {
     if (weight_pages_.empty()) weight_pages_ = FileMappedPages::Snapshot();
+    std::set<int> with_weights;
     for (const PackedWeights* w : weights) {
       if (w == nullptr || w->ready()) continue;
+      with_weights.insert(step_of.at(w));
       if (w->has_device_producer()) on_device.insert(w);
       for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[step_of.at(w)])) ++pending[t];
     }
+    for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+      if (with_weights.count(i)) continue;
+      for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[i])) ++pending[t];  // never reaches 0 here
+    }
+    size_t total = 0;
+    for (const auto& [t, n] : pending) total += t->bytes;
+    device_batch = std::min(size_t{64} << 20, std::max<size_t>(total / 8, 1));
+    auto release = [this](const abi::TfLiteTensor* t) {
+      if (FoldedConstant* f = FoldedOf(t)) {
+        FreeFolded(f);
+      } else {
+        GivePages(t);
+      }
+    };
+    before = [&](const PackedWeights* w) -> Status {  // on the weight producers' thread
+      for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[step_of.at(w)])) {
+        if (FoldedConstant* f = FoldedOf(t)) SDGPU_RETURN_IF_ERROR(FillFolded(f));
+      }
+      return Status::Ok();
+    };
     made = [&](const PackedWeights* w) {
-      auto s = step_of.find(w);
-      if (s == step_of.end()) return;
-      for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[s->second])) {
+      for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[step_of.at(w)])) {
         auto p = pending.find(t);
         if (p == pending.end() || --p->second != 0) continue;
         if (!on_device.count(w)) {
-          GivePages(t);
+          release(t);
         } else {
           uploading.push_back(t);
           uploading_bytes += t->bytes;
         }
       }
-      if (uploading_bytes >= kDeviceBatch && dev.Finish().ok()) {
-        for (const abi::TfLiteTensor* t : uploading) GivePages(t);
+      if (uploading_bytes >= device_batch && dev.Finish().ok()) {
+        for (const abi::TfLiteTensor* t : uploading) release(t);
         uploading.clear();
         uploading_bytes = 0;
       }
     };
   }
-  SDGPU_RETURN_IF_ERROR(PrepareWeights(dev, weights, made));
+  SDGPU_RETURN_IF_ERROR(PrepareWeights(dev, weights, before, made));
+  for (auto& [index, f] : folded_) {  // what the first Enqueue may still read (lazy weights)
+    if (f->state == FoldedConstant::State::kEmpty) SDGPU_RETURN_IF_ERROR(FillFolded(f.get()));
+  }
   dev.progress().Begin("first inference", launches);
   return Status::Ok();
 }
 
 void GpuPartition::GivePages(const abi::TfLiteTensor* t) {
+  const std::lock_guard<std::mutex> lock(host_mu_);
+  GivePagesLocked(t);
+}
+
+void GpuPartition::GivePagesLocked(const abi::TfLiteTensor* t) {
   if (weight_pages_.empty() || t == nullptr || t->data.raw == nullptr) return;
   if (!pages_given_.insert(t->data.raw).second) return;
   const size_t bytes = weight_pages_.Release(t->data.raw, t->bytes);

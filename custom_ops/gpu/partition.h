@@ -10,10 +10,12 @@
 //   transform (Winograd's U) and upload them once like any float32 weight
 //   instead of reading a per-invoke copy in the arena as non-constant
 //   operands (which also cost a direct-conv fallback for Winograd convs).
-//   The host holds that float32 copy (2x the fp16 bytes) only until the first
-//   invoke has produced every op's device weights from it (stats
-//   host_weight_bytes); the GPU holds what it would for a float32 model (half
-//   with the weights_fp16 option).
+//   The host holds that float32 copy (2x the fp16 bytes) only until the
+//   weights made from it are on the device -- a large one is made just
+//   before (FoldedConstant, release_weight_pages) -- and at most until the
+//   first invoke has produced every op's device weights (stats
+//   host_weight_bytes, max_host_weight_bytes); the GPU holds what it would
+//   for a float32 model (half with the weights_fp16 option).
 // prepare(): re-checks the output sizes, uploads constant inputs once (kept
 //   across prepares, keyed by tensor), plans ONE device arena for every tensor
 //   that lives only inside the partition plus per-node scratch
@@ -84,6 +86,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -157,11 +160,20 @@ class GpuPartition {
   };
 
   // A constant DEQUANTIZE's float32 values on the host under a view of its output tensor that its readers take as
-  // a constant (header comment).
+  // a constant (header comment). With release_weight_pages, a large one is made when the first of its readers
+  // needs it (FillFolded: Prepare's constant uploads, the weight producers, before the first Enqueue) and freed
+  // when the last weight made from it is on the device, so the host holds a few float32 copies at a time instead
+  // of the whole model's (SD1.5's fp16 UNet: 3.4 GB). Op construction and the fold passes may read small ones
+  // (a folded LayerNorm's gamma and beta): those below kLazyFoldElements are made at the fold.
   struct FoldedConstant {
+    enum class State { kEmpty, kFilled, kFreed };
     abi::TfLiteTensor tensor{};
-    std::vector<float> data;
+    AnonymousBuffer data;
+    abi::TfLiteTensor source{};  // the stored (fp16 / int8) constant, copied: the context's tensor array can move
+    int64_t n = 0;
+    State state = State::kEmpty;
   };
+  static constexpr int64_t kLazyFoldElements = 16384;
 
   GpuPartition(SdDelegate* d, GpuBackend* b) : delegate_(d), backend_(b) {}
   // Fills folded_ from the partition's DEQUANTIZE nodes (before any op is built).
@@ -169,6 +181,11 @@ class GpuPartition {
   // After the first invoke: frees the folded constants' host values (every op has uploaded what it derives from
   // them: Prepare's constant uploads, PackedWeights at the ops' first Enqueue).
   void ReleaseFoldedConstants();
+  // The folded constant whose view `t` is, else nullptr.
+  FoldedConstant* FoldedOf(const abi::TfLiteTensor* t) const;
+  // Makes a folded constant's values now if not made yet (any thread); an error once it was freed.
+  Status FillFolded(FoldedConstant* f);
+  void FreeFolded(FoldedConstant* f);
   // GetTensor, but a folded DEQUANTIZE output resolves to its constant view.
   Status TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLiteTensor** out) const;
   Status Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params);
@@ -183,8 +200,9 @@ class GpuPartition {
   // After the first invoke: gives back the pages of every step's constant inputs (what Prepare uploaded as read,
   // weights made lazily at an op's first Enqueue); a later read (CPU nodes sharing a tensor) faults them back in.
   void ReleaseWeightPages(abi::TfLiteContext* context);
-  // Gives back one constant tensor's pages (weight_pages_ decides whether they can go; counted once).
+  // Gives back one constant tensor's pages (weight_pages_ decides whether they can go; counted once; any thread).
   void GivePages(const abi::TfLiteTensor* t);
+  void GivePagesLocked(const abi::TfLiteTensor* t);  // host_mu_ held
   Status Invoke(abi::TfLiteContext* context);
   Status Ref(int tensor, TensorRef* out) const;
   // The tensor whose device memory `tensor` lives in (itself unless it is an aliased view).
@@ -258,6 +276,8 @@ class GpuPartition {
   std::unordered_map<int, int> internal_;                       // root tensor -> planner request
   std::unordered_map<int, std::pair<int, size_t>> alias_root_;  // aliased view output -> (root tensor, byte offset)
   std::unordered_map<int, std::unique_ptr<FoldedConstant>> folded_;  // DEQUANTIZE output tensor -> its constant
+  std::unordered_map<const abi::TfLiteTensor*, FoldedConstant*> folded_views_;  // its view -> it
+  std::mutex host_mu_;  // folded constants' states and the page bookkeeping: weight producers run on two threads
   std::vector<int> folded_nodes_;                                    // their node indices (profile: no launches)
   // release_weight_pages: the model's mappings, from the DEQUANTIZE folds (or the first invoke's set-up) to the end of
   // the first invoke

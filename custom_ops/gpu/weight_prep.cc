@@ -20,8 +20,9 @@ constexpr size_t kSlots = 2;
 class HostPipeline {
  public:
   HostPipeline(const Device& dev, const std::vector<PackedWeights*>& weights,
+               const std::function<Status(const PackedWeights*)>& before,
                const std::function<void(const PackedWeights*)>& made)
-      : dev_(dev), weights_(weights), made_(made) {
+      : dev_(dev), weights_(weights), before_(before), made_(made) {
     size_t largest = 0;
     for (const PackedWeights* w : weights_) largest = std::max(largest, w->elements());
     for (size_t i = 0; i < kSlots; ++i) {
@@ -37,6 +38,7 @@ class HostPipeline {
       producer = std::thread([this] { Produce(); });
     } catch (const std::system_error&) {  // no thread: the same work, in turn
       for (PackedWeights* w : weights_) {
+        if (before_) SDGPU_RETURN_IF_ERROR(before_(w));
         SDGPU_RETURN_IF_ERROR(w->Ensure(dev_));
         if (made_) made_(w);
         dev_.progress().Advance();
@@ -52,7 +54,11 @@ class HostPipeline {
         slot = ready_.front();
         ready_.pop_front();
       }
-      status = weights_[i]->UploadHost(dev_, slots_[slot].data());
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        status = produce_status_;  // a failed `before`: the slot holds nothing to upload
+      }
+      if (status.ok()) status = weights_[i]->UploadHost(dev_, slots_[slot].data());
       if (status.ok() && made_) made_(weights_[i]);
       dev_.progress().Advance();
       {
@@ -77,7 +83,8 @@ class HostPipeline {
         slot = free_.front();
         free_.pop_front();
       }
-      {
+      Status ready = before_ ? before_(w) : Status::Ok();
+      if (ready.ok()) {
         const SetupTimer timer(dev_, Device::Setup::kWeightsHost);
         std::vector<float>& data = slots_[slot];
         data.assign(w->elements(), 0.0f);  // producers expect zeroed memory (e.g. tile-major padding)
@@ -85,6 +92,7 @@ class HostPipeline {
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
+        if (!ready.ok() && produce_status_.ok()) produce_status_ = ready;
         ready_.push_back(slot);
       }
       cv_.notify_all();
@@ -93,17 +101,20 @@ class HostPipeline {
 
   const Device& dev_;
   const std::vector<PackedWeights*>& weights_;
+  const std::function<Status(const PackedWeights*)>& before_;
   const std::function<void(const PackedWeights*)>& made_;
   std::vector<std::vector<float>> slots_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<size_t> free_, ready_;
   bool stop_ = false;
+  Status produce_status_;  // the first failed `before`
 };
 
 }  // namespace
 
 Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights,
+                      const std::function<Status(const PackedWeights*)>& before,
                       const std::function<void(const PackedWeights*)>& made) {
   std::vector<PackedWeights*> on_device, on_host;
   for (PackedWeights* w : weights) {
@@ -116,15 +127,19 @@ Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weig
   DeviceStaging staging;
   Status status;
   for (PackedWeights* w : on_device) {
+    if (before) status = before(w);
+    if (!status.ok()) break;
     status = w->Ensure(dev, &staging);
     if (!status.ok()) break;
     if (made) made(w);
     progress.Advance();
   }
   if (status.ok() && on_host.size() > 1 && std::thread::hardware_concurrency() > 1) {
-    status = HostPipeline(dev, on_host, made).Run();
+    status = HostPipeline(dev, on_host, before, made).Run();
   } else if (status.ok()) {
     for (PackedWeights* w : on_host) {
+      if (before) status = before(w);
+      if (!status.ok()) break;
       status = w->Ensure(dev);
       if (!status.ok()) break;
       if (made) made(w);

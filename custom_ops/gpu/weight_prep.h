@@ -7,8 +7,10 @@
 //      op order (a LayerNorm fold's bias and column sums come from the sums its weights' producer left).
 // GL contexts are current on one thread: every device call stays on the calling thread. Progress: the set-up phase
 // "preparing weights" (gpu/setup_progress.h); stats weights_on_device / weights_on_host.
-// `made` (optional) is called on the calling thread after each weight is on the device: the partition gives back
-// the host pages of the model tensors no weight still to come reads (common/host_pages.h).
+// `before` (optional) is called before a weight is produced, on the thread producing it (the host pipeline's
+// producer, else the calling thread): the partition makes the host values it reads (folded DEQUANTIZEs). `made`
+// (optional) is called on the calling thread after each weight is on the device: the partition frees the host
+// memory of the model tensors no weight still to come reads (common/host_pages.h).
 #pragma once
 
 #include <functional>
@@ -21,6 +23,7 @@
 namespace sdgpu::gpu {
 
 Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weights,
+                      const std::function<Status(const PackedWeights*)>& before = nullptr,
                       const std::function<void(const PackedWeights*)>& made = nullptr);
 
 }  // namespace sdgpu::gpu
