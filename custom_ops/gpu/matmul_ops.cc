@@ -223,6 +223,15 @@ Status DeviceStaging::Upload(const Device& dev, const void* src, size_t bytes, c
   return Status::Ok();
 }
 
+Status DeviceStaging::Scratch(const Device& dev, size_t bytes, const Buffer** out) {
+  if (!scratch_ || scratch_->bytes() < bytes) {
+    scratch_.reset();  // a launch still reading it keeps it alive (OpenCL / GL release deferred)
+    SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(bytes, &scratch_));
+  }
+  *out = scratch_.get();
+  return Status::Ok();
+}
+
 Status PackedWeights::UploadHost(const Device& dev, const float* data) {
   if (!half_) {
     SDGPU_RETURN_IF_ERROR(UploadWeights(dev, data, elements_ * sizeof(float), &buffer_));
@@ -248,13 +257,27 @@ Status PackedWeights::Ensure(const Device& dev, DeviceStaging* staging) {
   if (buffer_) return Status::Ok();
   if (device_produce_) {
     DeviceStaging own;
+    DeviceStaging* st = staging != nullptr ? staging : &own;
     std::unique_ptr<Buffer> buffer;
     {
       const SetupTimer timer(dev, Device::Setup::kWeightsUpload);
-      SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(elements_ * sizeof(float), &buffer));
-      SDGPU_RETURN_IF_ERROR(device_produce_(dev, *buffer, staging != nullptr ? staging : &own));
+      if (!half_) {
+        SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(elements_ * sizeof(float), &buffer));
+        SDGPU_RETURN_IF_ERROR(device_produce_(dev, *buffer, st));
+      } else {
+        const Buffer* values = nullptr;
+        SDGPU_RETURN_IF_ERROR(st->Scratch(dev, elements_ * sizeof(float), &values));
+        SDGPU_RETURN_IF_ERROR(device_produce_(dev, *values, st));
+        const size_t pairs = (elements_ + 1) / 2;  // pack_half writes whole pairs
+        SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(pairs * 2 * sizeof(uint16_t), &buffer));
+        // pack_half(y, yo, x, xo, int n)
+        Args a;
+        a.Buf(buffer.get(), 0).Buf(values, 0).Int(static_cast<int>(elements_));
+        constexpr size_t kWg = 64;
+        SDGPU_RETURN_IF_ERROR(dev.Launch(*pack_half_, a, {(pairs + kWg - 1) / kWg * kWg, 1, 1}, {kWg, 1, 1}, nullptr));
+      }
     }
-    dev.NoteWeightBytes(elements_ * sizeof(float));
+    dev.NoteWeightBytes(elements_ * (half_ ? sizeof(uint16_t) : sizeof(float)));
     dev.NoteWeightsPrepared(true);
     buffer_ = std::move(buffer);
     produce_ = nullptr;
@@ -275,6 +298,14 @@ namespace {
 constexpr size_t kPackTile = 32, kPackRows = 8;  // transpose_tiled's TR_T x TR_ROWS work-group (copy.cl, copy_ops.cc)
 
 }  // namespace
+
+const Kernel* PackHalfKernel(const Device& dev) {
+  const Kernel* k = nullptr;
+  if (dev.max_work_group_size() < 64 || !dev.HasKernel("pack_half") || !dev.GetKernel("pack_half", &k).ok()) {
+    return nullptr;
+  }
+  return k;
+}
 
 const Kernel* TransposeKernel(const Device& dev) {
   const Kernel* k = nullptr;
@@ -1203,7 +1234,10 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
             std::memcpy(dst, b_const, sizeof(float) * static_cast<size_t>(N) * K);
           }
         });
-    if (b_transposed && !weights_fp16) u->packed_->SetDeviceProducer(DeviceTranspose(TransposeKernel(dev), b_const, N, K));
+    if (b_transposed) {
+      u->packed_->SetDeviceProducer(DeviceTranspose(TransposeKernel(dev), b_const, N, K),
+                                    weights_fp16 ? PackHalfKernel(dev) : nullptr);
+    }
     u->s_ = packed;
     inputs.erase(std::remove(inputs.begin(), inputs.end(), s.b_input), inputs.end());
   }
@@ -1266,7 +1300,8 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
       const int co = s.co;
       u->packed_ = std::make_unique<PackedWeights>(static_cast<size_t>(co) * K, weights_fp16,
                                                    [filter, co, K](float* dst) { TransposeInto(filter, co, K, dst); });
-      if (!weights_fp16) u->packed_->SetDeviceProducer(DeviceTranspose(TransposeKernel(dev), filter, co, K));
+      u->packed_->SetDeviceProducer(DeviceTranspose(TransposeKernel(dev), filter, co, K),
+                                    weights_fp16 ? PackHalfKernel(dev) : nullptr);
       u->device_inputs_ = s.has_bias ? std::vector<int>{0, 2} : std::vector<int>{0};
     } else {
       u->device_inputs_ = s.has_bias ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};

@@ -7,6 +7,8 @@
 //     the fallback where no tile config fits the device and for convs with Ci % 16 != 0.
 #pragma once
 
+#include <climits>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -182,16 +184,18 @@ class DeviceStaging {
   // Uploads `bytes` of `src` (model data, valid for the interpreter's lifetime: the copy may still be in flight on
   // return) and gives the buffer holding them.
   Status Upload(const Device& dev, const void* src, size_t bytes, const Buffer** out);
+  // A second buffer of at least `bytes`, reused the same way: a half weight's float32 values before pack_half.
+  Status Scratch(const Device& dev, size_t bytes, const Buffer** out);
 
  private:
-  std::unique_ptr<Buffer> buffer_;
+  std::unique_ptr<Buffer> buffer_, scratch_;
 };
 
 // A constant GEMM operand owned by its op, made once before the first invoke (gpu/weight_prep.h) -- or lazily at
 // the op's first Enqueue -- as float32 or (delegate option weights_fp16) as half:
 //   * on the device when the op set a DeviceProducer (the model's bytes uploaded as stored, one kernel transforms
-//     them: Winograd's U, the packing transposes), which uploads less (U is a^2/9 x the filter) and leaves the host
-//     idle;
+//     them: Winograd's U, the packing transposes; half weights then through pack_half), which uploads less (U is
+//     a^2/9 x the filter) and leaves the host idle;
 //   * else on the host (`produce`, e.g. the LayerNorm and gated-GELU folds), then uploaded.
 // Deferred on purpose: the backend builds every op once just to validate the graph and throws it away, so packing
 // at construction would transform and upload every weight twice. `produce` must stay callable until then (it reads
@@ -210,9 +214,13 @@ class PackedWeights {
   bool ready() const { return buffer_ != nullptr; }
   BOperand operand() const { return BOperand{buffer_.get(), 0, half_, tile_major_}; }
   size_t elements() const { return elements_; }
-  // The device-side producer (float32 data only: a half operand is converted on the host). Cleared by Then().
-  void SetDeviceProducer(DeviceProducer p) {
-    if (!half_) device_produce_ = std::move(p);
+  // The device-side producer of the float32 values. A half operand takes it only with `pack_half` (PackHalfKernel):
+  // the values go to a float32 scratch buffer (DeviceStaging::Scratch), pack_half writes the halves, and the host
+  // converts nothing; without it a half operand is made on the host. Cleared by Then().
+  void SetDeviceProducer(DeviceProducer p, const Kernel* pack_half = nullptr) {
+    if (half_ && (pack_half == nullptr || elements_ > static_cast<size_t>(INT_MAX) - 1)) return;
+    device_produce_ = std::move(p);
+    pack_half_ = pack_half;
   }
   bool has_device_producer() const { return static_cast<bool>(device_produce_); }
   // The host path in two halves (gpu/weight_prep.h runs them on two threads): fill `dst` (elements() zeroed floats),
@@ -236,6 +244,7 @@ class PackedWeights {
   bool tile_major_;
   std::function<void(float*)> produce_;
   DeviceProducer device_produce_;
+  const Kernel* pack_half_ = nullptr;
   std::unique_ptr<Buffer> buffer_;
 };
 
@@ -246,6 +255,10 @@ PackedWeights::DeviceProducer DeviceTranspose(const Kernel* transpose, const flo
 // The transpose_tiled kernel when the device has it and can run its 32 x 8 work-groups, else nullptr (requested at
 // op construction, so lazy backends build it with the model's kernels).
 const Kernel* TransposeKernel(const Device& dev);
+
+// The pack_half kernel (gpu/kernels/copy.kern) when the device has it, else nullptr (requested at op construction,
+// as TransposeKernel).
+const Kernel* PackHalfKernel(const Device& dev);
 
 // Transposes a rows x cols row-major matrix into `dst` (cols x rows); from 2^20 elements on several host threads.
 void TransposeInto(const float* src, int rows, int cols, float* dst);

@@ -325,7 +325,8 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   // U on the device (winograd_filter_fM, the end of ops/conv2d_winograd/gpu.kern): the filter goes up
   // as stored, a^2/9 x fewer bytes than U, and the host does no transform.
   const Kernel* filter_kernel = nullptr;
-  if (!half_u && dev.HasKernel("winograd_filter" + suffix) &&
+  const Kernel* pack_half = half_u ? PackHalfKernel(dev) : nullptr;  // F(2x2)'s half U: packed on the device too
+  if ((!half_u || pack_half != nullptr) && dev.HasKernel("winograd_filter" + suffix) &&
       dev.GetKernel("winograd_filter" + suffix, &filter_kernel).ok() && dev.max_work_group_size() >= kTransformWg) {
     const int ld = tile_major ? col_tiles * 64 : 0;
     u->u_->SetDeviceProducer([g, fdata, filter_kernel, ld](const Device& d, const Buffer& dst,
@@ -337,7 +338,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
       a.Buf(&dst, 0).Buf(raw, 0).Int(g.ci).Int(g.co).Int(ld);
       return d.Launch(*filter_kernel, a, {static_cast<size_t>(ld > 0 ? ld : g.co), static_cast<size_t>(g.ci), 1},
                       {kTransformWg, 1, 1}, nullptr);
-    });
+    }, pack_half);
   }
   u->device_inputs_ = {0, 2};
   u->float32_inputs_ = {2};  // the bias (the output transform's float `bias`)

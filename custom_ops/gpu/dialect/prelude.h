@@ -83,6 +83,8 @@
 #define LDH4A(buf, i) \
   vec4(unpackHalf2x16(buf##_u32[(i) >> 1]), unpackHalf2x16(buf##_u32[((i) >> 1) + 1]))
 #define LDH4(buf, i) vec4(LDH(buf, (i)), LDH(buf, (i) + 1), LDH(buf, (i) + 2), LDH(buf, (i) + 3))
+// Stores the two halves of pair p (elements 2p, 2p + 1): one whole uint, no atomics.
+#define STH2(buf, p, v) buf##_u32[(p)] = packHalf2x16(v)
 // One float of a float4 local array, by float index (the array viewed as floats).
 #define LGETC(arr, idx) arr[(idx) >> 2][(idx) & 3]
 #define LSETC(arr, idx, v) arr[(idx) >> 2][(idx) & 3] = (v)
@@ -166,6 +168,7 @@
 #define LDH(buf, i) vload_half((i), (__global const half*)(buf))
 #define LDH4A(buf, i) vloada_half4((i) >> 2, (__global const half*)(buf))
 #define LDH4(buf, i) vload_half4(0, (__global const half*)(buf) + (i))
+#define STH2(buf, p, v) vstore_half2((v), (p), (__global half*)(buf))
 #define LGETC(arr, idx) (((__local float*)(arr))[(idx)])
 #define LSETC(arr, idx, v) (((__local float*)(arr))[(idx)] = (v))
 // One float of a private float4 by index c (a constant once loops unroll); no type punning through pointers.
