@@ -16,7 +16,8 @@ namespace {
 // uploads.
 constexpr size_t kSlots = 2;
 
-// The two-stage host pipeline of the header comment. The producer never fails; an upload error stops it.
+// The two-stage host pipeline of the header comment. The producer fails only through `before` (the next upload
+// reports it); an upload error stops it.
 class HostPipeline {
  public:
   HostPipeline(const Device& dev, const std::vector<PackedWeights*>& weights,
