@@ -92,7 +92,11 @@ bool ParseGemmTiles(const std::string& text, GemmTiles* out) {
   }
   if (*rest == '/') {
     int more = 0;
-    if (std::sscanf(rest, "/%d%n", &t.splits, &more) != 1 || t.splits < 1) return false;
+    // the split counts the planner has (gpu/matmul_ops.cc kMaxSplits): another one would match no plan
+    if (std::sscanf(rest, "/%d%n", &t.splits, &more) != 1 || t.splits < 1 || t.splits > 16 ||
+        (t.splits & (t.splits - 1)) != 0) {
+      return false;
+    }
     rest += more;
   }
   if (*rest != '\0') return false;
@@ -207,7 +211,8 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       GemmTiles t;
       if (!value.empty() && !ParseGemmTiles(std::string(value), &t)) {
         return Status::Error("option gemm_tiles='" + std::string(value) +
-                             "' is malformed; expected BMxBN[nTHREADS|tc][/splits], e.g. 64x64n128/2");
+                             "' is malformed; expected BMxBN[nTHREADS|tc][/splits] with splits 1, 2, 4, 8 or 16, "
+                             "e.g. 64x64n128/2");
       }
       out->gemm_tiles = std::string(value);
     } else if (key == "attention_tiling") {

@@ -146,7 +146,8 @@ struct DelegateOptions {
   GlLimits gl_limits;
 };
 
-// A gemm_tiles value: BMxBN[nTHREADS|tc][/splits] (threads default 256, splits 1). False when `text` is malformed.
+// A gemm_tiles value: BMxBN[nTHREADS|tc][/splits] (threads default 256, splits 1, 2, 4, 8 or 16; default 1). False
+// when `text` is malformed.
 struct GemmTiles {
   int bm = 0, bn = 0, threads = 256, splits = 1;
   bool tc = false;  // "BMxBNtc": a tensor-core config (gemm_tc.cl, 128 threads), forced even without tensor_cores

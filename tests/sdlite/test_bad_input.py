@@ -134,7 +134,10 @@ def test_manifest_cannot_point_outside_its_folder(tiny_export: Path, tmp_path: P
     ("attention_tiling:zzz", "option attention_tiling='zzz' is not a tiling (e.g. r40, h80, r80, r160, dyn, legacy, "
                              "short, short32)"),
     ("attention_block_q:0", "attention_block_q must be an int in 1..1024, got 0"),
-    ("gemm_tiles:64x", "option gemm_tiles='64x' is malformed; expected BMxBN[nTHREADS|tc][/splits], e.g. 64x64n128/2"),
+    ("gemm_tiles:64x", "option gemm_tiles='64x' is malformed; expected BMxBN[nTHREADS|tc][/splits] with splits 1, 2, "
+                       "4, 8 or 16, e.g. 64x64n128/2"),
+    ("gemm_tiles:64x64/3", "option gemm_tiles='64x64/3' is malformed; expected BMxBN[nTHREADS|tc][/splits] with "
+                           "splits 1, 2, 4, 8 or 16, e.g. 64x64n128/2"),
     ("profile_path:/nonexistent-dir/p.json",
      "option profile_path='/nonexistent-dir/p.json' cannot be written: No such file or directory"),
     ("profile_path:/proc/p.json", "option profile_path='/proc/p.json' cannot be written: No such file or directory"),
