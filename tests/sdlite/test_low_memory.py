@@ -66,7 +66,8 @@ def test_low_memory_pipeline_releases_each_model_after_its_last_use(tiny_export:
 def test_phone_preset_halves_the_gpu_bytes_by_the_delegates_accounting(capsys, tiny_export: Path, tmp_path: Path,
                                                                         backend: str) -> None:
     """``--phone``: --low-memory plus fp16 weights and half activation storage. Each model's GPU bytes are its
-    delegate's (weights + arena), below the default's, the arena about half of it, and the image stays close."""
+    delegate's (weights + arena), below the default's, the arena about half of it, the model file's pages given back,
+    and the image stays close."""
     full = _generate(capsys, tiny_export, tmp_path / "full.png", backend)
     phone = _generate(capsys, tiny_export, tmp_path / "phone.png", backend, "--phone")
     mem = phone["memory"]
@@ -77,6 +78,9 @@ def test_phone_preset_halves_the_gpu_bytes_by_the_delegates_accounting(capsys, t
         assert mem["gpu_bytes"][name] == stats["device_weight_bytes"] + stats["max_arena_bytes"]
         assert mem["gpu_bytes"][name] < full["memory"]["gpu_bytes"][name], name
         assert 0.45 <= stats["max_arena_bytes"] / default["max_arena_bytes"] <= 0.6, name
+        # the model file's weight pages went back to the system once on the GPU (release_weight_pages)
+        size = (tiny_export / f"{name}.tflite").stat().st_size
+        assert 0.5 * size < stats["host_pages_released_bytes"] <= size, (name, stats["host_pages_released_bytes"], size)
     a = np.asarray(Image.open(tmp_path / "full.png")).astype(np.float64)
     b = np.asarray(Image.open(tmp_path / "phone.png")).astype(np.float64)
     assert 10 * np.log10(255.0**2 / max(float(((a - b) ** 2).mean()), 1e-12)) >= 35.0  # issue 37's PSNR gate
