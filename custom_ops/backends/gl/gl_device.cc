@@ -25,9 +25,10 @@ class GlBuffer final : public gpu::Buffer {
   ~GlBuffer() override {
     GlScope scope(*ctx_, false);
     // When the context is current on another thread the buffer is freed with the context instead.
-    // No glGetError after it: deleting a name we generated cannot fail, and reading the flags here would swallow
-    // the error of a launch not checked yet (GlDevice::CheckLaunches).
-    if (scope.status().ok()) ctx_->api().glDeleteBuffers(1, &id_);
+    if (scope.status().ok()) {
+      ctx_->api().glDeleteBuffers(1, &id_);
+      (void)GlCheck(ctx_->api(), "glDeleteBuffers");
+    }
   }
   size_t bytes() const override { return bytes_; }
   GLuint id() const { return id_; }
@@ -259,7 +260,6 @@ Status GlDevice::NewBuffer(size_t bytes, bool arena, std::unique_ptr<gpu::Buffer
   }
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
-  SDGPU_RETURN_IF_ERROR(CheckLaunches());
   const GlApi& a = api();
   GLuint id = 0;
   a.glGenBuffers(1, &id);
@@ -281,7 +281,6 @@ Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, 
   if (bytes == 0) return Status::Ok();
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
-  SDGPU_RETURN_IF_ERROR(CheckLaunches());
   const GlApi& a = api();
   a.glBindBuffer(GL_COPY_WRITE_BUFFER, static_cast<const GlBuffer&>(buffer).id());
   // glBufferSubData copies `src` before it returns, so a non-blocking upload needs nothing more.
@@ -294,7 +293,6 @@ Status GlDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t bytes
   if (bytes == 0) return Status::Ok();
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
-  SDGPU_RETURN_IF_ERROR(CheckLaunches());
   const GlApi& a = api();
   a.glBindBuffer(GL_COPY_READ_BUFFER, static_cast<const GlBuffer&>(buffer).id());
   // Mapping for reading waits for every earlier write (the launches' memory barriers cover shader writes).
@@ -338,7 +336,6 @@ Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t,
     *out = &it->second;
     return Status::Ok();
   }
-  SDGPU_RETURN_IF_ERROR(CheckLaunches());  // before this build's own checks
   const GlApi& a = api();
   const auto t0 = Clock::now();
   std::string source = library_.Compose(kernel, local);
@@ -620,8 +617,7 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
     if (arg.kind == gpu::Arg::Kind::kFloat) std::memcpy(&bits, &arg.f, sizeof(bits));
     set_uniform(arg, bits);
   }
-  const bool check_now = finish_each_ || options_.profiling;  // debugging and profiling: each launch on its own
-  if (check_now) SDGPU_RETURN_IF_ERROR(GlCheck(a, ("binding the arguments of '" + kernel.name() + "'").c_str()));
+  SDGPU_RETURN_IF_ERROR(GlCheck(a, ("binding the arguments of '" + kernel.name() + "'").c_str()));
   bool split = false;
   for (int i = 0; i < 3; ++i) split = split || groups[i] > static_cast<size_t>(max_group_count_[i]);
   if (split && !p->has_group_base) {
@@ -679,29 +675,7 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
     }
     timings->push_back(std::make_unique<GlTimer>(kernel.name(), timer));
   }
-  if (check_now) return GlCheck(a, ("glDispatchCompute(" + kernel.name() + ")").c_str());
-  last_launches_[unchecked_launches_ % last_launches_.size()] = &kernel.name();
-  ++unchecked_launches_;
-  return Status::Ok();
-}
-
-Status GlDevice::CheckLaunches() const {
-  if (unchecked_launches_ == 0) return Status::Ok();
-  const GlApi& a = api();
-  const GLenum first = a.glGetError();
-  const size_t n = unchecked_launches_;
-  unchecked_launches_ = 0;
-  if (first == GL_NO_ERROR) return Status::Ok();
-  for (int i = 0; i < 8 && a.glGetError() != GL_NO_ERROR; ++i) {  // drain (bounded: a lost context reports forever)
-  }
-  std::string names;
-  const size_t kept = std::min(n, last_launches_.size());
-  for (size_t i = 0; i < kept; ++i) {  // newest first
-    const std::string* k = last_launches_[(n - 1 - i) % last_launches_.size()];
-    names += (i ? ", " : "") + (k != nullptr ? *k : std::string("?"));
-  }
-  return Status::Error("gl: one of the last " + std::to_string(n) + " launch(es) failed: " + GlErrorName(first) +
-                       " (the last: " + names + "; option gl_finish_each:1 checks every launch on its own)");
+  return GlCheck(a, ("glDispatchCompute(" + kernel.name() + ")").c_str());
 }
 
 Status GlDevice::ResolveTimers() const {
@@ -724,7 +698,6 @@ Status GlDevice::ResolveTimers() const {
 Status GlDevice::Finish() const {
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
-  SDGPU_RETURN_IF_ERROR(CheckLaunches());
   const GlApi& a = api();
   a.glFinish();
   SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFinish"));

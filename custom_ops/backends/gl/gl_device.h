@@ -148,12 +148,6 @@ class GlDevice final : public gpu::Device {
   // gl_dump_dir: best effort (a failed write is logged, never an error).
   void DumpProgram(const std::string& stem, const std::string& source, GLuint program) const;
 
-  // Reads the GL error flags the launches since the last check left (a launch does not call glGetError: on
-  // NVIDIA it waits for the driver to catch up, ~50 us a call, which made GL host-bound). Every function that
-  // synchronises or checks its own calls (uploads, downloads, Finish, buffer and program creation) calls it first,
-  // so a launch's error is reported as one before any result is read. Inside a GlScope.
-  Status CheckLaunches() const;
-
   std::shared_ptr<GlContext> ctx_;
   const GlApi& api() const { return ctx_->api(); }
   Logger logger_;
@@ -188,9 +182,6 @@ class GlDevice final : public gpu::Device {
   // (serial, range start in bytes) of the buffer at SSBO binding k (serial 0 = none)
   mutable std::array<std::pair<uint64_t, size_t>, 16> bound_ = {};
   mutable uint64_t buffer_serial_ = 0;           // last serial handed out (CreateBuffer)
-  // Launches whose GL errors are not read yet (CheckLaunches): their count and the last few kernels' names.
-  mutable size_t unchecked_launches_ = 0;
-  mutable std::array<const std::string*, 4> last_launches_ = {};
 };
 
 }  // namespace sdgpu::gl
