@@ -19,21 +19,4 @@ for spec in "|cache_dir:$C" "--low-memory|cache_dir:$C" "--low-memory|cache_dir:
     --backend opencl --json --no-progress -o $OUT/img$i.png $lm --delegate_options "$opts" > $OUT/mem$i.json 2>$OUT/mem$i.err
   echo "run $i ($lm $opts): rc $?"
 done
-python3 - <<'PY'
-import json, os, numpy as np
-from PIL import Image
-out = os.environ["OUT"]
-ref = np.asarray(Image.open(f"{out}/img1.png")).astype(np.float64)
-for i in (1, 2, 3, 4, 5):
-    try:
-        d = json.load(open(f"{out}/mem{i}.json"))
-    except Exception as e:
-        print(i, "no json", e); continue
-    m = d["memory"]; t = d["startup"]["timeline"]
-    img = np.asarray(Image.open(f"{out}/img{i}.png")).astype(np.float64)
-    mse = float(((img - ref) ** 2).mean())
-    psnr = 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
-    print(i, "peak_gpu_MB", round(m["peak_gpu_bytes"] / 2**20, 1), "per model MB", {k: round(v / 2**20, 1) for k, v in m["gpu_bytes"].items()},
-          "peak_rss_MB", round(m["peak_host_rss_bytes"] / 2**20, 1), "png_s", t.get("png_0"),
-          "unet_step_ms", round(1e3 * (d["timings"]["unet_step_steady_mean_s"] or 0), 2), "PSNR_vs_1", round(psnr, 2))
-PY
+python3 bench/memory_table.py "$OUT" mem 5

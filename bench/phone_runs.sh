@@ -25,21 +25,4 @@ for spec in "$F||" "$F|--phone|" "$F|--phone|" "$F|--phone|;release_weight_pages
   echo "run $i ($dir $flag $extra): rc $? $(grep RSSPEAK $OUT/r$i.err)"
 done
 tail -5 $OUT/fp16copy.log
-python3 - <<'PY'
-import json, os, numpy as np
-from PIL import Image
-out = os.environ["OUT"]
-ref = np.asarray(Image.open(f"{out}/img1.png")).astype(np.float64)
-for i in range(1, 6):
-    try:
-        d = json.load(open(f"{out}/r{i}.json"))
-    except Exception as e:
-        print(i, "no json", e); continue
-    m = d["memory"]; t = d["startup"]["timeline"]
-    img = np.asarray(Image.open(f"{out}/img{i}.png")).astype(np.float64)
-    mse = float(((img - ref) ** 2).mean())
-    psnr = 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
-    print(i, "peak_gpu_MB", round(m["peak_gpu_bytes"] / 2**20, 1), "per model MB", {k: round(v / 2**20, 1) for k, v in m["gpu_bytes"].items()},
-          "peak_rss_MB", round(m["peak_host_rss_bytes"] / 2**20, 1), "png_s", t.get("png_0"),
-          "unet_step_ms", round(1e3 * (d["timings"]["unet_step_steady_mean_s"] or 0), 2), "PSNR_vs_1", round(psnr, 2))
-PY
+python3 bench/memory_table.py "$OUT" r 5
