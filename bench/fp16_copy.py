@@ -3,10 +3,10 @@ form ``sdconvert --precision fp16`` writes) in DST, its manifest's sizes and sha
 of the same weights and plan, for the phone runs (bench/phone_runs.sh)."""
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from sdconvert.export.precision import convert_weights
@@ -25,4 +25,8 @@ def main(src: Path, dst: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path, help="a converted folder (manifest.json, *.tflite)")
+    ap.add_argument("dst", type=Path, help="the fp16 copy")
+    args = ap.parse_args()
+    main(args.src, args.dst)

@@ -4,8 +4,8 @@ phone_runs.sh): from ``OUT/PREFIX{i}.json`` (``sdlite generate --json``) and ``O
 image."""
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,4 +31,9 @@ def main(out: Path, prefix: str, runs: int) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="the runs' folder ($OUT)")
+    ap.add_argument("prefix", help="the JSON files' prefix (mem, r)")
+    ap.add_argument("runs", type=int, help="how many runs")
+    args = ap.parse_args()
+    main(args.out, args.prefix, args.runs)

@@ -3,6 +3,7 @@
 (``getrusage``'s ru_maxrss gives the peak alone). Exits with CMD's status."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -28,4 +29,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("cmd", nargs=argparse.REMAINDER, help="the command and its arguments")
+    args = ap.parse_args()
+    if not args.cmd:
+        ap.error("no command to run")
+    sys.exit(main(args.cmd))
