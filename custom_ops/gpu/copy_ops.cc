@@ -180,7 +180,7 @@ class TransposeTiledOp final : public GpuOp {
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes).Int(r_).Int(c_).Int(sb_).Int(ld_);
+    a.Buf(out).Buf(in[0]).Int(r_).Int(c_).Int(sb_).Int(ld_);
     const Dim3 global = {(static_cast<size_t>(c_) + kTransposeTile - 1) / kTransposeTile * kTransposeTile,
                          (static_cast<size_t>(r_) + kTransposeTile - 1) / kTransposeTile * kTransposeRows,
                          static_cast<size_t>(b_)};
@@ -209,7 +209,7 @@ class GatherOp final : public GpuOp {
     const TensorRef& p = in[params_];
     const TensorRef& i = in[1 - params_];
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(p.buffer, p.elem_offset(), p.elem_bytes).Buf(i.buffer, i.elem_offset(), i.elem_bytes);
+    a.Buf(out).Buf(p).Buf(i);
     a.Int(axis_dim_).Int(nidx_).Int(inner_).Int(n_);
     return Launch1D(dev, *k_, a, n_, timings);
   }

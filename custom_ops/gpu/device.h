@@ -58,6 +58,19 @@ class Kernel {
   virtual const std::string& name() const = 0;
 };
 
+// A tensor as a kernel sees it: a device buffer plus a byte offset into it. elem_bytes is the size of one stored
+// element: 4, or 2 for a float tensor of a partition with half activation storage (Device::act_half; the kernels'
+// ACT_* macros), so elem_offset() is in the units the kernel indexes.
+struct TensorRef {
+  const Buffer* buffer = nullptr;
+  size_t offset = 0;  // bytes
+  size_t elem_bytes = 4;
+  int elem_offset() const { return static_cast<int>(offset / elem_bytes); }
+  int elem_offset(size_t elem_size) const { return static_cast<int>(offset / elem_size); }
+  // The offset in float4s of a kernel parameter declared float4* (ACT_LDV4 / ACT_STV4).
+  int vec4_offset() const { return static_cast<int>(offset / (4 * elem_bytes)); }
+};
+
 // One kernel argument: a buffer + element offset (two kernel parameters), an int32 or a float.
 struct Arg {
   enum class Kind { kBuffer, kInt, kFloat };
@@ -84,6 +97,8 @@ class Args {
     items_.push_back(a);
     return *this;
   }
+  // A tensor at its element offset, with its element size (the common case of the overload above).
+  Args& Buf(const TensorRef& t) { return Buf(t.buffer, t.elem_offset(), t.elem_bytes); }
   Args& Int(int32_t v) {
     Arg a;
     a.kind = Arg::Kind::kInt;

@@ -110,8 +110,8 @@ class SelectOp final : public GpuOp {
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(cond_.get(), 0);
-    a.Buf(in[1].buffer, in[1].elem_offset(), in[1].elem_bytes).Buf(in[2].buffer, in[2].elem_offset(), in[2].elem_bytes).Buf(meta_.get(), 0).Int(n_);
+    a.Buf(out).Buf(cond_.get(), 0);
+    a.Buf(in[1]).Buf(in[2]).Buf(meta_.get(), 0).Int(n_);
     return Launch1D(dev, *k_, a, n_, timings);
   }
 

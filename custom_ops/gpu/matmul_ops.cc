@@ -724,9 +724,9 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
                           const TensorRef& scratch, const TensorRef& bias, bool has_bias, int M, int N, int batch,
                           int act, const Residual& residual, const TensorRef& residual_input, Timings* timings) {
   Args r;
-  r.Buf(c.buffer, c.elem_offset(), c.elem_bytes).Int(scb).Int(scm).Buf(scratch.buffer, Partials(dev, scratch).elem_offset());
+  r.Buf(c).Int(scb).Int(scm).Buf(scratch.buffer, Partials(dev, scratch).elem_offset());
   r.Int(p.splits);
-  r.Buf(bias.buffer, bias.elem_offset(), bias.elem_bytes).Int(has_bias ? 1 : 0).Int(M).Int(N).Int(act);
+  r.Buf(bias).Int(has_bias ? 1 : 0).Int(M).Int(N).Int(act);
   AddResidualArgs(residual, residual_input, scratch, &r);
   // any work-group size (the kernel bounds-checks): 16 x 16 where the device allows it
   const size_t rows = std::clamp<size_t>(dev.max_work_group_size() / 16, 1, 16);
@@ -764,13 +764,13 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   const TensorRef& bias_ref = has_bias ? *bias : a;
   // A and C are read as float or as activation storage by b_half bit 2: their element size goes with them (gpu::Arg)
   Args g;
-  g.Buf(dst.buffer, dst.elem_offset(), dst.elem_bytes);
+  g.Buf(dst);
   g.Int(split ? p.splits * plane : s.scb).Int(split ? plane : 0).Int(split ? s.N : s.scm);
-  g.Buf(a.buffer, a.elem_offset(), a.elem_bytes).Int(s.sab).Int(s.sam).Int(s.sak);
+  g.Buf(a).Int(s.sab).Int(s.sam).Int(s.sak);
   // B's element size goes with it too: float weights are indexed bare, half ones (b_half bit 0) through LDH
   g.Buf(b.buffer, b.offset, b.half ? 2 : 4).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0) |
                                                               (s.float_ac && dev.act_half() ? 4 : 0));
-  g.Buf(bias_ref.buffer, bias_ref.elem_offset(), bias_ref.elem_bytes).Int(has_bias && !split ? 1 : 0);
+  g.Buf(bias_ref).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
   AddResidualArgs(split ? Residual() : residual, residual_input, a, &g);
   if (p.ln) g.Buf(ln_colsum->buffer, ln_colsum->elem_offset()).Float(ln_eps);
@@ -838,10 +838,10 @@ class GemmOp final : public GpuOp {
     const bool has_bias = s_.bias_input >= 0;
     const TensorRef& bias = has_bias ? in[s_.bias_input] : A;
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Int(s_.scb).Int(s_.scm);
-    a.Buf(A.buffer, A.elem_offset(), A.elem_bytes).Int(s_.sab).Int(s_.sam).Int(s_.sak);
-    a.Buf(B.buffer, B.elem_offset(), B.elem_bytes).Int(s_.sbb).Int(s_.sbk).Int(s_.sbn);
-    a.Buf(bias.buffer, bias.elem_offset(), bias.elem_bytes).Int(has_bias ? 1 : 0);
+    a.Buf(out).Int(s_.scb).Int(s_.scm);
+    a.Buf(A).Int(s_.sab).Int(s_.sam).Int(s_.sak);
+    a.Buf(B).Int(s_.sbb).Int(s_.sbk).Int(s_.sbn);
+    a.Buf(bias).Int(has_bias ? 1 : 0);
     a.Int(s_.M).Int(s_.N).Int(s_.K).Float(s_.alpha).Int(s_.act);
     return dev.Launch(*k_, a, {static_cast<size_t>(s_.N), static_cast<size_t>(s_.M), static_cast<size_t>(s_.batch)},
                       {kTile, kTile, 1}, timings);
@@ -869,8 +869,8 @@ class ConvOp final : public GpuOp {
     const TensorRef& bias = s_.has_bias ? in[2] : in[1];
     const int M = s_.n * s_.oh * s_.ow;
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes).Buf(in[1].buffer, in[1].elem_offset(), in[1].elem_bytes);
-    a.Buf(bias.buffer, bias.elem_offset(), bias.elem_bytes).Int(s_.has_bias ? 1 : 0);
+    a.Buf(out).Buf(in[0]).Buf(in[1]);
+    a.Buf(bias).Int(s_.has_bias ? 1 : 0);
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(s_.act);
     return dev.Launch(*k_, a, {static_cast<size_t>(s_.co), static_cast<size_t>(M), 1}, {kTile, kTile, 1}, timings);
@@ -1177,10 +1177,10 @@ class TiledConvOp final : public GpuOp {
     const TensorRef& bias = s_.has_bias ? in[2] : in[0];
     Args a;
     // Y's element size goes with it: the shared epilogue can also store float (b_half bit 2, gpu::Arg)
-    a.Buf(dst.buffer, dst.elem_offset(), dst.elem_bytes).Int(split ? M * s_.co : 0);
-    a.Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes);
+    a.Buf(dst).Int(split ? M * s_.co : 0);
+    a.Buf(in[0]);
     a.Buf(b.buffer, b.offset, b.half ? 2 : 4).Int(sbk).Int(sbn).Int(b.half ? 1 : 0);
-    a.Buf(bias.buffer, bias.elem_offset(), bias.elem_bytes).Int(s_.has_bias && !split ? 1 : 0);
+    a.Buf(bias).Int(s_.has_bias && !split ? 1 : 0);
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(split ? 0 : s_.act);
     a.Int(plan.splits).Int(plan.k_split);

@@ -59,7 +59,7 @@ bool ActHalfReady(const NodeDesc& node) {
 
 void AddResidualArgs(const Residual& r, const TensorRef& input, const TensorRef& placeholder, Args* args) {
   const TensorRef& ref = r.rows > 0 ? input : placeholder;
-  args->Buf(ref.buffer, ref.elem_offset(), ref.elem_bytes).Int(r.rows).Int(r.row_stride);
+  args->Buf(ref).Int(r.rows).Int(r.row_stride);
 }
 
 std::string BuiltinName(int code) {

@@ -21,19 +21,6 @@ namespace sdgpu::gpu {
 
 class PackedWeights;
 
-// A tensor as a kernel sees it: a device buffer plus a byte offset into it. elem_bytes is the size of one stored
-// element: 4, or 2 for a float tensor of a partition with half activation storage (Device::act_half; the kernels'
-// ACT_* macros), so elem_offset() is in the units the kernel indexes.
-struct TensorRef {
-  const Buffer* buffer = nullptr;
-  size_t offset = 0;  // bytes
-  size_t elem_bytes = 4;
-  int elem_offset() const { return static_cast<int>(offset / elem_bytes); }
-  int elem_offset(size_t elem_size) const { return static_cast<int>(offset / elem_size); }
-  // The offset in float4s of a kernel parameter declared float4* (ACT_LDV4 / ACT_STV4).
-  int vec4_offset() const { return static_cast<int>(offset / (4 * elem_bytes)); }
-};
-
 // What the op factory knows about a node at partition/prepare time.
 struct NodeDesc {
   int builtin_code = -1;            // abi::kTfLiteBuiltinCustom for Sd* ops

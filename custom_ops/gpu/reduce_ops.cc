@@ -33,17 +33,17 @@ class ReduceOp final : public GpuOp {
     const size_t outputs = static_cast<size_t>(outer_) * inner_;
     if (partial_ == nullptr) {
       Args a;
-      a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes).Int(red_).Int(inner_).Int(mode_);
+      a.Buf(out).Buf(in[0]).Int(red_).Int(inner_).Int(mode_);
       return dev.Launch(*k_, a, {outputs * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
     }
     Args p;
     const int po = scratch.elem_offset(sizeof(float));  // float partials
-    p.Buf(scratch.buffer, po).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes).Int(red_).Int(kReduceChunk);
+    p.Buf(scratch.buffer, po).Buf(in[0]).Int(red_).Int(kReduceChunk);
     p.Int(nchunks_).Int(mode_).Float(mode_ == 0 ? 1.0f / static_cast<float>(red_) : 1.0f);
     SDGPU_RETURN_IF_ERROR(
         dev.Launch(*partial_, p, {outputs * nchunks_ * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings));
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(scratch.buffer, po).Int(nchunks_).Int(1);
+    a.Buf(out).Buf(scratch.buffer, po).Int(nchunks_).Int(1);
     a.Int(mode_ == 2 ? 2 : 1);
     return dev.Launch(*sum_parts_, a, {outputs * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
   }
@@ -61,7 +61,7 @@ class SoftmaxOp final : public GpuOp {
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes).Int(cols_).Float(beta_);
+    a.Buf(out).Buf(in[0]).Int(cols_).Float(beta_);
     return dev.Launch(*k_, a, {static_cast<size_t>(rows_) * kReduceWg, 1, 1}, {kReduceWg, 1, 1}, timings);
   }
 

@@ -54,7 +54,7 @@ class ConstantOp final : public GpuOp {
                  Timings* timings) override {
     SDGPU_RETURN_IF_ERROR(data_->Ensure(dev));
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(data_->operand().buffer, 0).Int(n_).Int(0);
+    a.Buf(out).Buf(data_->operand().buffer, 0).Int(n_).Int(0);
     return Launch1D(dev, *k_, a, n_, timings);
   }
 
@@ -72,7 +72,7 @@ class DequantF16Op final : public GpuOp {
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
                  Timings* timings) override {
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(2)).Int(n_);
+    a.Buf(out).Buf(in[0].buffer, in[0].elem_offset(2)).Int(n_);
     return Launch1D(dev, *k_, a, n_, timings);
   }
 
@@ -157,7 +157,7 @@ class SdGroupNormOp final : public GpuOp {
     }
     if (nhwc_ != nullptr) {
       Args a;  // table mode: the output holds the float32 norm table
-      a.Buf(out.buffer, table_ ? FloatOffset(out) : out.elem_offset()).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes);
+      a.Buf(out.buffer, table_ ? FloatOffset(out) : out.elem_offset()).Buf(in[0]);
       a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(A).Int(C).Int(G).Float(eps_);
       if (!table_) a.Int(silu_);
@@ -166,7 +166,7 @@ class SdGroupNormOp final : public GpuOp {
     }
     if (partial_ == nullptr) {
       Args a;
-      a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes);
+      a.Buf(out).Buf(in[0]);
       a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
       a.Int(A).Int(C).Int(B).Int(G).Float(eps_).Int(silu_);
       return dev.Launch(*single_, a, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
@@ -182,7 +182,7 @@ class SdGroupNormOp final : public GpuOp {
       SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_rows_, p, {static_cast<size_t>(g_.n) * nchunks * kGroupNormWg2, 1, 1},
                                        {kGroupNormWg2, 1, 1}, timings));
     } else {
-      p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].elem_offset(), in[0].elem_bytes).Int(A).Int(C).Int(B).Int(G).Int(nchunks);
+      p.Buf(scratch.buffer, parts).Buf(in[0]).Int(A).Int(C).Int(B).Int(G).Int(nchunks);
       SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_, p, {ngroups * nchunks * kGroupNormWg2, 1, 1},
                                        {kGroupNormWg2, 1, 1}, timings));
     }
@@ -260,12 +260,12 @@ class SdGroupNormOp final : public GpuOp {
     const TensorRef& part = stats_buffer_;
     Args f;
     if (table_) {
-      f.Buf(out.buffer, FloatOffset(out)).Buf(part.buffer, part.elem_offset(), part.elem_bytes).Int(stats_chunks_);
+      f.Buf(out.buffer, FloatOffset(out)).Buf(part).Int(stats_chunks_);
       f.Int(static_cast<int>(count_)).Float(eps_).Buf(in[1].buffer, FloatOffset(in[1]));
       f.Buf(in[2].buffer, FloatOffset(in[2])).Int(C).Int(G);
       return dev.Launch(*finalize_affine_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings);
     }
-    f.Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Buf(part.buffer, part.elem_offset(), part.elem_bytes).Int(stats_chunks_);
+    f.Buf(scratch).Buf(part).Int(stats_chunks_);
     f.Int(static_cast<int>(count_)).Float(eps_);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*finalize_, f, {ngroups * kGroupNormWg, 1, 1}, {kGroupNormWg, 1, 1}, timings));
     const bool vec = apply4_ != nullptr && out.elem_offset() % 4 == 0 && in[0].elem_offset() % 4 == 0;
@@ -274,7 +274,7 @@ class SdGroupNormOp final : public GpuOp {
     a.Buf(out.buffer, vec ? out.vec4_offset() : out.elem_offset());
     a.Buf(in[0].buffer, vec ? in[0].vec4_offset() : in[0].elem_offset());
     a.Buf(in[1].buffer, FloatOffset(in[1])).Buf(in[2].buffer, FloatOffset(in[2]));
-    a.Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Int(A).Int(C).Int(1).Int(G).Int(silu_).Int(vec ? n / 4 : n);
+    a.Buf(scratch).Int(A).Int(C).Int(1).Int(G).Int(silu_).Int(vec ? n / 4 : n);
     if (vec) a.Int(1);
     return Launch1D(dev, vec ? *apply4_ : *apply_, a, vec ? n / 4 : n, timings);
   }
@@ -299,18 +299,18 @@ class SdAttentionOp final : public GpuOp {
     const TensorRef &q = in[0], &k = in[1], &v = in[2];
     if (attrs_.variant == AttentionVariant::kFlash || single_pass_) {
       Args a;
-      a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(q.buffer, q.elem_offset(), q.elem_bytes).Buf(k.buffer, k.elem_offset(), k.elem_bytes);
-      a.Buf(v.buffer, v.elem_offset(), v.elem_bytes);
+      a.Buf(out).Buf(q).Buf(k);
+      a.Buf(v);
       ShapeArgs(&a);
       return dev.Launch(*k1_, a, global, local, timings);
     }
     Args s;
-    s.Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Buf(q.buffer, q.elem_offset(), q.elem_bytes).Buf(k.buffer, k.elem_offset(), k.elem_bytes);
+    s.Buf(scratch).Buf(q).Buf(k);
     ShapeArgs(&s);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*k1_, s, global, local, timings));
     Args a;
-    a.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(scratch.buffer, scratch.elem_offset(), scratch.elem_bytes).Buf(q.buffer, q.elem_offset(), q.elem_bytes);
-    a.Buf(k.buffer, k.elem_offset(), k.elem_bytes).Buf(v.buffer, v.elem_offset(), v.elem_bytes);
+    a.Buf(out).Buf(scratch).Buf(q);
+    a.Buf(k).Buf(v);
     ShapeArgs(&a);
     return dev.Launch(*k2_, a, global, local, timings);
   }
@@ -329,13 +329,13 @@ class SdAttentionOp final : public GpuOp {
     const int po = scratch.elem_offset(), so = po + splits_ * pstride;
     Args a;
     a.Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
-    a.Buf(q.buffer, q.elem_offset(), q.elem_bytes).Buf(k.buffer, k.elem_offset(), k.elem_bytes).Buf(v.buffer, v.elem_offset(), v.elem_bytes);
+    a.Buf(q).Buf(k).Buf(v);
     ShapeArgs(&a);
     a.Int(kps_);
     SDGPU_RETURN_IF_ERROR(dev.Launch(*k1_, a, {groups_ * wg_, static_cast<size_t>(splits_), 1}, {wg_, 1, 1}, timings));
     const int total4 = pstride / 4;
     Args m;
-    m.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
+    m.Buf(out).Buf(scratch.buffer, po).Int(pstride).Buf(scratch.buffer, so).Int(sstride);
     m.Int(splits_).Int(sq_).Int(attrs_.heads).Int(attrs_.head_dim).Int(total4);
     return Launch1D(dev, *k2_, m, static_cast<size_t>(total4), timings);
   }

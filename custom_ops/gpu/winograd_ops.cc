@@ -127,7 +127,7 @@ class WinogradOp final : public GpuOp {
     // With the input-norm prologue in[0] is the GroupNorm's table and norm_input_ the tensor to transform.
     const TensorRef& x = norm_ > 0 ? norm_input_ : in[0];
     Args in_args;
-    in_args.Buf(v.buffer, v.elem_offset(), v.elem_bytes).Buf(x.buffer, x.elem_offset(), x.elem_bytes);
+    in_args.Buf(v).Buf(x);
     in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(g_.pad);
     in_args.Buf(in[0].buffer, in[0].elem_offset(sizeof(float)));  // NT, float (read by the _gn / _gnsilu twins only)
     SDGPU_RETURN_IF_ERROR(dev.Launch(*input_[norm_], in_args,
@@ -149,7 +149,7 @@ class WinogradOp final : public GpuOp {
     const TensorRef& m = sum_partials ? rest : mbuf;
     Args o;
     // the bias is float whatever the activation storage (float32_inputs_)
-    o.Buf(out.buffer, out.elem_offset(), out.elem_bytes).Buf(m.buffer, m.elem_offset(), m.elem_bytes);
+    o.Buf(out).Buf(m);
     o.Buf(in[2].buffer, in[2].elem_offset(sizeof(float)));
     o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
     AddResidualArgs(residual_, residual_input_, x, &o);
