@@ -16,6 +16,17 @@ namespace {
 // uploads.
 constexpr size_t kSlots = 2;
 
+// One weight made on the calling thread, with the hooks of PrepareWeights around PackedWeights::Ensure.
+Status MakeInTurn(const Device& dev, PackedWeights* w, DeviceStaging* staging,
+                  const std::function<Status(const PackedWeights*)>& before,
+                  const std::function<void(const PackedWeights*)>& made) {
+  if (before) SDGPU_RETURN_IF_ERROR(before(w));
+  SDGPU_RETURN_IF_ERROR(w->Ensure(dev, staging));
+  if (made) made(w);
+  dev.progress().Advance();
+  return Status::Ok();
+}
+
 // The two-stage host pipeline of the header comment. The producer fails only through `before` (the next upload
 // reports it); an upload error stops it.
 class HostPipeline {
@@ -38,12 +49,7 @@ class HostPipeline {
     try {
       producer = std::thread([this] { Produce(); });
     } catch (const std::system_error&) {  // no thread: the same work, in turn
-      for (PackedWeights* w : weights_) {
-        if (before_) SDGPU_RETURN_IF_ERROR(before_(w));
-        SDGPU_RETURN_IF_ERROR(w->Ensure(dev_));
-        if (made_) made_(w);
-        dev_.progress().Advance();
-      }
+      for (PackedWeights* w : weights_) SDGPU_RETURN_IF_ERROR(MakeInTurn(dev_, w, nullptr, before_, made_));
       return Status::Ok();
     }
     Status status;
@@ -127,24 +133,14 @@ Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weig
   progress.Begin("preparing weights", static_cast<long long>(on_device.size() + on_host.size()));
   DeviceStaging staging;
   Status status;
-  for (PackedWeights* w : on_device) {
-    if (before) status = before(w);
-    if (!status.ok()) break;
-    status = w->Ensure(dev, &staging);
-    if (!status.ok()) break;
-    if (made) made(w);
-    progress.Advance();
+  for (size_t i = 0; i < on_device.size() && status.ok(); ++i) {
+    status = MakeInTurn(dev, on_device[i], &staging, before, made);
   }
   if (status.ok() && on_host.size() > 1 && std::thread::hardware_concurrency() > 1) {
     status = HostPipeline(dev, on_host, before, made).Run();
-  } else if (status.ok()) {
-    for (PackedWeights* w : on_host) {
-      if (before) status = before(w);
-      if (!status.ok()) break;
-      status = w->Ensure(dev);
-      if (!status.ok()) break;
-      if (made) made(w);
-      progress.Advance();
+  } else {
+    for (size_t i = 0; i < on_host.size() && status.ok(); ++i) {
+      status = MakeInTurn(dev, on_host[i], nullptr, before, made);
     }
   }
   progress.End();
