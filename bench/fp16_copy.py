@@ -1,27 +1,25 @@
-"""``python3 bench/fp16_copy.py SRC DST``: the converted folder SRC with fp16 weight-only model files (the DEQUANTIZE
-form ``sdconvert --precision fp16`` writes) in DST, its manifest's sizes and sha256 sums updated: the fp16 download
-of the same weights and plan, for the phone runs (bench/phone_runs.sh)."""
+"""``python3 -m bench.fp16_copy SRC DST``: the converted folder SRC with fp16 weight-only model files (the DEQUANTIZE
+form ``sdconvert --precision fp16`` writes) in DST, each model's manifest entry made anew (sdconvert.manifest, as
+``sdconvert optimize`` does): the fp16 download of the same weights and plan, for the phone runs (phone_runs.sh)."""
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import shutil
 from pathlib import Path
 
+from sdconvert import manifest as mf
 from sdconvert.export.precision import convert_weights
 
 
 def main(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.tflite"), dirs_exist_ok=True)
-    manifest = json.loads((src / "manifest.json").read_text())
-    for name, spec in manifest["models"].items():
-        convert_weights(src / spec["file"], dst / spec["file"], "fp16")
-        data = (dst / spec["file"]).read_bytes()
-        spec["sha256"], spec["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
-        print(name, len(data) >> 20, "MiB", flush=True)
+    manifest = mf.read(src)
+    for name, entry in manifest["models"].items():
+        convert_weights(src / entry["file"], dst / entry["file"], "fp16")
+        manifest["models"][name] = mf.model_entry(dst / entry["file"])
+        print(name, manifest["models"][name]["bytes"] >> 20, "MiB", flush=True)
     manifest["precision"] = "fp16"
-    (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    mf.write(dst / "manifest.json", manifest)
 
 
 if __name__ == "__main__":
