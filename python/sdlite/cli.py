@@ -156,14 +156,16 @@ _SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "programs_built", "progr
 
 
 def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:
-    """Per model: delegate creation, interpreter load, first / second call (the first carries the one-time set-up),
-    and the delegate's own set-up stats; plus the process timeline."""
+    """Per model: delegate creation, interpreter load, first / second call (the first carries the one-time set-up;
+    ``warmed_up``: it was Interpreter.warm_up's, on zero inputs, beside the other models'), and the delegate's own
+    set-up stats; plus the process timeline."""
     models: dict[str, Any] = {}
     for name, r in interp.used_runners().items():
         stats = r.delegate_stats()
         steady = r.second_call_s
         models[name] = {
-            "delegate_s": r.delegate_s, "load_s": r.load_s, "calls": r.calls, "first_call_s": r.first_call_s,
+            "delegate_s": r.delegate_s, "load_s": r.load_s, "calls": r.calls, "warmed_up": r.warmed_up,
+            "first_call_s": r.first_call_s,
             "second_call_s": steady,
             "setup_s": max(0.0, r.first_call_s - steady) if r.first_call_s is not None and steady is not None else None,
             "delegate": {k: stats[k] for k in _SETUP_STATS if k in stats} if stats else None,
@@ -230,6 +232,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         # fail on an unavailable backend before any work (low memory: the first model only; it is needed first)
         interp.load_all(("text_encoder",) if args.low_memory else require)
         timeline.mark("models_loaded")
+        if not args.low_memory:  # every model's one-time GPU set-up at once (low memory: one model at a time)
+            interp.warm_up(require)
+            timeline.mark("models_ready")
         pipe = StableDiffusionPipeline(interp, low_memory=args.low_memory)
         # One image at a time when one image's UNet calls fill whole batches (CFG on a cfg-batch-2 export, any
         # batch-1 export): the same calls and the same images (image k draws from its own stream, seed + k), and each

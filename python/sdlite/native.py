@@ -451,9 +451,14 @@ def stats(delegate: Any) -> dict[str, Any]:
     size = lib.sdgpu_delegate_stats_json(pointer, None, 0)
     if size < 0:
         raise NativeDelegateError("not an sdgpu delegate")
-    buf = ctypes.create_string_buffer(size + 1)
-    lib.sdgpu_delegate_stats_json(pointer, buf, size + 1)
-    return json.loads(buf.value.decode("utf-8"))
+    # The stats change while the delegate works (another thread may be in its set-up): a text that grew between
+    # the two calls came back cut, so ask again with the length it needs (plus room to grow).
+    while True:
+        buf = ctypes.create_string_buffer(size + 1)
+        needed = lib.sdgpu_delegate_stats_json(pointer, buf, size + 1)
+        if needed <= size:
+            return json.loads(buf.value.decode("utf-8"))
+        size = needed + 256
 
 
 def check_op_options(op_name: str, options: bytes) -> tuple[bool, str]:

@@ -12,6 +12,7 @@ a one-line :class:`SdliteError` rather than a native crash or a silent resize.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from sdlite._native_stderr import StderrTrap, capture_native_stderr
+from sdlite._native_stderr import CapturedLog, StderrTrap, capture_native_stderr
 from sdlite.backends import DELEGATE_NAME, BackendOptions, load_native_delegate
 from sdlite.errors import BackendUnavailableError, SdliteError
 from sdlite.placement import Placement, interpreter_placement
@@ -58,6 +59,8 @@ class ModelRunner(ABC):
         self.second_call_s: float | None = None
         self.released_stats: dict[str, object] | None = None  # the delegate's last stats, kept by release()
         self._trap: StderrTrap | None = None  # fd 2 held back around native calls (_native_call)
+        self._trap_stderr = True  # off during warm_up (another thread may hold fd 2)
+        self.warmed_up = False  # the first call was warm_up()'s, on zero inputs
 
     @property
     def backend(self) -> str:
@@ -85,12 +88,16 @@ class ModelRunner(ABC):
 
     def run(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
         self.set_inputs(feeds)
+        self._timed_invoke()
+        return self.get_outputs()
+
+    def _timed_invoke(self, progress_fd: int | None = None) -> None:
         t0 = time.perf_counter()
         delegate = self.setup_delegate() if self.calls == 0 and self.options.progress else None
         if delegate is not None:
             from sdlite.setup_monitor import SetupMonitor
 
-            with SetupMonitor(delegate, self.path.stem):
+            with SetupMonitor(delegate, self.path.stem, fd=progress_fd):
                 self.invoke()
         else:
             self.invoke()
@@ -100,7 +107,22 @@ class ModelRunner(ABC):
         elif self.calls == 1:
             self.second_call_s = self.last_invoke_s
         self.calls += 1
-        return self.get_outputs()
+
+    def warm_up(self, progress_fd: int | None = None) -> None:
+        """The first inference, on zero inputs, when nothing ran yet and our GPU delegate runs the model: its one-time
+        set-up (kernels, weights, tile tuning) happens now, and the first real call runs at steady speed. Meant for a
+        thread of its own beside other models' (LiteRT releases the GIL while it invokes; Interpreter.warm_up), so
+        what native code prints is not held back here: fd 2 belongs to the whole process, and the caller holds it for
+        all threads at once. ``progress_fd``: where the set-up's progress bar goes (a copy of the terminal's fd 2)."""
+        if self.calls or self.setup_delegate() is None:
+            return
+        self._trap_stderr = False
+        try:
+            self.set_inputs({name: np.zeros(spec.shape, spec.dtype) for name, spec in self.inputs.items()})
+            self._timed_invoke(progress_fd)
+        finally:
+            self._trap_stderr = True
+        self.warmed_up = True
 
     def setup_delegate(self) -> object | None:
         """Our GPU delegate (backends opencl / gl), whose stats describe its one-time set-up; else None."""
@@ -121,7 +143,7 @@ class ModelRunner(ABC):
         :class:`SdliteError` on failure (the runtime's exception text and our delegate's log, never a trace)."""
         if self._trap is None:
             self._trap = StderrTrap()
-        with self._trap() as log:
+        with self._trap() if self._trap_stderr else contextlib.nullcontext(CapturedLog()) as log:
             try:
                 result: Any = call()
                 failure = None

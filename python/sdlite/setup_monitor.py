@@ -5,9 +5,13 @@ node (GL programs and GEMM tile tuning happen there) -- in its stats (``setup_ph
 ``setup_done``, ``setup_total``; ``custom_ops/gpu/setup_progress.h``). LiteRT releases the GIL while it invokes, so
 a thread can poll those counters and move a tqdm bar. The bar appears only once the set-up has run for
 ``show_after_s`` (a start served from the cache shows nothing) and goes away when the call returns.
+
+The bar writes to its own copy of fd 2, taken when the monitor starts (or the one given): the inference it watches
+holds fd 2 itself to keep native log lines back (sdlite._native_stderr), which would otherwise swallow the bar too.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,11 +27,18 @@ class SetupMonitor:
     label: str
     interval_s: float = 0.2
     show_after_s: float = 1.0
+    fd: int | None = None  # where the bar goes (duplicated here); None: fd 2 as it is on entry
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
+    _stream: Any = field(default=None, init=False)
     phases_seen: list[str] = field(default_factory=list, init=False)
 
     def __enter__(self) -> SetupMonitor:
+        try:
+            self._stream = os.fdopen(os.dup(2 if self.fd is None else self.fd), "w", encoding="utf-8",
+                                     errors="replace")
+        except OSError:  # no fd 2 (a daemon): no bar
+            self._stream = None
         self._thread = threading.Thread(target=self._run, name=f"sdlite-setup-{self.label}", daemon=True)
         self._thread.start()
         return self
@@ -37,6 +48,8 @@ class SetupMonitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._stream is not None:
+            self._stream.close()
 
     def _read(self) -> dict[str, Any] | None:
         from sdlite import native
@@ -63,7 +76,10 @@ class SetupMonitor:
                 if bar is None:
                     if not now_phase or time.perf_counter() - start < self.show_after_s:
                         continue
-                    bar = tqdm(desc=f"{self.label}: set-up", unit="step", leave=False, dynamic_ncols=True)
+                    if self._stream is None:
+                        return
+                    bar = tqdm(desc=f"{self.label}: set-up", unit="step", leave=False, dynamic_ncols=True,
+                               file=self._stream)
                 if now_phase != phase:
                     phase = now_phase
                     bar.reset(total=int(stats.get("setup_total") or 0) or None)

@@ -127,12 +127,16 @@ def test_deleting_the_first_delegate_leaves_the_second_working(models, solo, tmp
 
 
 def test_delegates_created_and_run_from_threads_at_once(models, solo, tmp_path):
-    """Four threads (each model twice) create their delegates and invoke together. Two threads may both build a unit
-    neither found built (the first to publish it wins), so for them only the sum is fixed: each program a delegate
-    needed was built or taken exactly once. A second wave of four, created while the first goes on invoking, finds
-    every unit published and builds nothing."""
+    """Four threads (each model twice) create their delegates and invoke together. Each program a delegate needed
+    was built or taken exactly once, and the process compiled each unit once: a delegate that needs a unit another
+    one is compiling waits for it instead of compiling it too (SharedPrograms::Claim), so the first wave built as many
+    programs as the two models need together -- what the sequential scenario builds. A second wave of four, created
+    while the first goes on invoking, finds every unit published and builds nothing."""
     names = ["elementwise", "gemm", "elementwise", "gemm"]
     stats, outputs = _run(models, "threads", names, tmp_path)
+    seq, _ = _run(models, "sequential", ["elementwise", "gemm"], tmp_path)
+    distinct = seq["0"]["programs_built"] + seq["1"]["programs_built"]
+    assert sum(stats[str(i)]["programs_built"] for i in range(len(names))) == distinct, (stats, distinct)
     assert len(stats) == 2 * len(names)
     for i in range(2 * len(names)):
         name, s = names[i % len(names)], stats[str(i)]

@@ -265,11 +265,57 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
     }
   }
   programs_shared_ += taken;
-  if (units.empty()) {
+  // The rest: built here, or -- being built by another delegate right now -- waited for (SharedPrograms::Claim).
+  std::vector<int> list, theirs;
+  shared_->Claim(units, &list, &theirs);
+  if (!list.empty()) {
+    bool whole = false;
+    SDGPU_RETURN_IF_ERROR(CompileClaimedLocked(list, taken, &whole));
+    if (whole) return Status::Ok();  // the library was built whole instead: it has every kernel
+  } else if (theirs.empty()) {
     logger_.Info("opencl: " + std::to_string(taken) + " program(s) taken from other delegates of the process");
-    return CreateBuiltKernelsLocked();
   }
-  const std::vector<int> list(units.begin(), units.end());
+  if (!theirs.empty()) {
+    const bool own_phase = progress().snapshot().phase.empty();
+    if (own_phase) progress().Begin("compiling kernels", static_cast<long long>(theirs.size()));
+    progress().SetDetail("waiting for " + std::to_string(theirs.size()) + " program(s) another model is compiling");
+    std::set<int> missing;  // their builder failed: built here after all
+    for (int u : theirs) {
+      if (cl_program ready = shared_->WaitUnit(u); ready != nullptr) {
+        unit_program_[u] = ready;
+        wanted_units_.erase(u);
+        ++programs_shared_;
+      } else {
+        missing.insert(u);
+      }
+      progress().Advance();
+    }
+    if (own_phase) {
+      progress().End();
+    } else {
+      progress().SetDetail("");
+    }
+    logger_.Info("opencl: " + std::to_string(theirs.size() - missing.size()) +
+                 " program(s) taken from another delegate of the process once it had built them");
+    if (!missing.empty()) return BuildUnitsLocked(std::move(missing));
+  }
+  return CreateBuiltKernelsLocked();
+}
+
+Status OpenClDevice::CompileClaimedLocked(const std::vector<int>& list, int taken, bool* whole) const {
+  // Every claim ends here: published once verified, else abandoned (the waiters then build the unit themselves).
+  std::vector<ClProgramHandle> built(list.size());  // released on every path that does not publish them
+  bool published = false;
+  struct AbandonUnpublished {
+    const std::vector<int>& list;
+    SharedPrograms& shared;
+    const bool& published;
+    ~AbandonUnpublished() {
+      if (!published) {
+        for (int u : list) shared.Abandon(u);
+      }
+    }
+  } abandon{list, *shared_, published};
   size_t kernels = 0;
   for (int u : list) kernels += library().KernelsOf(u).size();
   const std::string what = std::to_string(kernels) + " kernel(s) in " + std::to_string(list.size()) + " program(s)";
@@ -292,7 +338,6 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
       progress().Advance();
     }
   });
-  std::vector<ClProgramHandle> built(list.size());  // released on every path that does not publish them
   int from_cache = 0;
   Status s;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -321,15 +366,15 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
     if (const size_t nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
     logger_.Warning("opencl: building only the model's kernels failed (" + why.substr(0, 300) +
                     "); building the whole library");
-    return BuildWholeLibraryLocked();
+    *whole = true;
+    return BuildWholeLibraryLocked();  // (the claims are abandoned on return)
   }
-  // Published only once verified, so no delegate takes a program the split got wrong. Where another delegate
-  // published the unit meanwhile (it built it at the same time), its program is used and this one released.
+  // Published only once verified, so no delegate takes a program the split got wrong.
   for (size_t i = 0; i < list.size(); ++i) {
     unit_program_[list[i]] = shared_->PublishUnit(list[i], std::move(built[i]));
     wanted_units_.erase(list[i]);
   }
-  SDGPU_RETURN_IF_ERROR(CreateBuiltKernelsLocked());
+  published = true;
   logger_.Info("opencl: " + what + (results.size() == 1 ? "" : ", " + std::to_string(list.size()) + " built in parallel") +
                "; from the cache: " + std::to_string(from_cache) +
                (taken > 0 ? "; " + std::to_string(taken) + " more taken from other delegates of the process" : ""));

@@ -84,6 +84,9 @@ class OpenClDevice final : public gpu::Device {
   OpenClDevice() = default;
   // The caller holds mu_. Builds `units` and every wanted unit not built yet, one program per unit.
   Status BuildUnitsLocked(std::set<int> units) const;
+  // Compiles the units `list` claimed from the shared state (BuildUnitsLocked) and publishes them; `whole`: the
+  // split failed and the whole library was built instead.
+  Status CompileClaimedLocked(const std::vector<int>& list, int taken, bool* whole) const;
   // The caller holds mu_. The whole library as one program (also the fallback when a unit fails).
   Status BuildWholeLibraryLocked() const;
   // One program (thread-safe: touches no device state).

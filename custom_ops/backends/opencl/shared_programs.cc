@@ -68,10 +68,46 @@ bool SharedPrograms::HasUnit(int unit) const {
   return units_.count(unit) != 0;
 }
 
-cl_program SharedPrograms::PublishUnit(int unit, ClProgramHandle program) {
+void SharedPrograms::Claim(const std::set<int>& units, std::vector<int>* mine, std::vector<int>* theirs) {
   std::lock_guard<std::mutex> lock(mu_);
-  // emplace keeps an existing entry: the loser of a race to build the unit drops its copy with `program`
-  return units_.emplace(unit, std::move(program)).first->second.get();
+  for (int u : units) {
+    if (units_.count(u) != 0 || building_.count(u) != 0) {  // built since the caller looked, or being built
+      theirs->push_back(u);
+    } else {
+      building_.insert(u);
+      mine->push_back(u);
+    }
+  }
+}
+
+void SharedPrograms::Abandon(int unit) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    building_.erase(unit);
+  }
+  built_.notify_all();
+}
+
+cl_program SharedPrograms::WaitUnit(int unit) {
+  std::unique_lock<std::mutex> lock(mu_);
+  built_.wait(lock, [&] { return building_.count(unit) == 0; });
+  const auto it = units_.find(unit);
+  if (it == units_.end()) return nullptr;
+  ++shares_;
+  return it->second.get();
+}
+
+cl_program SharedPrograms::PublishUnit(int unit, ClProgramHandle program) {
+  cl_program out = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    building_.erase(unit);
+    // emplace keeps an existing entry: a unit built by a delegate that did not claim it (the whole-library
+    // fallback's units are not claimed) drops its copy with `program`
+    out = units_.emplace(unit, std::move(program)).first->second.get();
+  }
+  built_.notify_all();
+  return out;
 }
 
 cl_program SharedPrograms::FindWhole() const {

@@ -16,14 +16,22 @@
 //
 // Locking: the registry's mutex is held only to find or create a state; a state's mutex only to look up or insert
 // a program. Neither is held while compiling, and the state never calls into a delegate, so a delegate may take
-// them while holding its own mutex (always in that order) without risking a deadlock. Two delegates that need the
-// same unit at the same time may both compile it: the first to publish it wins, the other's copy is released.
+// them while holding its own mutex (always in that order) without risking a deadlock.
+//
+// Builds in flight: a delegate claims the units it is about to compile (Claim); another delegate that needs one of
+// them meanwhile waits for that build (WaitUnit) instead of compiling it a second time -- models set up at the same
+// time (sdlite's warm-up) share most units, and a duplicate compile takes a host core from a unit nobody has yet.
+// A delegate waits only after it has published or abandoned every unit it claimed, so two waiting delegates never
+// wait for each other. An abandoned claim (its build failed) wakes the waiters, which then build the unit themselves.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "backends/opencl/cl_api.h"
 #include "backends/opencl/cl_handle.h"
@@ -53,8 +61,15 @@ class SharedPrograms {
   cl_program FindUnit(int unit) const;
   // Whether FindUnit would find one (not counted: a question, not a take).
   bool HasUnit(int unit) const;
-  // Publishes a program of `unit` the caller built; returns the one every delegate uses from now on: `program`, or
-  // the program another delegate published first (then `program` is released here).
+  // Splits `units` (none of them built: FindUnit said so) into those the caller is now to build, claimed for it
+  // (`mine`: each must end in PublishUnit or Abandon) and those another delegate is building (`theirs`: WaitUnit).
+  void Claim(const std::set<int>& units, std::vector<int>* mine, std::vector<int>* theirs);
+  // Gives up a claim whose build failed: the waiters wake and find nothing.
+  void Abandon(int unit);
+  // Waits until no delegate is building `unit`; its program (counted as a share), or null when none was published.
+  cl_program WaitUnit(int unit);
+  // Publishes a program of `unit` the caller built (ending its claim); returns the one every delegate uses from now
+  // on: `program`, or the program another delegate published first (then `program` is released here).
   cl_program PublishUnit(int unit, ClProgramHandle program);
   // The same for the whole library as one program (the fallback when the library cannot be split or a unit fails).
   cl_program FindWhole() const;
@@ -75,7 +90,9 @@ class SharedPrograms {
   KernelLibrary library_;
   bool split_ = false;
   mutable std::mutex mu_;  // guards the members below; never held while compiling
+  std::condition_variable built_;  // a claim ended (published or abandoned)
   std::map<int, ClProgramHandle> units_;
+  std::set<int> building_;  // claimed units
   ClProgramHandle whole_;
   mutable long long shares_ = 0;
 };

@@ -1,0 +1,166 @@
+"""``Interpreter.warm_up`` / ``sdlite generate``: every model's first inference (our GPU delegates' one-time set-up)
+runs at once, one thread per model, before the pipeline starts; the pixels do not change, each model's first real
+call is its second inference, a failure is one line naming the model, and the set-up progress bars reach the terminal
+while the inference holds fd 2 (sdlite._native_stderr). On PoCL (opencl) and llvmpipe (gl)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from sdlite import native
+from sdlite._native_stderr import capture_native_stderr
+from sdlite.backends import BackendOptions
+from sdlite.cli import main
+from sdlite.errors import SdliteError
+from sdlite.interpreter import Interpreter
+from sdlite.runner import ModelRunner
+from sdlite.setup_monitor import SetupMonitor
+
+MODELS = ("text_encoder", "unet", "vae_decoder")
+# gemm_autotune off: tile tuning could pick another tile in another delegate (another float rounding)
+OPTIONS = "gemm_autotune:0"
+
+
+def _generate(capsys: pytest.CaptureFixture[str], folder: Path, out: Path, backend: str, *extra: str) -> dict:
+    rc = main(["generate", str(folder), "-p", "a red boat", "--steps", "3", "--seed", "5", "--backend", backend,
+               "--json", "--no-progress", "-o", str(out), "--delegate_options", OPTIONS, *extra])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err[-2000:]
+    return json.loads(captured.out)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "gl"])
+def test_generate_warms_every_model_up_at_once_with_the_same_pixels(capsys, tiny_fused_export: Path, tmp_path: Path,
+                                                                    backend: str) -> None:
+    warm = _generate(capsys, tiny_fused_export, tmp_path / "warm.png", backend)
+    # --low-memory loads the models one at a time, as the pipeline reaches them: no warm-up
+    cold = _generate(capsys, tiny_fused_export, tmp_path / "cold.png", backend, "--low-memory")
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "warm.png")),
+                                  np.asarray(Image.open(tmp_path / "cold.png")))
+    marks = warm["startup"]["timeline"]
+    assert marks["models_loaded"] <= marks["models_ready"] <= marks["png_0"]
+    assert "models_ready" not in cold["startup"]["timeline"]
+    for name in MODELS:
+        w, c = warm["startup"]["models"][name], cold["startup"]["models"][name]
+        assert w["warmed_up"] is True and c["warmed_up"] is False
+        # one inference more than the pipeline's own calls: the warm-up's
+        assert w["calls"] == c["calls"] + 1, (name, w["calls"], c["calls"])
+        assert w["delegate"]["weights_on_device"] + w["delegate"]["weights_on_host"] > 0
+    # the UNet's first pipeline call was a steady one: 4 PNDM evaluations, each a second or later inference
+    assert len(warm["timings"]["unet_step_s"]) == 4
+
+
+def test_warm_up_leaves_cpu_models_alone(tiny_export: Path) -> None:
+    """Off our GPU delegates there is no set-up to overlap: no inference runs."""
+    with Interpreter(tiny_export, "cpu") as interp:
+        interp.warm_up(MODELS)
+        assert all(interp.runner(n).calls == 0 and not interp.runner(n).warmed_up for n in MODELS)
+
+
+def test_a_failed_warm_up_is_one_line_naming_the_model(tiny_fused_export: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ModelRunner.warm_up
+
+    def failing(self: ModelRunner, progress_fd: int | None = None) -> None:
+        if self.path.stem == "unet":
+            raise SdliteError("unet.tflite on backend opencl: inference failed: out of device memory")
+        real(self, progress_fd)
+
+    monkeypatch.setattr(ModelRunner, "warm_up", failing)
+    with Interpreter(tiny_fused_export, BackendOptions(name="opencl")) as interp:
+        with pytest.raises(SdliteError) as info:
+            interp.warm_up(MODELS)
+        message = str(info.value)
+        assert message.startswith("unet: first inference failed: ") and "out of device memory" in message
+        assert "\n" not in message
+        # the others were warmed up all the same
+        assert interp.runner("text_encoder").warmed_up and interp.runner("vae_decoder").warmed_up
+
+
+def test_stats_read_while_the_set_up_runs_always_parse(tiny_fused_export: Path) -> None:
+    """The stats text grows while the delegate works (set-up phases, counters): a reader on another thread must get
+    whole JSON every time (it used to get a cut text, and the progress bar gave up)."""
+    import threading
+
+    with native.extra_options(cache_dir="none"):  # the set-up compiles: long enough to poll many times
+        runner = Interpreter(tiny_fused_export, BackendOptions(name="opencl"))
+        runner.load_all(("unet",))
+    try:
+        unet = runner.runner("unet")
+        delegate = unet.setup_delegate()
+        done = threading.Event()
+        seen: list[str] = []
+        failures: list[BaseException] = []
+
+        def poll() -> None:
+            while not done.is_set():
+                try:
+                    seen.append(str(native.stats(delegate).get("setup_phase") or ""))
+                except Exception as exc:  # noqa: BLE001 - counted
+                    failures.append(exc)
+
+        t = threading.Thread(target=poll)
+        t.start()
+        try:
+            unet.warm_up()
+        finally:
+            done.set()
+            t.join()
+        assert not failures, failures[:3]
+        assert len(seen) > 20 and any(seen), seen[:5]
+    finally:
+        runner.close()
+
+
+class _FakeDelegate:
+    pass
+
+
+def _fake_stats(phases: list[str]):
+    start = time.perf_counter()
+
+    def read(self: SetupMonitor) -> dict:
+        i = min(int((time.perf_counter() - start) / 0.05), len(phases) - 1)
+        return {"setup_phase": phases[i], "setup_done": i, "setup_total": len(phases), "setup_detail": ""}
+
+    return read
+
+
+def test_progress_bar_reaches_the_terminal_while_the_inference_holds_fd2(capfd, monkeypatch) -> None:
+    """The monitor starts before the inference captures fd 2 (runner._timed_invoke): its bar goes to its own copy of
+    the terminal's fd 2, not into the capture, which only native log lines belong to."""
+    monkeypatch.setattr(SetupMonitor, "_read", _fake_stats(["compiling kernels", "preparing weights"]))
+    with SetupMonitor(_FakeDelegate(), "unet", interval_s=0.01, show_after_s=0.0):
+        with capture_native_stderr() as log:
+            time.sleep(0.3)
+    err = capfd.readouterr().err
+    assert "unet: compiling kernels" in err and "unet: preparing weights" in err
+    assert "unet:" not in log.text
+
+
+def test_progress_bar_of_a_warm_up_thread_goes_to_the_given_fd(monkeypatch) -> None:
+    """Interpreter.warm_up captures fd 2 around all its threads at once and hands each monitor a copy of the
+    terminal's fd 2 taken before."""
+    monkeypatch.setattr(SetupMonitor, "_read", _fake_stats(["compiling kernels"]))
+    r, w = os.pipe()
+    try:
+        with capture_native_stderr() as log:
+            with SetupMonitor(_FakeDelegate(), "vae_decoder", interval_s=0.01, show_after_s=0.0, fd=w):
+                time.sleep(0.2)
+        os.close(w)
+        w = -1
+        with os.fdopen(r, "r", encoding="utf-8", errors="replace") as f:
+            r = -1
+            text = f.read()
+    finally:
+        for fd in (r, w):
+            if fd >= 0:
+                os.close(fd)
+    assert "vae_decoder: compiling kernels" in text
+    assert "vae_decoder" not in log.text
