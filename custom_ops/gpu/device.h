@@ -228,6 +228,9 @@ class Device {
                         Timings* timings) const = 0;
   // Waits until every enqueued command has completed.
   virtual Status Finish() const = 0;
+  // Hands what was enqueued so far to the GPU without waiting (clFlush / glFlush): drivers may hold commands back
+  // until a flush or a blocking call, and the GPU would idle while the host enqueues the rest of an invoke.
+  virtual Status Flush() const { return Status::Ok(); }
 
   // Bytes of constant model data this device holds: weights and biases as uploaded by the partitions, their
   // packed / re-laid-out / dequantized copies (gpu::UploadWeights: e.g. Winograd's U, a^2/9 x the filter), not

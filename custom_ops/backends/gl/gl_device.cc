@@ -695,6 +695,14 @@ Status GlDevice::ResolveTimers() const {
   return GlCheck(a, "reading the timer queries");
 }
 
+Status GlDevice::Flush() const {
+  GlScope scope(*ctx_, true);
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  a.glFlush();
+  return GlCheck(a, "glFlush");
+}
+
 Status GlDevice::Finish() const {
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());

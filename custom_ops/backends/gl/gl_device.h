@@ -115,6 +115,7 @@ class GlDevice final : public gpu::Device {
   Status Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global, const gpu::Dim3& local,
                 gpu::Timings* timings) const override;
   Status Finish() const override;
+  Status Flush() const override;
 
   // Uniform location of `uvec3 sd_group_base` (shaders/common.glsl): the work-group offset of a split dispatch.
   static constexpr int kGroupBaseLocation = 120;

@@ -464,6 +464,7 @@ Status OpenClDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t b
 }
 
 Status OpenClDevice::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
+Status OpenClDevice::Flush() const { return ClCheck(api_->clFlush(queue()), "clFlush"); }
 
 std::vector<gpu::AttnTiling> OpenClDevice::vendor_attention_tilings() const {
   return nvidia_ ? nvidia::AttentionTilings() : std::vector<gpu::AttnTiling>{};

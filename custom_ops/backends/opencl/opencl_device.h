@@ -77,6 +77,7 @@ class OpenClDevice final : public gpu::Device {
   Status Launch(const gpu::Kernel& kernel, const gpu::Args& args, const gpu::Dim3& global, const gpu::Dim3& local,
                 gpu::Timings* timings) const override;
   Status Finish() const override;
+  Status Flush() const override;
 
   ProgramCounts program_counts() const override;
 
