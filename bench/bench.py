@@ -576,8 +576,9 @@ class Bench:
 
 def e2e_summary(doc: dict[str, Any]) -> dict[str, Any]:
     """What an end-to-end row keeps of `sdlite generate --json`: when each PNG was written (seconds since the process
-    started), the first image's stage timings, the second image's own time, and per model its load, first and second
-    call and its delegate's set-up stats."""
+    started), when the models were loaded and when their warm-ups (the delegates' set-up, all at once) were done, the
+    first image's stage timings, the second image's own time, and per model its load, first and second call and its
+    delegate's set-up stats."""
     startup = doc["startup"]
     marks = startup["timeline"]
     t = doc["timings"]
@@ -585,7 +586,7 @@ def e2e_summary(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "png_s": marks.get("png_0"), "png2_s": marks.get("png_1"), "process_start_known": marks.get("process_start_known"),
         "main_s": marks.get("main"), "imports_done_s": marks.get("imports_done"),
-        "models_loaded_s": marks.get("models_loaded"),
+        "models_loaded_s": marks.get("models_loaded"), "models_ready_s": marks.get("models_ready"),
         "first_image_s": images[0] if images else t.get("total_s"),
         "second_image_s": images[1] if len(images) > 1 else None,
         "text_encoder_s": t.get("text_encoder_s"), "unet_first_step_s": t.get("unet_first_step_s"),

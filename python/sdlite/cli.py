@@ -230,12 +230,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     results = []
     try:
         # fail on an unavailable backend before any work (low memory: the first model only; it is needed first)
-        interp.load_all(("text_encoder",) if args.low_memory else require)
-        timeline.mark("models_loaded")
-        if not args.low_memory:  # every model's one-time GPU set-up at once (low memory: one model at a time)
-            interp.warm_up(require)
+        pipes: list[StableDiffusionPipeline] = []
+
+        def models_loaded() -> None:
+            timeline.mark("models_loaded")
+            pipes.append(StableDiffusionPipeline(interp, low_memory=args.low_memory))  # (reads the tokenizer)
+
+        if args.low_memory:  # one model at a time, as the pipeline reaches it
+            interp.load_all(("text_encoder",))
+            models_loaded()
+        else:  # every model's one-time GPU set-up at once, the UNet's (the longest) started first
+            interp.warm_up(("unet", *(n for n in require if n != "unet")), loaded=models_loaded)
             timeline.mark("models_ready")
-        pipe = StableDiffusionPipeline(interp, low_memory=args.low_memory)
+        pipe = pipes[0]
         # One image at a time when one image's UNet calls fill whole batches (CFG on a cfg-batch-2 export, any
         # batch-1 export): the same calls and the same images (image k draws from its own stream, seed + k), and each
         # image's time is its own -- the first carries the delegates' set-up, the next ones are steady state.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -92,18 +93,16 @@ class Interpreter:
         for name in names or tuple(n for n in self.manifest.models if self.has_model(n)):
             self.runner(name)
 
-    def warm_up(self, names: tuple[str, ...]) -> None:
-        """Loads the models ``names`` and runs the first inference of each at the same time, one thread per model
-        (:meth:`ModelRunner.warm_up`: zero inputs; nothing to do off our GPU delegates); returns when all are done.
+    def warm_up(self, names: tuple[str, ...], loaded: Callable[[], None] | None = None) -> None:
+        """Loads the models ``names`` in this order and runs the first inference of each at the same time, one thread
+        per model (:meth:`ModelRunner.warm_up`: zero inputs; nothing to do off our GPU delegates), each started as
+        soon as its model is loaded; returns when all are done (``loaded`` is called once every model is loaded).
         The set-ups then overlap -- on a first start the kernel builds of every model share the host's cores, on later
-        starts the text encoder's and VAE's set-up hide behind the UNet's -- for one extra inference per model at
-        steady speed, with the set-ups' transient host memory held together (a low-memory run loads one model at a
-        time and does not call this). What native code prints meanwhile is held back as during any inference (one
-        capture around all threads: fd 2 is the process's) and a failure is one line naming the model."""
-        runners = {n: self.runner(n) for n in names}
-        todo = {n: r for n, r in runners.items() if r.calls == 0 and r.setup_delegate() is not None}
-        if not todo:
-            return
+        starts the text encoder's and VAE's loading and set-up hide behind the UNet's (name it first) -- for one extra
+        inference per model at steady speed, with the set-ups' transient host memory held together (a low-memory run
+        loads one model at a time and does not call this). What native code prints meanwhile is held back as during
+        any inference (one capture around all threads: fd 2 is the process's) and a failure is one line naming the
+        model; a model that cannot be loaded fails as :meth:`runner` does, once the started warm-ups are over."""
         errors: dict[str, BaseException] = {}
 
         def work(name: str, runner: ModelRunner, progress_fd: int | None) -> None:
@@ -114,14 +113,22 @@ class Interpreter:
 
         # the progress bars write to the terminal, not into the capture
         progress_fd = os.dup(2) if self.options.progress else None
+        threads: list[threading.Thread] = []
         try:
             with capture_native_stderr(self.options.verbose) as log:
-                threads = [threading.Thread(target=work, args=(n, r, progress_fd), name=f"sdlite-warm-up-{n}")
-                           for n, r in todo.items()]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+                try:
+                    for name in names:
+                        runner = self.runner(name)  # loads it (its own capture nests in this one)
+                        if runner.calls == 0 and runner.setup_delegate() is not None:
+                            t = threading.Thread(target=work, args=(name, runner, progress_fd),
+                                                 name=f"sdlite-warm-up-{name}")
+                            t.start()
+                            threads.append(t)
+                    if loaded is not None:
+                        loaded()
+                finally:  # never leave a model inferring on another thread (closing it then would crash)
+                    for t in threads:
+                        t.join()
         finally:
             if progress_fd is not None:
                 os.close(progress_fd)
@@ -140,8 +147,11 @@ class Interpreter:
         return dict(self._runners)
 
     def used_runners(self) -> dict[str, ModelRunner]:
-        """Every model loaded since the start, released ones included (their last load), by name."""
-        return {**self._released, **self._runners}
+        """Every model loaded since the start, released ones included (their last load), by name, in the manifest's
+        order (the pipeline's: text encoder, UNet, VAE), whatever the order they were loaded in."""
+        used = {**self._released, **self._runners}
+        order = {name: i for i, name in enumerate(self.manifest.models)}
+        return dict(sorted(used.items(), key=lambda item: order.get(item[0], len(order))))
 
     def placement(self) -> dict[str, str]:
         """``{model: one-line summary of which executor ran which ops}`` for the loaded models."""

@@ -72,9 +72,9 @@ def test_generate_json_summary_and_img2img(capsys, tiny_export: Path, tmp_path: 
 
 def test_opencl_startup_records_say_which_programs_a_model_took_from_the_others(capsys, tiny_export: Path,
                                                                                   tmp_path: Path) -> None:
-    """The three delegates of one process share their OpenCL programs: the UNet and the VAE decoder take the units
-    the models before them built (the persistent cache is off, so none of it comes from disk); --json copies each
-    model's counts into its startup record."""
+    """The three delegates of one process share their OpenCL programs: the UNet, loaded and set up first, builds;
+    the VAE decoder and the text encoder, set up beside it, take the units it built or is building (the persistent
+    cache is off, so none of it comes from disk); --json copies each model's counts into its startup record."""
     rc, out, err = run_cli(capsys, "generate", tiny_export, "-p", "a cat", "-o", tmp_path / "a.png", "--json",
                            "--backend", "opencl", "--delegate-options", "cache_dir:none", *FAST)
     assert rc == 0, err
@@ -82,8 +82,8 @@ def test_opencl_startup_records_say_which_programs_a_model_took_from_the_others(
     delegates = {name: models[name]["delegate"] for name in ("text_encoder", "unet", "vae_decoder")}
     for d in delegates.values():
         assert d["programs_built"] >= 0 and d["programs_shared"] >= 0 and d["cache_hits"]["program"] == 0, d
-    assert delegates["text_encoder"]["programs_built"] > 0
-    assert delegates["unet"]["programs_shared"] > 0 and delegates["vae_decoder"]["programs_shared"] > 0, delegates
+    assert delegates["unet"]["programs_built"] > 0
+    assert delegates["text_encoder"]["programs_shared"] + delegates["vae_decoder"]["programs_shared"] > 0, delegates
 
 
 def test_long_prompt_warns_on_one_line(capsys, tiny_export: Path, tmp_path: Path) -> None:

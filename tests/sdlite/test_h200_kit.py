@@ -258,8 +258,9 @@ def test_e2e_stage_on_tiny_models_and_its_dry_run(tmp_path: Path, tiny_export: P
         assert row["status"] == "ok", row
         assert 0 < row["imports_done_s"] < row["models_loaded_s"] < row["png_s"] <= row["wall_s"] + 1
         assert set(row["models"]) == {"text_encoder", "unet", "vae_decoder"}
-        # PNDM: steps + 1 evaluations, each two batch-1 calls (CFG), per image
-        assert row["models"]["unet"]["calls"] == 8 * (2 if row is two else 1)
+        # PNDM: steps + 1 evaluations, each two batch-1 calls (CFG), per image, after the warm-up's inference
+        assert row["models"]["unet"]["calls"] == 1 + 8 * (2 if row is two else 1)
+        assert all(m["warmed_up"] for m in row["models"].values())
     unet_cold = cold["models"]["unet"]["delegate"]
     assert unet_cold["cache_hits"]["program"] == 0 and unet_cold["cache_dir"].endswith("/e2e/cache/plain")
     assert two["second_image_s"] > 0 and two["png2_s"] > two["png_s"]
