@@ -986,6 +986,7 @@ class TiledGemmOp final : public GpuOp {
     plan_ = plan;
     tuner_ = std::move(tuner);
     s_ = gated;
+    gated_columns_ = N;
     return true;
   }
 
@@ -1004,6 +1005,75 @@ class TiledGemmOp final : public GpuOp {
     tuner_ = std::move(tuner);
     scratch_bytes_ = std::max(plan_.scratch_bytes, tuner_.scratch_bytes());
     return true;
+  }
+
+  // FuseLayerNorm's three weights made on the device when it has the kernels (copy.kern: transpose_tiled,
+  // ln_fold_columns, ln_fold_bias): the model's N x K weights uploaded as stored and transposed into scratch, then one
+  // pass scales the rows by gamma into the packed weights (in the gated-GELU column order when FuseGatedGelu packed
+  // them) and leaves beta . W and the column sums in a small buffer that the bias and column-sum producers read. The
+  // host producers stay as the fallback (a device without the kernels; lazy Ensure never mixes the two: each weight
+  // takes its device producer when it has one).
+  void FoldOnDevice(const Device& dev, const std::vector<float>& gamma, const std::vector<float>& beta, int N, int K,
+                    const std::function<void(float*)>& base_bias) {
+    const Kernel* transpose = TransposeKernel(dev);
+    const Kernel* fold = nullptr;
+    const Kernel* bias = nullptr;
+    const bool gated = gated_columns_ != 0;
+    if (transpose == nullptr || b_const_ == nullptr || (gated && gated_columns_ != N) ||
+        static_cast<int64_t>(N) * K > INT_MAX || dev.max_work_group_size() < kWg1D ||
+        !dev.HasKernel("ln_fold_columns") || !dev.GetKernel("ln_fold_columns", &fold).ok() ||
+        !dev.HasKernel("ln_fold_bias") || !dev.GetKernel("ln_fold_bias", &bias).ok()) {
+      return;
+    }
+    struct FoldState {
+      std::unique_ptr<Buffer> gamma_beta, sums, base;
+      int pending = 2;  // the bias and column-sum producers still to read `sums`
+    };
+    auto state = std::make_shared<FoldState>();
+    const float* w = b_const_;
+    packed_->SetDeviceProducer([=](const Device& d, const Buffer& dst, DeviceStaging* staging) -> Status {
+      std::vector<float> gb(gamma);
+      gb.insert(gb.end(), beta.begin(), beta.end());
+      SDGPU_RETURN_IF_ERROR(UploadConstant(d, gb.data(), gb.size() * sizeof(float), &state->gamma_beta));
+      SDGPU_RETURN_IF_ERROR(d.CreateBuffer(2 * static_cast<size_t>(N) * sizeof(float), &state->sums));
+      const Buffer* raw = nullptr;
+      SDGPU_RETURN_IF_ERROR(staging->Upload(d, w, sizeof(float) * static_cast<size_t>(N) * K, &raw));
+      const Buffer* kxn = nullptr;
+      SDGPU_RETURN_IF_ERROR(staging->Scratch(d, sizeof(float) * static_cast<size_t>(N) * K, &kxn));
+      Args t;  // transpose_tiled(y, yo, x, xo, int R, int C, int sb, int ld): y[c][r] = x[r * ld + c]
+      t.Buf(kxn, 0).Buf(raw, 0).Int(N).Int(K).Int(0).Int(K);
+      SDGPU_RETURN_IF_ERROR(d.Launch(*transpose, t,
+                                     {(static_cast<size_t>(K) + kPackTile - 1) / kPackTile * kPackTile,
+                                      (static_cast<size_t>(N) + kPackTile - 1) / kPackTile * kPackRows, 1},
+                                     {kPackTile, kPackRows, 1}, nullptr));
+      Args f;  // ln_fold_columns(y, yo, sums, so, w, wo, gamma, go, beta, bo, int K, int N, int gated)
+      f.Buf(&dst, 0).Buf(state->sums.get(), 0).Buf(kxn, 0).Buf(state->gamma_beta.get(), 0);
+      f.Buf(state->gamma_beta.get(), K).Int(K).Int(N).Int(gated ? 1 : 0);
+      return Launch1D(d, *fold, f, N, nullptr);
+    });
+    auto from_sums = [=](bool with_bias) -> PackedWeights::DeviceProducer {
+      return [=](const Device& d, const Buffer& dst, DeviceStaging*) -> Status {
+        if (!state->sums) return Status::Error("the LayerNorm fold's sums were not made before its bias / column sums");
+        Args a;  // ln_fold_bias(y, yo, sums, so, base, bo, int has_base, int n)
+        const bool has_base = with_bias && base_bias;
+        if (has_base) {
+          std::vector<float> base(static_cast<size_t>(N));
+          base_bias(base.data());
+          SDGPU_RETURN_IF_ERROR(UploadConstant(d, base.data(), base.size() * sizeof(float), &state->base));
+        }
+        a.Buf(&dst, 0).Buf(state->sums.get(), with_bias ? 0 : N);
+        a.Buf(has_base ? state->base.get() : state->sums.get(), 0).Int(has_base ? 1 : 0).Int(N);
+        SDGPU_RETURN_IF_ERROR(Launch1D(d, *bias, a, N, nullptr));
+        if (--state->pending == 0) {  // (a buffer released under a launch that reads it lives until it ran)
+          state->gamma_beta.reset();
+          state->sums.reset();
+          state->base.reset();
+        }
+        return Status::Ok();
+      };
+    };
+    packed_bias_->SetDeviceProducer(from_sums(true));
+    ln_colsum_->SetDeviceProducer(from_sums(false));
   }
 
   // The LayerNorm's gamma scales W's rows (k) wherever the packing put its columns (after FuseGatedGelu too), its
@@ -1103,6 +1173,7 @@ class TiledGemmOp final : public GpuOp {
               sums->colsum.empty() ? WeightedColumnSums(scaled, K, N, nullptr) : std::move(sums->colsum);
           for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(colsum[n]);
         });
+    FoldOnDevice(dev, g, be, N, K, base_bias);
     ln_eps_ = eps;
     if (rows_bytes > 0) {
       ln_rows_bytes_ = rows_bytes;
@@ -1129,6 +1200,7 @@ class TiledGemmOp final : public GpuOp {
   const Kernel* ln_rows_kernel_ = nullptr;
   std::unique_ptr<PackedWeights> ln_ones_, ln_zeros_;
   size_t ln_rows_bytes_ = 0;
+  int gated_columns_ = 0;  // FuseGatedGelu: the N its packing interleaved (value column j at 2j, gate at 2j + 1)
   const float* b_const_ = nullptr;     // FULLY_CONNECTED's constant N x K weights (host, interpreter lifetime)
   const float* bias_const_ = nullptr;  // and its constant bias, when it has one
   bool b_half_ = false;

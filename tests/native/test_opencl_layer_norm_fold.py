@@ -59,7 +59,8 @@ def _want(xv, gamma, beta, w, b, gated: bool) -> np.ndarray:
     return h
 
 
-def _run(tmp_path, model: bytes, xv: np.ndarray, backend: str = "opencl", **options):
+def _run(tmp_path, model: bytes, xv: np.ndarray, backend: str = "opencl", stats: dict | None = None, **options):
+    """(outputs, kernels per op, compute units); ``stats`` gets the delegate's stats."""
     profile = tmp_path / "profile.json"
     delegate = load_delegate(str(native.delegate_path()),
                              {"backend": backend, "profile_path": str(profile), "gemm_autotune": "0",
@@ -67,6 +68,8 @@ def _run(tmp_path, model: bytes, xv: np.ndarray, backend: str = "opencl", **opti
     runner = make_interpreter(model, delegate).get_signature_runner("serving_default")
     out = runner(x=xv)
     assert native.stats(delegate)["partitions"] == 1 and native.stats(delegate)["declined_nodes"] == 0
+    if stats is not None:
+        stats.update(native.stats(delegate))
     report = json.loads(profile.read_text())
     nodes = report["nodes"]
     kernels = {op: [kk["name"] for nd in nodes if nd["op"] == op for kk in nd["kernels"]]
@@ -81,12 +84,17 @@ def _run(tmp_path, model: bytes, xv: np.ndarray, backend: str = "opencl", **opti
     (200, 96, 72, True, False),    # the cost model's plan already has a twin
     (200, 100, 40, False, False),  # K = 100: a partial k step; no bias of its own (beta makes one)
     (130, 64, 96, True, True),     # + the gated GELU epilogue: NAME_gg_ln
+    (1024, 640, 256, True, False),  # SD's middle width: the device fold's column sums over 640 rows
 ])
 def test_layer_norm_runs_inside_the_gemm(rng, tmp_path, backend, offset, act16, m, k, n, bias, gated):
     model, gamma, beta, w, b = _model(rng, m, k, n, bias, gated)
     xv = (_rand(rng, m, 1, k) * 2.0 + offset).astype(np.float32)
-    out, kernels, _ = _run(tmp_path, model, xv, backend, **({"activations_fp16": 1} if act16 else {}))
+    stats: dict = {}
+    out, kernels, _ = _run(tmp_path, model, xv, backend, stats, **({"activations_fp16": 1} if act16 else {}))
     assert kernels["SdGroupNorm"] == [] and kernels["SdGelu"] == []
+    # the folded weights, bias and column sums are made on the device (ln_fold_columns / ln_fold_bias): the host
+    # makes none of them
+    assert (stats["weights_on_device"], stats["weights_on_host"]) == (3, 0), stats
     assert kernels["FULLY_CONNECTED"] and all(name.endswith("_gg_ln" if gated else "_ln")
                                               for name in kernels["FULLY_CONNECTED"])
     assert_close(out["y" if gated else "ff"][0], _want(xv, gamma, beta, w, b, gated), rtol=3e-3 if act16 else 1e-5)
@@ -153,8 +161,10 @@ def test_column_split_fc_folds_per_block(rng, tmp_path, backend):
     g.mul(s01, parts[2], y)
     g.output(y)
     xv = _rand(rng, m, 1, k) * 3.0 + 50.0
-    out, kernels, _ = _run(tmp_path, g.build(), xv, backend)
+    stats: dict = {}
+    out, kernels, _ = _run(tmp_path, g.build(), xv, backend, stats)
     assert kernels["SdGroupNorm"] == [] and kernels["FULLY_CONNECTED"]
+    assert (stats["weights_on_device"], stats["weights_on_host"]) == (3, 0), stats
     assert all(name.endswith("_ln") for name in kernels["FULLY_CONNECTED"])
     full = _want(xv, gamma, beta, wt, None, False)
     assert_close(out["y"][0], (full[:, :w] + full[:, w:2 * w]) * full[:, 2 * w:], rtol=1e-5)
