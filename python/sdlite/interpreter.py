@@ -103,6 +103,9 @@ class Interpreter:
         loads one model at a time and does not call this). What native code prints meanwhile is held back as during
         any inference (one capture around all threads: fd 2 is the process's) and a failure is one line naming the
         model; a model that cannot be loaded fails as :meth:`runner` does, once the started warm-ups are over."""
+        if all(n in self._runners and (self._runners[n].calls or self._runners[n].setup_delegate() is None)
+               for n in names):
+            return  # loaded and set up (or nothing to set up): the pipeline asks on every image
         errors: dict[str, BaseException] = {}
 
         def work(name: str, runner: ModelRunner, progress_fd: int | None) -> None:

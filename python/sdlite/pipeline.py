@@ -415,6 +415,9 @@ class StableDiffusionPipeline:
         timings = Timings()
 
         if not self.low_memory:  # (low memory: checked when the UNet loads, after the text encoder is gone)
+            # every model's one-time GPU set-up at once, before the first is needed (a no-op once they ran)
+            self.interpreter.warm_up(("unet", "text_encoder", "vae_decoder", *(("vae_encoder",) if init_image is not None
+                                                                                 else ())))
             self._check_unet_shape(latent_shape)
 
         t0 = time.perf_counter()
