@@ -24,6 +24,20 @@ from sdlite.manifest import REQUIRED_MODELS, Manifest, load_manifest
 from sdlite.runner import ModelRunner, open_runner
 
 
+def _join_all(threads: list[threading.Thread]) -> None:
+    """Waits for every thread, through Ctrl-C too (raised once they are done): an interpreter closed under a running
+    inference would crash the process."""
+    interrupted: KeyboardInterrupt | None = None
+    for t in threads:
+        while t.is_alive():
+            try:
+                t.join()
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+
+
 class Interpreter:
     """Run the models of a converted folder: ``Interpreter(folder, "cpu").run("unet", sample=..., ...)``."""
 
@@ -130,8 +144,7 @@ class Interpreter:
                     if loaded is not None:
                         loaded()
                 finally:  # never leave a model inferring on another thread (closing it then would crash)
-                    for t in threads:
-                        t.join()
+                    _join_all(threads)
         finally:
             if progress_fd is not None:
                 os.close(progress_fd)
