@@ -108,7 +108,8 @@ def test_a_failed_warm_up_is_one_line_naming_the_model(tiny_fused_export: Path,
 
 def test_stats_read_while_the_set_up_runs_always_parse(tiny_fused_export: Path) -> None:
     """The stats text grows while the delegate works (set-up phases, counters): a reader on another thread must get
-    whole JSON every time (it used to get a cut text, and the progress bar gave up)."""
+    whole JSON every time (it used to get a cut text, and the progress bar gave up), and get it while kernels compile
+    (it used to wait for the build's lock, so a bar froze for the longest wait of a first start)."""
     import threading
 
     with native.extra_options(cache_dir="none"):  # the set-up compiles: long enough to poll many times
@@ -137,6 +138,8 @@ def test_stats_read_while_the_set_up_runs_always_parse(tiny_fused_export: Path) 
             t.join()
         assert not failures, failures[:3]
         assert len(seen) > 20 and any(seen), seen[:5]
+        # and without waiting for the build: a read used to block on the device's lock for a whole compile
+        assert seen.count("compiling kernels") >= 3, sorted(set(seen))
     finally:
         runner.close()
 

@@ -178,7 +178,6 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
 std::string OpenClDevice::cache_key() const { return "opencl|" + device_key_ + "|" + BuildId(); }
 
 gpu::Device::ProgramCounts OpenClDevice::program_counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
   ProgramCounts c;
   c.built = programs_built_;
   c.shared = programs_shared_;

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -120,8 +121,10 @@ class OpenClDevice final : public gpu::Device {
   mutable std::mutex mu_;  // guards everything below, and argument setting + enqueue; taken before shared_'s
   // Programs this device compiled or read from the disk cache (the cache's own counters say how many were read),
   // and programs it took from shared_, built by another device of the process.
-  mutable int programs_built_ = 0;
-  mutable int programs_shared_ = 0;
+  // (atomic: the stats read them without mu_, which a build holds for its whole length, and a progress bar polls
+  // the stats meanwhile)
+  mutable std::atomic<int> programs_built_{0};
+  mutable std::atomic<int> programs_shared_{0};
   mutable cl_program whole_ = nullptr;          // the whole library, once built (owned by shared_)
   mutable std::map<int, cl_program> unit_program_;  // built unit -> its program (owned by shared_)
   mutable std::set<int> wanted_units_;          // requested outside SpeculativeKernels scopes, not built yet
