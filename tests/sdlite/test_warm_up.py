@@ -4,7 +4,6 @@ call is its second inference, a failure is one line naming the model, and the se
 while the inference holds fd 2 (sdlite._native_stderr). On PoCL (opencl) and llvmpipe (gl)."""
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -16,23 +15,12 @@ from PIL import Image
 from sdlite import native
 from sdlite._native_stderr import capture_native_stderr
 from sdlite.backends import BackendOptions
-from sdlite.cli import main
 from sdlite.errors import SdliteError
 from sdlite.interpreter import Interpreter
 from sdlite.runner import ModelRunner
 from sdlite.setup_monitor import SetupMonitor
 
-MODELS = ("text_encoder", "unet", "vae_decoder")
-# gemm_autotune off: tile tuning could pick another tile in another delegate (another float rounding)
-OPTIONS = "gemm_autotune:0"
-
-
-def _generate(capsys: pytest.CaptureFixture[str], folder: Path, out: Path, backend: str, *extra: str) -> dict:
-    rc = main(["generate", str(folder), "-p", "a red boat", "--steps", "3", "--seed", "5", "--backend", backend,
-               "--json", "--no-progress", "-o", str(out), "--delegate_options", OPTIONS, *extra])
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err[-2000:]
-    return json.loads(captured.out)
+from test_low_memory import MODELS, _generate  # (gemm_autotune off: the same kernels, the same pixels)
 
 
 @pytest.mark.parametrize("backend", ["opencl", "gl"])
