@@ -264,7 +264,10 @@ def test_e2e_stage_on_tiny_models_and_its_dry_run(tmp_path: Path, tiny_export: P
     unet_cold = cold["models"]["unet"]["delegate"]
     assert unet_cold["cache_hits"]["program"] == 0 and unet_cold["cache_dir"].endswith("/e2e/cache/plain")
     assert two["second_image_s"] > 0 and two["png2_s"] > two["png_s"]
-    assert two["second_image"]["unet_calls"] == 8 and two["second_image_s"] < two["first_image_s"]
+    # the delegates' set-up ran in the warm-up (models_loaded -> models_ready), before the first image: both images
+    # run at steady speed (the first used to carry the set-up and be the slower one)
+    assert two["models_loaded_s"] < two["models_ready_s"] < two["png_s"]
+    assert two["second_image"]["unet_calls"] == 8 and two["second_image_s"] < 2 * two["first_image_s"]
     assert rows["e2e|diffusers-fp32"]["status"] == "ok" and rows["e2e|diffusers-fp32"]["image_s"] > 0
     md = (out / "h200.md").read_text()
     assert "End to end: `sdlite generate` 3 steps" in md and "| ours, unfused | cold |" in md
