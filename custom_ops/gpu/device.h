@@ -135,6 +135,13 @@ class Timer {
   std::string kernel_;
 };
 
+// A point in a device's command stream (Device::Mark): Wait returns once everything enqueued before it completed.
+class Fence {
+ public:
+  virtual ~Fence() = default;
+  virtual Status Wait() const = 0;
+};
+
 // Launches timed for one node; Launch appends one Timer per launch while profiling.
 using Timings = std::vector<std::unique_ptr<Timer>>;
 
@@ -228,6 +235,9 @@ class Device {
                         Timings* timings) const = 0;
   // Waits until every enqueued command has completed.
   virtual Status Finish() const = 0;
+  // A fence after everything enqueued so far, so a caller can wait for that work later while more is enqueued (the
+  // first invoke's weight pages: released one batch behind, the device never drained). Default: Wait is Finish.
+  virtual Status Mark(std::unique_ptr<Fence>* out) const;
   // Hands what was enqueued so far to the GPU without waiting (clFlush / glFlush): drivers may hold commands back
   // until a flush or a blocking call, and the GPU would idle while the host enqueues the rest of an invoke.
   virtual Status Flush() const { return Status::Ok(); }
@@ -344,5 +354,19 @@ class Device {
   mutable std::array<std::atomic<long long>, 3> tuning_{};
 };
 
+// Device::Mark's default: waiting for it drains the device.
+class FinishFence final : public Fence {
+ public:
+  explicit FinishFence(const Device& dev) : dev_(dev) {}
+  Status Wait() const override { return dev_.Finish(); }
+
+ private:
+  const Device& dev_;
+};
+
+inline Status Device::Mark(std::unique_ptr<Fence>* out) const {
+  *out = std::make_unique<FinishFence>(*this);
+  return Status::Ok();
+}
 
 }  // namespace sdgpu::gpu

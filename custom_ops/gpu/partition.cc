@@ -766,10 +766,13 @@ Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
   // a folded DEQUANTIZE's float32 values, which are made only then: FoldedConstant). A step that reads a constant
   // without a weight made here (Prepare's uploads, lazy weights at the first Enqueue) keeps it to the end. A device
   // producer's upload may still read its source after Ensure returns (a non-blocking write: PoCL copies later), so
-  // those go after a Finish, every 64 MiB (an eighth of a smaller model): the host holds about that much of them.
+  // those go in batches of 64 MiB (an eighth of a smaller model), one batch behind: when a batch is complete a fence
+  // is set after it, and the batch before goes once its fence has passed -- the device is never drained, and the host
+  // holds about two batches of them.
   std::unordered_map<const abi::TfLiteTensor*, int> pending;
   std::set<const PackedWeights*> on_device;
-  std::vector<const abi::TfLiteTensor*> uploading;
+  std::vector<const abi::TfLiteTensor*> uploading, in_flight;
+  std::unique_ptr<Fence> in_flight_fence;
   size_t uploading_bytes = 0, device_batch = 0;
   std::function<Status(const PackedWeights*)> before;
   std::function<void(const PackedWeights*)> made;
@@ -813,8 +816,13 @@ Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
           uploading_bytes += t->bytes;
         }
       }
-      if (uploading_bytes >= device_batch && dev.Finish().ok()) {
-        for (const abi::TfLiteTensor* t : uploading) release(t);
+      std::unique_ptr<Fence> fence;
+      if (uploading_bytes >= device_batch && dev.Mark(&fence).ok()) {
+        if (in_flight_fence && in_flight_fence->Wait().ok()) {
+          for (const abi::TfLiteTensor* t : in_flight) release(t);
+        }  // (else kept: the end of the first invoke gives every page back)
+        in_flight = std::move(uploading);
+        in_flight_fence = std::move(fence);
         uploading.clear();
         uploading_bytes = 0;
       }

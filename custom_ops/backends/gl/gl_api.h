@@ -62,6 +62,7 @@ using GLchar = char;
 using GLfloat = float;
 using GLint64 = int64_t;
 using GLuint64 = uint64_t;
+using GLsync = struct __GLsync*;
 using GLsizeiptr = ptrdiff_t;
 using GLintptr = ptrdiff_t;
 
@@ -102,6 +103,12 @@ constexpr GLenum GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS = 0x90DB;
 constexpr GLenum GL_MAX_SHADER_STORAGE_BLOCK_SIZE = 0x90DE;
 constexpr GLenum GL_SHADER_STORAGE_BUFFER_OFFSET_ALIGNMENT = 0x90DF;
 constexpr GLenum GL_TIME_ELAPSED_EXT = 0x88BF;
+constexpr GLenum GL_SYNC_GPU_COMMANDS_COMPLETE = 0x9117;
+constexpr GLbitfield GL_SYNC_FLUSH_COMMANDS_BIT = 0x1;
+constexpr GLenum GL_ALREADY_SIGNALED = 0x911A;
+constexpr GLenum GL_TIMEOUT_EXPIRED = 0x911B;
+constexpr GLenum GL_CONDITION_SATISFIED = 0x911C;
+constexpr GLenum GL_WAIT_FAILED = 0x911D;
 constexpr GLenum GL_QUERY_RESULT_EXT = 0x8866;
 constexpr GLenum GL_GPU_DISJOINT_EXT = 0x8FBB;
 

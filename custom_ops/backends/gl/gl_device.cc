@@ -703,6 +703,47 @@ Status GlDevice::Flush() const {
   return GlCheck(a, "glFlush");
 }
 
+namespace {
+class GlFence final : public gpu::Fence {
+ public:
+  GlFence(const GlContext& ctx, const GlApi& api, GLsync sync) : ctx_(ctx), api_(api), sync_(sync) {}
+  ~GlFence() override {
+    GlScope scope(ctx_, true);
+    if (scope.status().ok()) api_.glDeleteSync(sync_);
+  }
+  GlFence(const GlFence&) = delete;
+  GlFence& operator=(const GlFence&) = delete;
+  Status Wait() const override {
+    GlScope scope(ctx_, true);
+    SDGPU_RETURN_IF_ERROR(scope.status());
+    for (;;) {  // (the first wait flushes the commands before the fence, so it completes)
+      const GLenum r = api_.glClientWaitSync(sync_, GL_SYNC_FLUSH_COMMANDS_BIT, GLuint64{100} * 1000000);
+      if (r == GL_ALREADY_SIGNALED || r == GL_CONDITION_SATISFIED) return Status::Ok();
+      if (r != GL_TIMEOUT_EXPIRED) {
+        const Status s = GlCheck(api_, "glClientWaitSync");
+        return s.ok() ? Status::Error("gl: glClientWaitSync failed (GL_WAIT_FAILED)") : s;
+      }
+    }
+  }
+
+ private:
+  const GlContext& ctx_;
+  const GlApi& api_;
+  GLsync sync_;
+};
+}  // namespace
+
+Status GlDevice::Mark(std::unique_ptr<gpu::Fence>* out) const {
+  GlScope scope(*ctx_, true);
+  SDGPU_RETURN_IF_ERROR(scope.status());
+  const GlApi& a = api();
+  GLsync sync = a.glFenceSync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0);
+  SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFenceSync"));
+  if (sync == nullptr) return Status::Error("gl: glFenceSync returned no sync object");
+  *out = std::make_unique<GlFence>(*ctx_, a, sync);
+  return Status::Ok();
+}
+
 Status GlDevice::Finish() const {
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());

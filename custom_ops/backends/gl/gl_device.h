@@ -116,6 +116,8 @@ class GlDevice final : public gpu::Device {
                 gpu::Timings* timings) const override;
   Status Finish() const override;
   Status Flush() const override;
+  // A GL fence sync: waiting for it does not drain what was dispatched after it.
+  Status Mark(std::unique_ptr<gpu::Fence>* out) const override;
 
   // Uniform location of `uvec3 sd_group_base` (shaders/common.glsl): the work-group offset of a split dispatch.
   static constexpr int kGroupBaseLocation = 120;

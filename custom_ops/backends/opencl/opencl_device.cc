@@ -465,6 +465,30 @@ Status OpenClDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t b
 Status OpenClDevice::Finish() const { return ClCheck(api_->clFinish(queue()), "clFinish"); }
 Status OpenClDevice::Flush() const { return ClCheck(api_->clFlush(queue()), "clFlush"); }
 
+namespace {
+class ClFence final : public gpu::Fence {
+ public:
+  ClFence(const ClApi* api, cl_event event) : api_(api), event_(event) {}
+  ~ClFence() override { api_->clReleaseEvent(event_); }
+  ClFence(const ClFence&) = delete;
+  ClFence& operator=(const ClFence&) = delete;
+  Status Wait() const override { return ClCheck(api_->clWaitForEvents(1, &event_), "clWaitForEvents"); }
+
+ private:
+  const ClApi* api_;
+  cl_event event_;
+};
+}  // namespace
+
+Status OpenClDevice::Mark(std::unique_ptr<gpu::Fence>* out) const {
+  cl_event event = nullptr;
+  SDGPU_RETURN_IF_ERROR(
+      ClCheck(api_->clEnqueueMarkerWithWaitList(queue(), 0, nullptr, &event), "clEnqueueMarkerWithWaitList"));
+  SDGPU_RETURN_IF_ERROR(ClCheck(api_->clFlush(queue()), "clFlush"));  // the marker must reach the device to complete
+  *out = std::make_unique<ClFence>(api_, event);
+  return Status::Ok();
+}
+
 std::vector<gpu::AttnTiling> OpenClDevice::vendor_attention_tilings() const {
   return nvidia_ ? nvidia::AttentionTilings() : std::vector<gpu::AttnTiling>{};
 }

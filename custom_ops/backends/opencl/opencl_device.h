@@ -79,6 +79,8 @@ class OpenClDevice final : public gpu::Device {
                 gpu::Timings* timings) const override;
   Status Finish() const override;
   Status Flush() const override;
+  // A marker event: waiting for it does not drain what was enqueued after it.
+  Status Mark(std::unique_ptr<gpu::Fence>* out) const override;
 
   ProgramCounts program_counts() const override;
 
