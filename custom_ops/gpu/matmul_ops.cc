@@ -1015,12 +1015,12 @@ class TiledGemmOp final : public GpuOp {
   // takes its device producer when it has one).
   void FoldOnDevice(const Device& dev, const std::vector<float>& gamma, const std::vector<float>& beta, int N, int K,
                     const std::function<void(float*)>& base_bias) {
-    const Kernel* transpose = TransposeKernel(dev);
+    // the model's N x K weights as stored -> K x N (nullptr: no transpose kernel, or too large for one launch)
+    const PackedWeights::DeviceProducer transpose = DeviceTranspose(TransposeKernel(dev), b_const_, N, K);
     const Kernel* fold = nullptr;
     const Kernel* bias = nullptr;
     const bool gated = gated_columns_ != 0;
-    if (transpose == nullptr || b_const_ == nullptr || (gated && gated_columns_ != N) ||
-        static_cast<int64_t>(N) * K > INT_MAX || dev.max_work_group_size() < kWg1D ||
+    if (!transpose || (gated && gated_columns_ != N) || dev.max_work_group_size() < kWg1D ||
         !dev.HasKernel("ln_fold_columns") || !dev.GetKernel("ln_fold_columns", &fold).ok() ||
         !dev.HasKernel("ln_fold_bias") || !dev.GetKernel("ln_fold_bias", &bias).ok()) {
       return;
@@ -1030,22 +1030,14 @@ class TiledGemmOp final : public GpuOp {
       int pending = 2;  // the bias and column-sum producers still to read `sums`
     };
     auto state = std::make_shared<FoldState>();
-    const float* w = b_const_;
     packed_->SetDeviceProducer([=](const Device& d, const Buffer& dst, DeviceStaging* staging) -> Status {
       std::vector<float> gb(gamma);
       gb.insert(gb.end(), beta.begin(), beta.end());
       SDGPU_RETURN_IF_ERROR(UploadConstant(d, gb.data(), gb.size() * sizeof(float), &state->gamma_beta));
       SDGPU_RETURN_IF_ERROR(d.CreateBuffer(2 * static_cast<size_t>(N) * sizeof(float), &state->sums));
-      const Buffer* raw = nullptr;
-      SDGPU_RETURN_IF_ERROR(staging->Upload(d, w, sizeof(float) * static_cast<size_t>(N) * K, &raw));
       const Buffer* kxn = nullptr;
       SDGPU_RETURN_IF_ERROR(staging->Scratch(d, sizeof(float) * static_cast<size_t>(N) * K, &kxn));
-      Args t;  // transpose_tiled(y, yo, x, xo, int R, int C, int sb, int ld): y[c][r] = x[r * ld + c]
-      t.Buf(kxn, 0).Buf(raw, 0).Int(N).Int(K).Int(0).Int(K);
-      SDGPU_RETURN_IF_ERROR(d.Launch(*transpose, t,
-                                     {(static_cast<size_t>(K) + kPackTile - 1) / kPackTile * kPackTile,
-                                      (static_cast<size_t>(N) + kPackTile - 1) / kPackTile * kPackRows, 1},
-                                     {kPackTile, kPackRows, 1}, nullptr));
+      SDGPU_RETURN_IF_ERROR(transpose(d, *kxn, staging));  // uploads the weights through the staging buffer
       Args f;  // ln_fold_columns(y, yo, sums, so, w, wo, gamma, go, beta, bo, int K, int N, int gated)
       f.Buf(&dst, 0).Buf(state->sums.get(), 0).Buf(kxn, 0).Buf(state->gamma_beta.get(), 0);
       f.Buf(state->gamma_beta.get(), K).Int(K).Int(N).Int(gated ? 1 : 0);
