@@ -117,8 +117,7 @@ class Interpreter:
         loads one model at a time and does not call this). What native code prints meanwhile is held back as during
         any inference (one capture around all threads: fd 2 is the process's) and a failure is one line naming the
         model; a model that cannot be loaded fails as :meth:`runner` does, once the started warm-ups are over."""
-        if all(n in self._runners and (self._runners[n].calls or self._runners[n].setup_delegate() is None)
-               for n in names):
+        if all(n in self._runners and not self._runners[n].needs_warm_up for n in names):
             return  # loaded and set up (or nothing to set up): the pipeline asks on every image
         errors: dict[str, BaseException] = {}
 
@@ -136,7 +135,7 @@ class Interpreter:
                 try:
                     for name in names:
                         runner = self.runner(name)  # loads it (its own capture nests in this one)
-                        if runner.calls == 0 and runner.setup_delegate() is not None:
+                        if runner.needs_warm_up:
                             t = threading.Thread(target=work, args=(name, runner, progress_fd),
                                                  name=f"sdlite-warm-up-{name}")
                             t.start()

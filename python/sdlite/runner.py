@@ -114,7 +114,7 @@ class ModelRunner(ABC):
         thread of its own beside other models' (LiteRT releases the GIL while it invokes; Interpreter.warm_up), so
         what native code prints is not held back here: fd 2 belongs to the whole process, and the caller holds it for
         all threads at once. ``progress_fd``: where the set-up's progress bar goes (a copy of the terminal's fd 2)."""
-        if self.calls or self.setup_delegate() is None:
+        if not self.needs_warm_up:
             return
         self._trap_stderr = False
         try:
@@ -123,6 +123,11 @@ class ModelRunner(ABC):
         finally:
             self._trap_stderr = True
         self.warmed_up = True
+
+    @property
+    def needs_warm_up(self) -> bool:
+        """Nothing ran yet and our GPU delegate runs the model: its first inference carries a one-time set-up."""
+        return self.calls == 0 and self.setup_delegate() is not None
 
     def setup_delegate(self) -> object | None:
         """Our GPU delegate (backends opencl / gl), whose stats describe its one-time set-up; else None."""
