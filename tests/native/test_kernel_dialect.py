@@ -122,3 +122,23 @@ def test_capability_switches_are_off_on_glsl(tmp_path):
 KERNEL void k(GLOBAL float* y, int yo) { y[yo] = SUM2(y[yo]); }
 """)["k"]
     assert "nv_shfl_xor" not in text and "* 2.0f" in text
+
+
+@pytest.mark.parametrize("act_half", [False, True])
+def test_gemm_tiles_are_stored_without_vector_subscripts(act_half):
+    """The tiled GEMM / conv kernels transpose A into local memory one float at a time, each work-item into a column
+    of its own. In a `shared vec4` array that store needs a component chosen at run time (`As4[i >> 2][i & 3] = v`),
+    which NVIDIA's GL compiles to a four-way branch per store, divergent across the lanes: the GL UNet step ran 1.4x
+    slower with it (BENCHMARKS.md). Their tiles are `shared float` arrays on GL (LOCAL_FLOAT4S), read as float4s by
+    four consecutive floats."""
+    tiled = {name: body for name, (path, body) in glsl_kernels(act_half).items() if path == "gpu/kernels/gemm_tiled.kern"}
+    assert len(tiled) >= 30 and any(n.startswith("conv_t") for n in tiled) and "gemm_t16x64" in tiled
+    for name, body in tiled.items():
+        if name.startswith("gemm_splitk_reduce"):
+            continue
+        shared = dict((arr, typ) for typ, arr in re.findall(r"^shared (\w+) (\w+)\[", body, re.M))
+        shared.pop("rows", None)  # the conv instances' int4 row table (whole int4s only)
+        assert shared and set(shared.values()) == {"float"}, (name, shared)
+        assert ("As4" in shared) != name.startswith("gemm_s"), (name, shared)  # gemm_s16x128 stages A in `lds`
+        for arr in shared:  # no vector subscript of a tile element
+            assert not re.search(rf"\b{arr}\[[^\]]*\]\[", body), (name, arr)

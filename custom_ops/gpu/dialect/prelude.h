@@ -95,6 +95,23 @@
 // The float4 at float index idx (a multiple of 4) of a float4 local array (LLD4A: OpenCL may assume the alignment).
 #define LLD4(arr, idx) arr[(idx) >> 2]
 #define LLD4A(arr, idx) arr[(idx) >> 2]
+// A local tile read both as floats and as float4s (LOCAL_FLOAT4S): a float array here, so that one float is stored
+// without a vector subscript (a dynamic component write compiles to a four-way branch per store, divergent across the
+// lanes of a transposing store: NVIDIA's GL ran the tiled GEMM 4.5x slower than its OpenCL twin with it), and a
+// float4 is four consecutive floats (LF4 / LSF4: float index i, a multiple of 4).
+#define LOCAL_FLOAT4S(name, n) LOCAL float name[4 * (n)]
+#define LF4(arr, i) vec4(arr[(i)], arr[(i) + 1], arr[(i) + 2], arr[(i) + 3])
+#define LSF4(arr, i, v)          \
+  {                              \
+    vec4 lsf4_ = (v);            \
+    int lsf4i_ = (i);            \
+    arr[lsf4i_] = lsf4_.x;       \
+    arr[lsf4i_ + 1] = lsf4_.y;   \
+    arr[lsf4i_ + 2] = lsf4_.z;   \
+    arr[lsf4i_ + 3] = lsf4_.w;   \
+  }
+#define LGETF(arr, i) arr[(i)]
+#define LSETF(arr, i, v) arr[(i)] = (v)
 // Activation storage (see "Activation storage" below): SD_ACT_HALF is defined by the build, 0 or 1 (gen_glsl.py
 // runs the preprocessor once per value). Half storage packs two elements per uint of the buffer's _u32 view; a
 // scalar store goes through atomics because the neighbouring element may belong to another work-item.
@@ -185,6 +202,12 @@
   }
 #define LLD4(arr, idx) vload4(0, (__local const float*)(arr) + (idx))
 #define LLD4A(arr, idx) (*(__local const float4*)((__local const float*)(arr) + (idx)))
+// A local tile read both as floats and as float4s (see the GLSL side): a float4 array, float index i.
+#define LOCAL_FLOAT4S(name, n) LOCAL float4 name[n]
+#define LF4(arr, i) arr[(i) >> 2]
+#define LSF4(arr, i, v) (arr[(i) >> 2] = (v))
+#define LGETF(arr, i) LGETC(arr, i)
+#define LSETF(arr, i, v) LSETC(arr, i, v)
 // Activation storage: SD_ACT_HALF (the host's -DSD_ACT_HALF=1, delegate option activations_fp16) stores the
 // partition's float tensors as half, converted at every load and store (vload_half/vstore_half need no
 // cl_khr_fp16); arithmetic stays fp32. Offsets are in storage elements either way.
