@@ -142,3 +142,23 @@ def test_gemm_tiles_are_stored_without_vector_subscripts(act_half):
         assert ("As4" in shared) != name.startswith("gemm_s"), (name, shared)  # gemm_s16x128 stages A in `lds`
         for arr in shared:  # no vector subscript of a tile element
             assert not re.search(rf"\b{arr}\[[^\]]*\]\[", body), (name, arr)
+
+
+# Kernels that still store single floats into a shared vec4 array, outside their hot loops: the flash kernels'
+# per-row softmax reductions (`lds`, once per tile row) and the short attention's probability tile (`qp`, also read
+# as the Q chunk through float4s; attn_short runs on short key sequences only).
+_VEC4_SCALAR_STORES_ALLOWED = {"lds", "qp"}
+
+
+def test_no_hot_tile_stores_one_float_into_a_vec4_array():
+    """Every local array written one float at a time in a kernel's main loop is a LOCAL_FLOAT4S tile on GL (see the
+    GEMM test above): the GEMM / conv tiles and the flash attention's probability tile `ps` (the VAE's 512-wide
+    heads run attn_flash_d512)."""
+    seen = set()
+    for name, (path, body) in glsl_kernels().items():
+        for arr in re.findall(r"^shared (?:vec4|ivec4) (\w+)\[", body, re.M):
+            if re.search(rf"\b{arr}\[[^\]]*\]\[[^\]]*\]\s*=[^=]", body):
+                seen.add(arr)
+                assert arr in _VEC4_SCALAR_STORES_ALLOWED, (name, arr)
+    assert seen == _VEC4_SCALAR_STORES_ALLOWED  # the list stays exact
+    assert "shared float ps[" in glsl_kernels()["attn_flash_d512"][1]
