@@ -42,7 +42,7 @@
 //                      (converted at the partition's edge). A node whose kernels keep float storage runs on the
 //                      CPU, with the reason logged. "0" (default) keeps float32.
 //   attention_key_splits  gpu backends: key ranges per SdAttention query block (flash, row-wise tilings), merged
-//                      by one more launch; "0" (default) = the measured rule (AttnKeySplits, gpu/sd_ops.cc),
+//                      by one more launch; "0" (default) = the measured rule (AttnKeySplits, ops/attention/gpu.cc),
 //                      "1" = never, "2".."64" = that many (capped at one range per staged key tile).
 //   gemm_tiles         gpu backends, benchmarks and tests: "BMxBN[nTHREADS|tc][/splits]" (e.g. "64x64n128/2") forces
 //                      that GEMM/conv tile config and split count on every tiled GEMM (no tuning, no skinny swap);

@@ -1,4 +1,4 @@
-// The tiled SdAttention kernel families as the planner (gpu/sd_ops.cc) sees them: one AttnTiling per instantiation
+// The tiled SdAttention kernel families as the planner (ops/attention/gpu.cc) sees them: one AttnTiling per instantiation
 // suffix of ops/attention/gpu.kern (backend-neutral, table kAttnTilings) or of a vendor file (a backend's
 // Device::vendor_attention_tilings(), e.g. backends/opencl/nvidia/attention_tilings.cc), with the local memory each
 // of its kernels declares, so that a device whose limit is smaller skips it (GL ES 3.1 guarantees 16 KiB).

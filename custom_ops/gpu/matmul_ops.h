@@ -1,5 +1,5 @@
 // GEMM-shaped ops: FULLY_CONNECTED, BATCH_MATMUL, CONV_2D (gpu/matmul_ops.cc) and
-// SdConv2DWinograd (gpu/winograd_ops.cc), on two kernel families:
+// SdConv2DWinograd (ops/conv2d_winograd/gpu.cc), on two kernel families:
 //   * register-blocked tiled kernels (gemm_t*/conv_t* + gemm_splitk_reduce, gpu/kernels/gemm_tiled.kern, every GPU
 //     backend; signatures documented there and in matmul_ops.cc), each tile config used where the device can hold
 //     its work-group and local memory;
@@ -272,7 +272,7 @@ Status MakeGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, 
 Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* filter, bool weights_fp16, bool autotune,
                           std::unique_ptr<GpuOp>* out);
 
-// winograd_ops.cc: SdConv2DWinograd (input transform, batched tiled GEMM, output transform);
+// ops/conv2d_winograd/gpu.cc: SdConv2DWinograd (input transform, batched tiled GEMM, output transform);
 // falls back to the implicit-GEMM convolution where the device lacks the kernels or the
 // filter is not a constant.
 Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);

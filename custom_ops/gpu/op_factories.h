@@ -8,7 +8,9 @@
 #include "common/status.h"
 #include "gpu/attention_tiling.h"
 #include "gpu/ops.h"
+#include "ops/attention/attrs.h"
 #include "ops/gelu/attrs.h"
+#include "ops/group_norm/attrs.h"
 
 namespace sdgpu::gpu {
 
@@ -37,7 +39,16 @@ Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_p
 Status MakeBatchMatMul(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 
-// sd_ops.cc
+// The Sd* fused ops' GPU host code, next to each op's kernels (ops/<op>/gpu.cc) and dispatched by MakeSdOp (sd_ops.cc).
+// ops/gelu/gpu.cc: the gated SdGelu (x [..., 2F], mode = GeluKernelCode).
+Status MakeSdGeluGated(const Device& dev, int mode, const Dims& x, std::unique_ptr<GpuOp>* out);
+// ops/group_norm/gpu.cc
+Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dims& x, std::unique_ptr<GpuOp>* out);
+// ops/attention/gpu.cc: q [N, Sq, H*D], k [N, Sk, H*D]; key_splits: the delegate option attention_key_splits.
+Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dims& q, const Dims& k, int key_splits,
+                       std::unique_ptr<GpuOp>* out);
+
+// sd_ops.cc (GeluKernelCode: ops/gelu/gpu.cc; IsAttentionTilingName: ops/attention/gpu.cc)
 // The GPU kernels' code for an SdGelu's GELU form (the unary_f32 op, gelu_gated_f32's mode and the act of the GEMMs'
 // gated-GELU epilogue): kGeluKernelErf (12) erf, 13 tanh, 14 quick (SD_GELU_OP_* in ops/gelu/gpu.kern).
 constexpr int kGeluKernelErf = 12;

@@ -118,7 +118,7 @@ def winograd_tiles(shape: tuple[int, ...], tile: int) -> int:
 def mark_gl_gemm_gap(request: pytest.FixtureRequest, backend: str, tiles: int | None = None,
                      forced: str | None = None) -> None:
     """Marks a Winograd case as a strict expected failure on GL while GL's tiled GEMM lacks the skinny kernel
-    gemm_t16x64 that the OpenCL plan uses: without it SdConv2DWinograd needs 64 tiles (gpu/winograd_ops.cc
+    gemm_t16x64 that the OpenCL plan uses: without it SdConv2DWinograd needs 64 tiles (ops/conv2d_winograd/gpu.cc
     kMinTilesNoSkinny) and runs smaller maps as direct convs, and a forced `gemm_tiles` 16x64 config names no GL
     kernel. The case runs either way (a plan that differs from OpenCL's then fails it, as expected); once the GEMM
     family runs on GL (gemm_tiled as a dialect file) the condition is false and the case must pass as on OpenCL."""

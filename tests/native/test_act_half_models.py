@@ -9,7 +9,7 @@ weights, PoCL and llvmpipe alike): text encoder 1.0-1.2e-3, UNet 2.9-3.6e-3, VAE
 tensors); float32 storage gives 4e-7 .. 7e-6. The bound, 6e-3 through assert_close (relative, the output's scale as
 the floor), is a little above the worst; issue 32's 3e-3 holds for the text encoder and the fused UNet only.
 Every Winograd tile (F2 / F4 / F6) stays in the Winograd domain with half storage: its V and M are float32 whatever
-the activation storage (winograd_ops.cc: the transforms would amplify their half rounding past 1e-2), which the
+the activation storage (ops/conv2d_winograd/gpu.cc: the transforms would amplify their half rounding past 1e-2), which the
 profile's kernel names show."""
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Pat
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_storage_halves_the_arena(tiny_export: Path, variant_folders, rng, backend):
     # The arena holds the activations and the ops' float32 scratch (GroupNorm statistics, norm tables, attention row
-    # statistics): a little over half remains. The Winograd transforms' V and M stay float32 (winograd_ops.cc) and
+    # statistics): a little over half remains. The Winograd transforms' V and M stay float32 (ops/conv2d_winograd/gpu.cc) and
     # are most of the tiny VAE decoder's F2 arena, so that one shrinks less (measured 0.87).
     for variant, model, low, high in (("fused", "unet", 0.45, 0.6), ("fused", "vae_decoder", 0.45, 0.6),
                                       ("f2", "vae_decoder", 0.45, 0.95)):

@@ -109,7 +109,7 @@ def test_every_cpu_instruction_set(monkeypatch, rng, isa, mode):
 
 
 def test_gl_picks_the_vec4_kernel_only_when_f_is_a_multiple_of_4(rng, tmp_path):
-    """The host side (gpu/sd_ops.cc) is shared by OpenCL and GL; GL's program dump (gl_dump_dir) shows which kernel
+    """The host side (ops/gelu/gpu.cc) is shared by OpenCL and GL; GL's program dump (gl_dump_dir) shows which kernel
     ran and with which 2-D work-group (width = next power of two >= the columns, capped at 64 invocations)."""
     for shape in ((2, 24), (2, 10), (2, 2 * 4 * 100)):
         x = rng.standard_normal(shape).astype(np.float32)

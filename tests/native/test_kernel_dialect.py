@@ -76,7 +76,7 @@ def _shared_bytes(shader: str) -> int:
 def test_norm_and_winograd_shaders_fit_every_gl_es_device(source):
     """GL ES 3.1 guarantees 16 KiB of shared memory per work-group (gpu/dialect/prelude.h SD_WG_MAX_SHARED_BYTES)
     and the GL device asks for 5 storage blocks (gl_device.cc): these kernels fit both everywhere, so their planners
-    need no device check beyond the work-group sizes (gpu/sd_ops.cc)."""
+    need no device check beyond the work-group sizes (ops/<op>/gpu.cc)."""
     kernels = {name: body for name, (path, body) in glsl_kernels().items() if path == source}
     # Winograd: 9 input + 12 output transforms, 3 filter transforms (winograd_filter_fM, the set-up on the device)
     assert len(kernels) == (10 if "group_norm" in source else 24)

@@ -3,7 +3,7 @@ GPU backends (PoCL and llvmpipe in CI) vs the float64 numpy reference.
 
 The op picks r40 / r80 for self-attention at head dims 40 / 80 once Sk >= 256, and r160 for head dim 160 at any
 Sk, except that grids of at most one work-group per compute unit with Sk >= 256 take h80 (head dim 80) and h160
-/ h160w (head dim 160: 16- / 32-query blocks) (kAttnTilings in gpu/sd_ops.cc; d160 only when forced).
+/ h160w (head dim 160: 16- / 32-query blocks) (kAttnTilings in gpu/attention_tiling.cc; d160 only when forced).
 Geometry being exercised: r40 = 128-query blocks, 2 key splits x 8 keys = 16-key tiles, Q in registers;
 r80 = 64-query blocks, 4 key splits x 4 keys = 16-key tiles, Q in local memory, lazy rescaling; r160 = 16-query
 blocks, 8 key splits x 2 keys, Q in local memory, single-buffered tiles; h* = two work-items per row, each with half

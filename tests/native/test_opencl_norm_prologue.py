@@ -18,7 +18,7 @@ from sdconvert.ops.conv2d_winograd import SPEC as WINO_SPEC, Conv2DWinogradAttrs
 from sdlite import native
 from tflite_gemm_models import OpGraphBuilder, conv2d_ref
 
-# (name, x shape, groups): which GroupNorm path the delegate takes (gpu/sd_ops.cc MakeSdGroupNorm)
+# (name, x shape, groups): which GroupNorm path the delegate takes (ops/group_norm/gpu.cc MakeSdGroupNorm)
 PATHS = {
     "nhwc": ((2, 16, 18, 32), 8),       # 1152-float groups: one launch (group_norm_nhwc[_affine])
     "rows": ((1, 48, 48, 32), 4),      # 18432-float groups: two-stage, partials by rows (C % 4 == 0)

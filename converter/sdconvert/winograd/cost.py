@@ -11,7 +11,7 @@ Each candidate is split into the dispatches our kernels issue (direct: 1; Winogr
 * tile padding: ``T = ceil(Ho/m) * ceil(Wo/m)`` -- F(6,3) on an 8x8 map computes 12x12 outputs (2.25x);
 * GEMM row tiles (GPU profiles): the batched GEMM computes ``ceil(T / gemm_tile_m)`` whole row tiles (16
   rows: the GPU delegate's skinny GEMM takes T < 64), and the delegate does not run Winograd at all below
-  ``min_tiles`` tiles (it falls back to the direct conv; ``gpu/winograd_ops.cc`` kMinTiles): F(4x4) on an
+  ``min_tiles`` tiles (it falls back to the direct conv; ``ops/conv2d_winograd/gpu.cc`` kMinTiles): F(4x4) on an
   8x8 map (T = 4) would pay for 4x its rows. :func:`runs_winograd` tells the planner which tiles a profile
   can really use.
 
@@ -177,7 +177,7 @@ def estimate(spec: ConvSpec, tile: int, profile: DeviceProfile) -> CostEstimate:
             + _stage(f.output_transform, out_bytes, profile.transform_flops, profile))
     # Memory as our delegate holds it: with fp16 storage (weights_fp16, activations_fp16) only F(2x2)'s U is half;
     # F4 / F6 keep U and every tile keeps V and M in float32, whose transforms amplify half rounding past 1e-2
-    # (custom_ops/gpu/winograd_ops.cc). The time model keeps `eb`: it prices traffic, not residency.
+    # (custom_ops/ops/conv2d_winograd/gpu.cc). The time model keeps `eb`: it prices traffic, not residency.
     held_u = eb if tile == 2 else max(eb, 4)
     return CostEstimate(tile, f.total, in_bytes + gemm_bytes + out_bytes, time,
                         held_u * b.transformed_weights, max(eb, 4) * b.scratch)

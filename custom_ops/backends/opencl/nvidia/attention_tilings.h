@@ -1,5 +1,5 @@
 // The SdAttention tilings whose kernels exist only in NVIDIA's OpenCL build (attention_nv.cl): the planner
-// (gpu/sd_ops.cc) gets them through gpu::Device::vendor_attention_tilings() of an OpenCL device on NVIDIA's platform.
+// (ops/attention/gpu.cc) gets them through gpu::Device::vendor_attention_tilings() of an OpenCL device on NVIDIA's platform.
 #pragma once
 
 #include <vector>
