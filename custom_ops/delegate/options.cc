@@ -13,27 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef SDGPU_HAVE_GPU
-#include "gpu/op_factories.h"
-#endif
-#ifdef SDGPU_HAVE_OPENCL
-#include "backends/opencl/nvidia/attention_tilings.h"
-#endif
-
 namespace sdgpu {
 namespace {
-
-#ifdef SDGPU_HAVE_GPU
-// Every tiling a backend compiled into this library may run: the option names one whichever device is picked later
-// (a tiling the device lacks is then ignored, not an error).
-std::vector<gpu::AttnTiling> VendorAttentionTilings() {
-#ifdef SDGPU_HAVE_OPENCL
-  return ocl::nvidia::AttentionTilings();
-#else
-  return {};
-#endif
-}
-#endif
 
 bool ParseIntIn(std::string_view text, long min, long max, int* out) {
   if (text.empty() || text.size() > 12) return false;
@@ -216,13 +197,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       }
       out->gemm_tiles = std::string(value);
     } else if (key == "attention_tiling") {
-      out->attention_tiling = std::string(value);
-#ifdef SDGPU_HAVE_GPU
-      if (!value.empty() && !gpu::IsAttentionTilingName(out->attention_tiling, VendorAttentionTilings())) {
-        return Status::Error("option attention_tiling='" + out->attention_tiling +
-                             "' is not a tiling (e.g. r40, h80, r80, r160, dyn, legacy, short, short32)");
-      }
-#endif
+      out->attention_tiling = std::string(value);  // a tiling name: CheckBackendOptions (entry/backend_factory.h)
     } else if (key == "gl_finish_each") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gl_finish_each));
     } else if (key == "gl_plain_buffers") {

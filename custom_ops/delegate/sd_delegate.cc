@@ -4,7 +4,6 @@
 
 #include "abi/abi_check.h"
 #include "abi/int_array.h"
-#include "delegate/backend_factory.h"
 #include "delegate/cpu_backend.h"
 #include "delegate/partition_kernel.h"
 #include "delegate/partitioner.h"
@@ -12,11 +11,13 @@
 
 namespace sdgpu {
 
-Status SdDelegate::Create(const DelegateOptions& options, std::unique_ptr<SdDelegate>* out) {
+Status SdDelegate::Create(const DelegateOptions& options, std::unique_ptr<Backend> backend,
+                          std::unique_ptr<SdDelegate>* out) {
+  if (backend == nullptr) return Status::Error("no backend");
   std::unique_ptr<SdDelegate> d(new SdDelegate());
   d->options_ = options;
   d->logger_.set_level(options.log_level);
-  SDGPU_RETURN_IF_ERROR(CreateBackend(options, &d->backend_));
+  d->backend_ = std::move(backend);
   d->tflite_.data_ = d.get();
   d->tflite_.Prepare = &SdDelegate::PrepareThunk;
   d->tflite_.CopyFromBufferHandle = nullptr;

@@ -19,7 +19,9 @@ namespace sdgpu {
 
 class SdDelegate {
  public:
-  static Status Create(const DelegateOptions& options, std::unique_ptr<SdDelegate>* out);
+  // `backend`: the compute backend the options name (entry/backend_factory.h CreateBackend).
+  static Status Create(const DelegateOptions& options, std::unique_ptr<Backend> backend,
+                       std::unique_ptr<SdDelegate>* out);
   ~SdDelegate();
   SdDelegate(const SdDelegate&) = delete;
   SdDelegate& operator=(const SdDelegate&) = delete;

@@ -5,7 +5,7 @@
 //
 //   ExternalDelegate  dlopen()s a delegate library and calls its plugin entry points
 //                     (tflite_plugin_create_delegate / _destroy_delegate, like TFLite's external delegate adaptor)
-//                     and the test entry points of delegate/plugin.cc (sdgpu_delegate_stats_json, sdgpu_version).
+//                     and the test entry points of entry/plugin.cc (sdgpu_delegate_stats_json, sdgpu_version).
 //   MiniRuntime       one subgraph of float32 tensors and custom-op nodes; ModifyGraphWithDelegate() calls the
 //                     delegate's Prepare, which replaces nodes through ReplaceNodeSubsetsWithDelegateKernels, then
 //                     init()s and prepare()s the delegate kernels; Invoke() runs them in execution-plan order.

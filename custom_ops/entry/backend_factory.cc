@@ -1,7 +1,13 @@
-#include "delegate/backend_factory.h"
+#include "entry/backend_factory.h"
+
+#include <vector>
 
 #include "delegate/cpu_backend.h"
+#ifdef SDGPU_HAVE_GPU
+#include "gpu/op_factories.h"
+#endif
 #ifdef SDGPU_HAVE_OPENCL
+#include "backends/opencl/nvidia/attention_tilings.h"
 #include "backends/opencl/opencl_backend.h"
 #endif
 #ifdef SDGPU_HAVE_GL
@@ -9,6 +15,21 @@
 #endif
 
 namespace sdgpu {
+namespace {
+
+#ifdef SDGPU_HAVE_GPU
+// Every tiling a backend compiled into this library may run: the option names one whichever device is picked later
+// (a tiling the device lacks is then ignored, not an error).
+std::vector<gpu::AttnTiling> VendorAttentionTilings() {
+#ifdef SDGPU_HAVE_OPENCL
+  return ocl::nvidia::AttentionTilings();
+#else
+  return {};
+#endif
+}
+#endif
+
+}  // namespace
 
 const char* AvailableBackends() {
   return "cpu"
@@ -38,6 +59,17 @@ Status CreateBackend(const DelegateOptions& options, std::unique_ptr<Backend>* o
                          AvailableBackends() + ")");
   }
   return Status::Error("unknown backend '" + options.backend + "' (expected cpu, opencl or gl)");
+}
+
+Status CheckBackendOptions(const DelegateOptions& options) {
+#ifdef SDGPU_HAVE_GPU
+  if (!options.attention_tiling.empty() &&
+      !gpu::IsAttentionTilingName(options.attention_tiling, VendorAttentionTilings())) {
+    return Status::Error("option attention_tiling='" + options.attention_tiling +
+                         "' is not a tiling (e.g. r40, h80, r80, r160, dyn, legacy, short, short32)");
+  }
+#endif
+  return Status::Ok();
 }
 
 }  // namespace sdgpu

@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "abi/tflite_abi.h"
-#include "delegate/backend_factory.h"
 #include "delegate/options.h"
 #include "delegate/sd_delegate.h"
 #include "delegate/stats.h"
+#include "entry/backend_factory.h"
 #include "ops/op_registry.h"
 #ifdef SDGPU_HAVE_OPENCL
 #include "backends/opencl/kernel_library.h"
@@ -68,8 +68,11 @@ SDGPU_EXPORT sdgpu::abi::TfLiteDelegate* tflite_plugin_create_delegate(const cha
     }
     sdgpu::DelegateOptions options;
     sdgpu::Status s = sdgpu::ParseDelegateOptions(keys, values, count, &options);
+    if (s.ok()) s = sdgpu::CheckBackendOptions(options);
+    std::unique_ptr<sdgpu::Backend> backend;
+    if (s.ok()) s = sdgpu::CreateBackend(options, &backend);
     std::unique_ptr<sdgpu::SdDelegate> delegate;
-    if (s.ok()) s = sdgpu::SdDelegate::Create(options, &delegate);
+    if (s.ok()) s = sdgpu::SdDelegate::Create(options, std::move(backend), &delegate);
     if (!s.ok()) {
       Report(report_error, s.message());
       return nullptr;
@@ -245,8 +248,9 @@ SDGPU_EXPORT int sdgpu_check_options(const char* const* keys, const char* const*
                                      size_t err_cap, char* warnings, size_t warnings_cap) {
   try {
     sdgpu::DelegateOptions options;
-    const sdgpu::Status s = count > 4096 ? sdgpu::Status::Error("implausible option count")
-                                         : sdgpu::ParseDelegateOptions(keys, values, count, &options);
+    sdgpu::Status s = count > 4096 ? sdgpu::Status::Error("implausible option count")
+                                   : sdgpu::ParseDelegateOptions(keys, values, count, &options);
+    if (s.ok()) s = sdgpu::CheckBackendOptions(options);
     CopyOut(s.ok() ? "" : s.message(), err, err_cap);
     std::string joined;
     if (s.ok()) {
