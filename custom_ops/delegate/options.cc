@@ -73,7 +73,7 @@ bool ParseGemmTiles(const std::string& text, GemmTiles* out) {
   }
   if (*rest == '/') {
     int more = 0;
-    // the split counts the planner has (gpu/matmul_ops.cc kMaxSplits): another one would match no plan
+    // the split counts the planner has (gpu/tile_planner.cc kMaxSplits): another one would match no plan
     if (std::sscanf(rest, "/%d%n", &t.splits, &more) != 1 || t.splits < 1 || t.splits > 16 ||
         (t.splits & (t.splits - 1)) != 0) {
       return false;

@@ -1,7 +1,7 @@
 // GEMM-shaped ops: FULLY_CONNECTED, BATCH_MATMUL, CONV_2D (gpu/matmul_ops.cc) and
 // SdConv2DWinograd (ops/conv2d_winograd/gpu.cc), on two kernel families:
 //   * register-blocked tiled kernels (gemm_t*/conv_t* + gemm_splitk_reduce, gpu/kernels/gemm_tiled.kern, every GPU
-//     backend; signatures documented there and in matmul_ops.cc), each tile config used where the device can hold
+//     backend; signatures documented there and in gpu/tile_planner.cc), each tile config used where the device can hold
 //     its work-group and local memory;
 //   * the original one-output-per-work-item kernels gemm_f32 / conv2d_igemm (every backend),
 //     the fallback where no tile config fits the device and for convs with Ci % 16 != 0.
@@ -18,6 +18,9 @@
 #include "gpu/ops.h"
 
 namespace sdgpu::gpu {
+
+// GT_BK of the tiled kernels (gemm_tiled.kern): their K step, the split-K granularity and the conv Ci multiple.
+constexpr int kTiledBk = 16;
 
 // Work-group tile of gemm_f32 / conv2d_igemm. Correctness constant: the kernels'
 // shared tiles are TS x TS (TS = this) and the launch uses kTile x kTile groups.
@@ -63,7 +66,7 @@ struct TilePlan {
 };
 
 // Picks the tile config and split-K for an (M x N x K, batch) problem from a
-// small occupancy/padding cost model (see matmul_ops.cc) and fetches the
+// small occupancy/padding cost model (see gpu/tile_planner.cc) and fetches the
 // kernels. An error means "the device has no tiled kernels": callers fall back.
 // The delegate option gemm_tiles (benchmarks, tests): Ok when unset or naming a tile config; an error when it names
 // none (a known config some op kind lacks, e.g. 16x64 for convs, still falls back per op).

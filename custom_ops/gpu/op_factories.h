@@ -34,7 +34,7 @@ Status MakeResizeNearest(const Device& dev, const NodeDesc& node, std::unique_pt
 Status MakeReduce(const Device& dev, const NodeDesc& node, int mode, std::unique_ptr<GpuOp>* out);
 Status MakeSoftmax(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 
-// matmul_ops.cc
+// matmul_ops.cc (plans: tile_planner.cc; packed weights: packed_weights.cc)
 Status MakeFullyConnected(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 Status MakeBatchMatMul(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 Status MakeConv2D(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);

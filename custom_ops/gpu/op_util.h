@@ -32,6 +32,8 @@ bool Is4Byte(const abi::TfLiteTensor* t);
 Dims BroadcastStrides(const Dims& in, const Dims& out);
 bool CanBroadcast(const Dims& in, const Dims& out);
 
+inline size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline Status Need(bool ok, const std::string& why) { return ok ? Status::Ok() : Status::Error(why); }
 
 // Adds the host time of its scope to one of the device's set-up counters (Device::NoteSetupNs).

@@ -1,5 +1,5 @@
 // Tensor-core GEMM, 3xTF32 or FP64 (NVIDIA only: inline PTX mma.sync m16n8k8 TF32 and cp.async, sm_80+; built where
-// SDGPU_NV_PTX is; gpu/matmul_ops.cc offers its configs only with the delegate option tensor_cores=3xtf32 / fp64 (or
+// SDGPU_NV_PTX is; gpu/tile_planner.cc offers its configs only with the delegate option tensor_cores=3xtf32 / fp64 (or
 // auto, the default, for FP64 on sm_90), or forces one under gemm_tiles "BMxBNtc").
 //
 // gemm_xBMxBN[_gg][_ln]: the parameter list, grid, split-K, residual, gated-GELU and LayerNorm contracts of
