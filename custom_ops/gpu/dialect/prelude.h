@@ -204,9 +204,10 @@
   }
 #define LLD4(arr, idx) vload4(0, (__local const float*)(arr) + (idx))
 #define LLD4A(arr, idx) (*(__local const float4*)((__local const float*)(arr) + (idx)))
-// A local tile read both as floats and as float4s (see the GLSL side): a float4 array, float index i.
-// Its OpenCL form is the float4 array indexed as before, so the OpenCL program is the same text as with plain
-// float4 arrays (NVIDIA's compiler did not fold a float index's 4 * i >> 2 back: the VAE decode ran 16% slower).
+// A local tile read both as floats and as float4s (see the GLSL side): here a float4 array, indexed as a plain float4
+// array is (LF4 / LSF4 by float4, LF4A / LGETF / LSETF by float), so the OpenCL program is the same text as before the
+// GLSL side changed (a float index's 4 * i >> 2, which NVIDIA's compiler did not fold back, made the VAE decode 16%
+// slower).
 #define LOCAL_FLOAT4S(name, n) LOCAL float4 name[n]
 #define LF4(arr, i4) arr[i4]
 #define LF4A(arr, i) LLD4A(arr, i)
