@@ -4,6 +4,7 @@ sin/cos at large arguments, tanh overflow, pow of negative bases), fp16 words, d
 GL_MAX_COMPUTE_WORK_GROUP_COUNT, the profile's timing method, threads, and the no-EGL error."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -361,18 +362,17 @@ def test_debug_knobs_finish_barrier_plain_keep_results(rng):
 
 def test_vae_head_width_attention_runs_the_float_probability_tile(rng, tmp_path):
     """The VAE decoder's attention (one 512-wide head) runs a flash kernel on GL (attn_flash_d512, or attn_flash_dyn
-    where local memory is short: llvmpipe), whose probability tile `ps` is a float array there (LOCAL_FLOAT4S: each work-item stores one float per key into its own column, which in a vec4
-    array was a divergent branch per store on NVIDIA's GL); the result matches the reference."""
-    from gpu_cases import A, attention_model
-
+    where local memory is short: llvmpipe), whose probability tile `ps` is a float array there (LOCAL_FLOAT4S: each
+    work-item stores one float per key into its own column, which in a vec4 array was a divergent branch per store on
+    NVIDIA's GL); the result matches the reference."""
+    A = gpu_cases.A
     attrs = A.AttentionAttrs(heads=1, head_dim=512, scale=512**-0.5, causal=False, variant="flash")
     q, k, v = (rng.standard_normal((1, s, 512)).astype(np.float32) for s in (200, 300, 300))
     profile = tmp_path / "profile.json"
-    result = run(attention_model(1, 200, 300, 1, 512, A.SPEC.encode(attrs)), {"q": q, "k": k, "v": v},
+    result = run(gpu_cases.attention_model(1, 200, 300, 1, 512, A.SPEC.encode(attrs)), {"q": q, "k": k, "v": v},
                  backend=BACKEND, profile_path=str(profile))
     assert result.stats["claimed_nodes"] == 1 and result.stats["declined_nodes"] == 0
-    import json
-    launched = [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]]
+    launched = [kern["name"] for n in json.loads(profile.read_text())["nodes"] for kern in n["kernels"]]
     assert len(launched) == 1 and launched[0] in ("attn_flash_d512", "attn_flash_dyn"), launched  # by local memory
     assert "shared float ps[" in glsl_kernels()[launched[0]][1]
     assert_close(result.outputs["o"], A.reference([q, k, v], attrs), rtol=1e-5)

@@ -18,10 +18,10 @@
 // with the same build options, and counts it apart (programs_shared) from the ones it built.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
