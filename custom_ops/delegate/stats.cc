@@ -81,6 +81,7 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
   counter("setup_programs_us", counters.setup_programs_us);
   counter("programs_built", counters.programs_built);
   counter("programs_shared", counters.programs_shared);
+  counter("context_shared", counters.context_shared);
   counter("weights_on_device", counters.weights_on_device);
   counter("weights_on_host", counters.weights_on_host);
   j += extra;

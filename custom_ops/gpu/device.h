@@ -210,10 +210,12 @@ class Device {
   virtual bool ProgramsPersist() const { return true; }
   // Programs this device built (compiled, or read from the persistent cache) and programs it took ready-made from
   // another device of the process (OpenClDevice: delegates of one process share their programs); -1 where a backend
-  // does not count them. The delegate stats report both (programs_built, programs_shared).
+  // does not count them. The delegate stats report both (programs_built, programs_shared), and context_shared: 1
+  // where the device joined a context another device of the process had made, 0 where it made its own.
   struct ProgramCounts {
     long long built = -1;
     long long shared = -1;
+    long long context_shared = -1;
   };
   virtual ProgramCounts program_counts() const { return {}; }
   // While one lives, GetKernel requests are tuning candidates (TileTuner): a lazy backend builds each only when it is

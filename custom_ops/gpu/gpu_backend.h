@@ -60,6 +60,7 @@ class GpuBackend final : public Backend {
     const Device::ProgramCounts programs = device_->program_counts();
     c.programs_built = programs.built;
     c.programs_shared = programs.shared;
+    c.context_shared = programs.context_shared;
     c.weights_on_device = device_->weights_on_device();
     c.weights_on_host = device_->weights_on_host();
     return c;

@@ -147,18 +147,21 @@ def _output_paths(output: Path, n: int) -> list[Path]:
 
 
 # Stats of our GPU delegate that say where a model's one-time set-up went and what the persistent cache served.
-# programs_shared: OpenCL programs a model took from the models loaded before it (one context per process).
-_SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "programs_built", "programs_shared", "setup_weights_host_us",
+# programs_shared: OpenCL programs a model took from the models loaded before it (one context per process);
+# context_shared: 1 where the model's delegate joined a context made before it (the early device, or an earlier model).
+_SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "programs_built", "programs_shared", "context_shared",
+                "setup_weights_host_us",
                 "setup_weights_upload_us", "setup_tuning_us", "weights_on_device", "weights_on_host", "cache_dir",
                 "cache_hits", "cache_misses", "cache_rejected", "cache_stores", "tiles_tuned", "tiles_from_cache",
                 "tiles_untuned", "device_weight_bytes", "max_arena_bytes", "host_pages_released_bytes",
                 "max_host_weight_bytes")
 
 
-def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:
+def _startup_record(interp: Any, timeline: Any, early_device_s: float | None = None) -> dict[str, Any]:
     """Per model: delegate creation, interpreter load, first / second call (the first carries the one-time set-up;
     ``warmed_up``: it was Interpreter.warm_up's, on zero inputs, beside the other models'), and the delegate's own
-    set-up stats; plus the process timeline."""
+    set-up stats; plus the process timeline and ``early_device_s``, the OpenCL device made at process start
+    (sdlite.early_device; None: not made)."""
     models: dict[str, Any] = {}
     for name, r in interp.used_runners().items():
         stats = r.delegate_stats()
@@ -171,7 +174,7 @@ def _startup_record(interp: Any, timeline: Any) -> dict[str, Any]:
             "delegate": {k: stats[k] for k in _SETUP_STATS if k in stats} if stats else None,
             "gpu_bytes": r.gpu_bytes(stats),
         }
-    return {"timeline": timeline.to_dict(), "models": models}
+    return {"timeline": timeline.to_dict(), "early_device_s": early_device_s, "models": models}
 
 
 def _memory_record(interp: Any, startup: dict[str, Any], low_memory: bool) -> dict[str, Any]:
@@ -258,7 +261,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             for k, img in enumerate(results[0].images):
                 save_png(img, outputs[k], {**record, "seed": results[0].seeds[k], "image_index": k})
                 timeline.mark(f"png_{k}")
-        startup = _startup_record(interp, timeline)
+        early = getattr(args, "early_device", None)
+        startup = _startup_record(interp, timeline, early.made_s if early is not None else None)
         memory = _memory_record(interp, startup, args.low_memory)
     finally:
         interp.close()
@@ -489,7 +493,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.low_memory = True
                 options = {**PHONE_DELEGATE_OPTIONS, **options}
             with native.extra_options(**options):
-                rc = cmd_generate(args)
+                from sdlite.early_device import EarlyDevice
+
+                # the OpenCL device made while cmd_generate imports and checks the models (sdlite/early_device.py)
+                args.early_device = EarlyDevice.start(args.backend, options)
+                try:
+                    rc = cmd_generate(args)
+                finally:
+                    if args.early_device is not None:
+                        args.early_device.close()
         sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at interpreter exit
         return rc
     except SdliteError as exc:

@@ -426,6 +426,9 @@ def _library(path: str) -> ctypes.CDLL:
         "sdgpu_check_options": ([strings, strings, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
                                  ctypes.c_size_t], ctypes.c_int),
         "sdgpu_version": ([], ctypes.c_char_p),
+        # the external-delegate plugin ABI that ai_edge_litert's load_delegate calls (the error callback: NULL)
+        "tflite_plugin_create_delegate": ([strings, strings, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_void_p),
+        "tflite_plugin_destroy_delegate": ([ctypes.c_void_p], None),
     }
     for name, (argtypes, restype) in signatures.items():
         try:
@@ -434,6 +437,15 @@ def _library(path: str) -> ctypes.CDLL:
             raise OSError(f"{path} is not a matching sdgpu delegate build (no {name}; rebuild it)") from None
         fn.argtypes, fn.restype = argtypes, restype
     return lib
+
+
+def create_plugin_delegate(lib: ctypes.CDLL, options: Mapping[str, str]) -> int | None:
+    """A delegate made through the plugin ABI from ``{key: value}`` strings, without ai_edge_litert (no interpreter
+    will use it: sdlite.early_device holds one for its device); the pointer for ``tflite_plugin_destroy_delegate``,
+    or None where it could not be made (the delegate reports nothing: no error callback)."""
+    keys = (ctypes.c_char_p * len(options))(*(k.encode() for k in options))
+    values = (ctypes.c_char_p * len(options))(*(v.encode() for v in options.values()))
+    return lib.tflite_plugin_create_delegate(keys, values, len(options), None) or None
 
 
 def _lib() -> ctypes.CDLL:

@@ -152,7 +152,8 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
 
   // The context, the parsed library and every program already built: the process's, shared with the other
   // delegates of this device and build options (shared_programs.h). The queue is this device's own.
-  SDGPU_RETURN_IF_ERROR(SharedPrograms::Acquire(rt->api_, rt->device_, rt->build_options_, logger, &rt->shared_));
+  SDGPU_RETURN_IF_ERROR(SharedPrograms::Acquire(rt->api_, rt->device_, rt->build_options_, logger, &rt->shared_,
+                                                 &rt->context_shared_));
   const cl_command_queue_properties props = options.profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
   cl_command_queue q = api.clCreateCommandQueue(rt->context(), rt->device_, props, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue"));
@@ -181,6 +182,7 @@ gpu::Device::ProgramCounts OpenClDevice::program_counts() const {
   ProgramCounts c;
   c.built = programs_built_;
   c.shared = programs_shared_;
+  c.context_shared = context_shared_ ? 1 : 0;
   return c;
 }
 

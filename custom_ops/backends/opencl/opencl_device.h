@@ -127,6 +127,7 @@ class OpenClDevice final : public gpu::Device {
   // the stats meanwhile)
   mutable std::atomic<int> programs_built_{0};
   mutable std::atomic<int> programs_shared_{0};
+  bool context_shared_ = false;  // Create joined a state another device of the process had made
   mutable cl_program whole_ = nullptr;          // the whole library, once built (owned by shared_)
   mutable std::map<int, cl_program> unit_program_;  // built unit -> its program (owned by shared_)
   mutable std::set<int> wanted_units_;          // requested outside SpeculativeKernels scopes, not built yet

@@ -23,7 +23,7 @@ Registry& TheRegistry() {
 }  // namespace
 
 Status SharedPrograms::Acquire(const ClApi* api, cl_device_id device, const std::string& build_options,
-                               const Logger& logger, std::shared_ptr<SharedPrograms>* out) {
+                               const Logger& logger, std::shared_ptr<SharedPrograms>* out, bool* joined) {
   Registry& reg = TheRegistry();
   // Held while a new state is created (context + library parse, tens of ms): a second delegate created at the
   // same time then waits for that state instead of making its own twin.
@@ -35,6 +35,7 @@ Status SharedPrograms::Acquire(const ClApi* api, cl_device_id device, const std:
   if (auto it = reg.states.find(key); it != reg.states.end()) {
     if (std::shared_ptr<SharedPrograms> live = it->second.lock()) {
       *out = std::move(live);
+      if (joined != nullptr) *joined = true;
       return Status::Ok();
     }
   }
@@ -52,6 +53,7 @@ Status SharedPrograms::Acquire(const ClApi* api, cl_device_id device, const std:
   }
   reg.states[key] = s;
   *out = std::move(s);
+  if (joined != nullptr) *joined = false;
   return Status::Ok();
 }
 

@@ -44,9 +44,10 @@ namespace sdgpu::ocl {
 class SharedPrograms {
  public:
   // The state of (device, build_options) in this process: the one a live delegate holds, else a new one (context
-  // created, library parsed; a library that cannot be split is logged once, here, and built whole).
+  // created, library parsed; a library that cannot be split is logged once, here, and built whole). `joined`
+  // (optional): true where it was a live delegate's.
   static Status Acquire(const ClApi* api, cl_device_id device, const std::string& build_options, const Logger& logger,
-                        std::shared_ptr<SharedPrograms>* out);
+                        std::shared_ptr<SharedPrograms>* out, bool* joined = nullptr);
 
   SharedPrograms(const SharedPrograms&) = delete;
   SharedPrograms& operator=(const SharedPrograms&) = delete;

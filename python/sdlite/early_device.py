@@ -1,0 +1,72 @@
+"""The OpenCL device made on a thread while ``sdlite generate`` imports and checks its models.
+
+Why: the first OpenCL delegate of a process makes the device's context (and, on NVIDIA, starts the driver): 0.3 s of
+a warm 3 s start on an H200, on the critical path before the UNet's set-up could begin. The delegates of one process
+share that context (custom_ops/backends/opencl/shared_programs.h), so a delegate made at process start, on its own
+thread, does the work while Python imports the pipeline and reads the manifest; the models' delegates then join it.
+Held for the whole command, it also keeps the context alive between models a low-memory run loads one at a time.
+
+Only the options that choose the shared state (the backend and the activation storage, which changes the program)
+are passed; the hold never runs a model, logs nothing, and a failure is silent: the first model's own delegate then
+fails with the full message, as without it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The delegate options that select the process's shared OpenCL state (OpenClDevice::Create's build options).
+_STATE_OPTIONS = ("activations_fp16",)
+
+
+@dataclass
+class EarlyDevice:
+    backend: str
+    options: dict[str, str]
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _delegate: int | None = field(default=None, repr=False)
+    _lib: Any = field(default=None, repr=False)
+    made_s: float | None = None  # seconds the device took to make (None: not made)
+
+    @classmethod
+    def start(cls, backend: str, options: Mapping[str, Any]) -> EarlyDevice | None:
+        """Starts making ``backend``'s device with the state-selecting entries of ``options`` (delegate options as
+        :func:`sdlite.native.extra_options` holds them); None where there is nothing to make early (not OpenCL)."""
+        if backend != "opencl":
+            return None
+        strings = {"backend": backend, "log_level": "silent"}
+        for name in _STATE_OPTIONS:
+            if options.get(name) not in (None, False, 0, "0", "false"):
+                strings[name] = "1"
+        early = cls(backend=backend, options=strings)
+        early._thread = threading.Thread(target=early._make, name="sdlite-early-device", daemon=False)
+        early._thread.start()
+        return early
+
+    def _make(self) -> None:
+        import time
+
+        from sdlite import native
+
+        t0 = time.perf_counter()
+        try:
+            lib = native._lib()  # noqa: SLF001 - the typed library handle
+        except Exception:  # noqa: BLE001 - any failure: the models' delegates report it
+            return
+        handle = native.create_plugin_delegate(lib, self.options)
+        if handle:
+            self._lib, self._delegate = lib, handle
+            self.made_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Waits for the making to end and releases the hold (idempotent); the delegates made meanwhile keep the
+        device."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._delegate:
+            self._lib.tflite_plugin_destroy_delegate(self._delegate)
+            self._delegate = None

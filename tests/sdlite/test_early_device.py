@@ -1,0 +1,55 @@
+"""``sdlite generate --backend opencl`` makes the OpenCL device on a thread at process start (sdlite/early_device.py):
+the models' delegates join that context instead of the first of them making it on the critical path (issue 31), and a
+low-memory run, which releases each model before loading the next, keeps one context for all of them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdlite.early_device import EarlyDevice
+
+
+@pytest.mark.parametrize("low_memory", [False, True])
+def test_every_model_joins_the_early_device(tiny_export: Path, tmp_path: Path, low_memory: bool) -> None:
+    # a fresh process: in pytest's, a delegate of an earlier test could hold a context the models would join anyway
+    cmd = [sys.executable, "-m", "sdlite", "generate", str(tiny_export), "-p", "a cat", "-o", str(tmp_path / "a.png"),
+           "--steps", "2", "--num-threads", "1", "--json", "--backend", "opencl",
+           "--delegate-options", "cache_dir:none", *(["--low-memory"] if low_memory else [])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    startup = json.loads(proc.stdout)["startup"]
+    assert startup["early_device_s"] > 0
+    models = startup["models"]
+    assert set(models) == {"text_encoder", "unet", "vae_decoder"}
+    for name, record in models.items():
+        # made by none of the models: the UNet is loaded first, and would have made its own
+        assert record["delegate"]["context_shared"] == 1, (name, record["delegate"])
+
+
+def test_only_opencl_has_an_early_device() -> None:
+    assert EarlyDevice.start("cpu", {}) is None
+    assert EarlyDevice.start("gl", {}) is None
+
+
+def test_a_device_that_cannot_be_made_is_silent(capfd: pytest.CaptureFixture[str]) -> None:
+    """The hold's failure says nothing (the first model's own delegate reports it in full) and closes cleanly."""
+    bad = EarlyDevice(backend="opencl", options={"backend": "opencl", "log_level": "silent", "tensor_cores": "bogus"})
+    bad._make()
+    assert bad.made_s is None
+    bad.close()
+    bad.close()  # idempotent
+    assert capfd.readouterr().err == ""
+
+
+def test_the_state_options_follow_the_activation_storage() -> None:
+    early = EarlyDevice.start("opencl", {"activations_fp16": True, "profile_path": "/nonexistent/p.json"})
+    assert early is not None
+    try:
+        # the program (and so the shared state) depends on the storage; a profile path would be written by the hold
+        assert early.options == {"backend": "opencl", "log_level": "silent", "activations_fp16": "1"}
+    finally:
+        early.close()
