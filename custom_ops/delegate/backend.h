@@ -80,6 +80,7 @@ class Backend {
     long long host_weight_bytes = -1;
     long long max_host_weight_bytes = -1;      // the most host_weight_bytes was
     long long host_pages_released_bytes = -1;  // model weight pages given back to the system (release_weight_pages)
+    long long upload_ring_bytes = -1;          // set-up uploads through the device's UploadRing (weight_uploads)
     long long setup_weights_host_us = -1;
     long long setup_weights_upload_us = -1;
     long long setup_tuning_us = -1;

@@ -241,13 +241,23 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       } else {
         return Status::Error("option tensor_cores='" + std::string(value) + "' must be auto, off, 3xtf32 or fp64");
       }
+    } else if (key == "weight_uploads") {
+      if (value == "auto") {
+        out->weight_uploads = WeightUploads::kAuto;
+      } else if (value == "ring") {
+        out->weight_uploads = WeightUploads::kRing;
+      } else if (value == "direct") {
+        out->weight_uploads = WeightUploads::kDirect;
+      } else {
+        return Status::Error("option weight_uploads='" + std::string(value) + "' must be auto, ring or direct");
+      }
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
                            "profile_path, cache_dir, cache_max_mb, opencl_cache_dir, cache_programs, tuning_budget_ms, "
                            "setup_progress, weights_fp16, activations_fp16, release_weight_pages, "
                            "gemm_autotune, fuse_epilogues, "
-                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_finish_each, gl_barrier, "
+                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, weight_uploads, gl_finish_each, gl_barrier, "
                            "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir, gl_limits)");
     }
   }

@@ -72,6 +72,13 @@
 //                      parity 1.1e-5 against 2.1e-5 with fp32 FMAs (BENCHMARKS.md). "auto" (default) = "fp64"
 //                      where the device built those kernels (NVIDIA, compute capability >= 9), else "off". "off" = fp32
 //                      FMA arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) the fp32 kernels run.
+//   weight_uploads     opencl: how the first invoke's set-up uploads the model's weights (backends/opencl/upload_ring.h):
+//                      "ring" = through host-visible staging slots (CL_MEM_ALLOC_HOST_PTR, mapped once) that all host
+//                      cores fill, each written to the device from there (page-locked on a discrete GPU: DMA at its
+//                      own rate, overlapping the next fill); "direct" = one write from the model's memory each (the
+//                      driver copies through its own staging, on one core). "auto" (default) = "ring" on a device
+//                      without unified host memory (a discrete GPU), else "direct" (a phone's or PoCL's device reads
+//                      host-visible memory as its own, so the ring would only add a copy).
 //   gl_finish_each, gl_barrier, gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir
 //                      gl, debugging a driver-specific parity failure (not for production; backends/gl/gl_device.h):
 //                      "1" = glFinish after every launch; "minimal" = SHADER_STORAGE | BUFFER_UPDATE barrier bits only
@@ -112,6 +119,8 @@ bool ParseGlLimits(const std::string& text, GlLimits* out);
 enum class TensorCores { kAuto, kOff, k3xTf32, kFp64 };
 // cache_programs (see above).
 enum class CachePrograms { kAuto, kAlways, kNever };
+// weight_uploads (see above).
+enum class WeightUploads { kAuto, kRing, kDirect };
 
 struct DelegateOptions {
   std::string backend = "cpu";
@@ -136,6 +145,7 @@ struct DelegateOptions {
   std::string attention_tiling;  // gpu: forced SdAttention tiling suffix ("" = per-shape rule)
   LnFold layer_norm_fold = LnFold::kTwin;  // gpu: folded LayerNorm inside the GEMM, as its own launch, or timed
   TensorCores tensor_cores = TensorCores::kAuto;  // opencl: FP64 tensor cores where built (sm_90), 3xTF32, or fp32
+  WeightUploads weight_uploads = WeightUploads::kAuto;  // opencl: set-up uploads through a host-visible ring or not
   // gl debugging knobs (see above)
   bool gl_finish_each = false;
   bool gl_minimal_barrier = false;

@@ -75,6 +75,7 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
   counter("host_weight_bytes", counters.host_weight_bytes);
   counter("max_host_weight_bytes", counters.max_host_weight_bytes);
   counter("host_pages_released_bytes", counters.host_pages_released_bytes);
+  counter("upload_ring_bytes", counters.upload_ring_bytes);
   counter("setup_weights_host_us", counters.setup_weights_host_us);
   counter("setup_weights_upload_us", counters.setup_weights_upload_us);
   counter("setup_tuning_us", counters.setup_tuning_us);

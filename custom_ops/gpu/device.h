@@ -186,6 +186,16 @@ class Device {
   virtual Status Upload(const Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const = 0;
   // Blocking: waits for every earlier command, then copies into `dst`.
   virtual Status Download(const Buffer& buffer, size_t offset, size_t bytes, void* dst) const = 0;
+  // Uploads of the first invoke's weight set-up (gpu::DeviceStaging), where a backend has a faster path than Upload
+  // for many large writes in a row: Upload's contract with blocking = false, except that `src` may be reused as soon
+  // as it returns. Destroying it waits for its writes.
+  class UploadRing {
+   public:
+    virtual ~UploadRing() = default;
+    virtual Status Upload(const Buffer& buffer, size_t offset, size_t bytes, const void* src) = 0;
+  };
+  // Such a path for this device, or null (Upload is the path; also where making one failed).
+  virtual std::unique_ptr<UploadRing> CreateUploadRing() const { return nullptr; }
 
   // The kernel called `name`, compiled once per device (cached; repeated calls are cheap). A backend that compiles
   // lazily (OpenClDevice) returns a handle to a kernel it builds before its first launch: the request itself is
@@ -266,6 +276,9 @@ class Device {
   // release_weight_pages; stats host_pages_released_bytes). Never decremented.
   void NoteHostPagesReleased(size_t bytes) const { host_pages_released_.fetch_add(bytes, std::memory_order_relaxed); }
   size_t host_pages_released() const { return host_pages_released_.load(std::memory_order_relaxed); }
+  // Bytes uploaded through an UploadRing (stats upload_ring_bytes).
+  void NoteRingUploadBytes(size_t bytes) const { ring_upload_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  size_t ring_upload_bytes() const { return ring_upload_bytes_.load(std::memory_order_relaxed); }
 
   // Host time of the lazy set-up before and during the first invoke (stats setup_*_us, Backend::Counters):
   // producing packed / transformed constant weights on the host (PackedWeights), uploading weights (UploadWeights,
@@ -345,6 +358,7 @@ class Device {
   mutable std::atomic<long long> host_weight_bytes_{0};
   mutable std::atomic<long long> max_host_weight_bytes_{0};
   mutable std::atomic<size_t> host_pages_released_{0};
+  mutable std::atomic<size_t> ring_upload_bytes_{0};
   mutable std::array<std::atomic<long long>, 4> setup_ns_{};
   mutable std::vector<float> staging_;
   Overrides overrides_;

@@ -53,6 +53,7 @@ class GpuBackend final : public Backend {
     c.host_weight_bytes = device_->host_weight_bytes();
     c.max_host_weight_bytes = device_->max_host_weight_bytes();
     c.host_pages_released_bytes = static_cast<long long>(device_->host_pages_released());
+    c.upload_ring_bytes = static_cast<long long>(device_->ring_upload_bytes());
     c.setup_weights_host_us = device_->setup_ns(Device::Setup::kWeightsHost) / 1000;
     c.setup_weights_upload_us = device_->setup_ns(Device::Setup::kWeightsUpload) / 1000;
     c.setup_tuning_us = device_->setup_ns(Device::Setup::kTuning) / 1000;

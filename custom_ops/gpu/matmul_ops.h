@@ -184,6 +184,9 @@ size_t FloatPartialBytes(const Device& dev, size_t act_sized);
 // so an upload waits for the kernel that read the previous contents -- and grown when a larger one comes.
 class DeviceStaging {
  public:
+  // `ring`: upload through the device's UploadRing where it has one (PrepareWeights' shared staging; a weight made
+  // alone at its first Enqueue goes directly).
+  explicit DeviceStaging(bool ring = false) : want_ring_(ring) {}
   // Uploads `bytes` of `src` (model data, valid for the interpreter's lifetime: the copy may still be in flight on
   // return) and gives the buffer holding them.
   Status Upload(const Device& dev, const void* src, size_t bytes, const Buffer** out);
@@ -192,6 +195,8 @@ class DeviceStaging {
 
  private:
   std::unique_ptr<Buffer> buffer_, scratch_;
+  bool want_ring_ = false;
+  std::unique_ptr<Device::UploadRing> ring_;  // made at the first Upload; declared last: its writes end first
 };
 
 // A constant GEMM operand owned by its op, made once before the first invoke (gpu/weight_prep.h) -- or lazily at

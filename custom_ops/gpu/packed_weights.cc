@@ -36,7 +36,16 @@ Status DeviceStaging::Upload(const Device& dev, const void* src, size_t bytes, c
     buffer_.reset();  // a launch still reading it keeps it alive (OpenCL / GL release deferred)
     SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(bytes, &buffer_));
   }
-  SDGPU_RETURN_IF_ERROR(dev.Upload(*buffer_, 0, bytes, src, /*blocking=*/false));
+  if (want_ring_) {
+    want_ring_ = false;
+    ring_ = dev.CreateUploadRing();
+  }
+  if (ring_) {
+    SDGPU_RETURN_IF_ERROR(ring_->Upload(*buffer_, 0, bytes, src));
+    dev.NoteRingUploadBytes(bytes);
+  } else {
+    SDGPU_RETURN_IF_ERROR(dev.Upload(*buffer_, 0, bytes, src, /*blocking=*/false));
+  }
   *out = buffer_.get();
   return Status::Ok();
 }

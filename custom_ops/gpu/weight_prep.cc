@@ -131,7 +131,7 @@ Status PrepareWeights(const Device& dev, const std::vector<PackedWeights*>& weig
   if (on_device.empty() && on_host.empty()) return Status::Ok();
   SetupProgress& progress = dev.progress();
   progress.Begin("preparing weights", static_cast<long long>(on_device.size() + on_host.size()));
-  DeviceStaging staging;
+  DeviceStaging staging(/*ring=*/true);
   Status status;
   for (size_t i = 0; i < on_device.size() && status.ok(); ++i) {
     status = MakeInTurn(dev, on_device[i], &staging, before, made);

@@ -81,7 +81,7 @@ def _add_bench_args(b: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sdlite.schedulers import SCHEDULERS
+    from sdlite.scheduler_names import SCHEDULER_NAMES
 
     parser = _Parser(prog=PROG, description="Run Stable Diffusion models converted by sdconvert (TFLite/LiteRT).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--height", type=int, default=None, help="must equal the exported height (default: it)")
     g.add_argument("--width", type=int, default=None, help="must equal the exported width (default: it)")
     g.add_argument("--num-images", type=int, default=1)
-    g.add_argument("--scheduler", default="pndm", help=f"one of {', '.join(SCHEDULERS)} (default pndm)")
+    g.add_argument("--scheduler", default="pndm", help=f"one of {', '.join(SCHEDULER_NAMES)} (default pndm)")
     g.add_argument("--init-image", type=Path, default=None, help="img2img: start from this image")
     g.add_argument("--strength", type=float, default=0.8, help="img2img: how much to change it, (0, 1]")
     g.add_argument("-o", "--output", type=Path, default=Path("sdlite.png"),
@@ -150,11 +150,10 @@ def _output_paths(output: Path, n: int) -> list[Path]:
 # programs_shared: OpenCL programs a model took from the models loaded before it (one context per process);
 # context_shared: 1 where the model's delegate joined a context made before it (the early device, or an earlier model).
 _SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "programs_built", "programs_shared", "context_shared",
-                "setup_weights_host_us",
-                "setup_weights_upload_us", "setup_tuning_us", "weights_on_device", "weights_on_host", "cache_dir",
-                "cache_hits", "cache_misses", "cache_rejected", "cache_stores", "tiles_tuned", "tiles_from_cache",
-                "tiles_untuned", "device_weight_bytes", "max_arena_bytes", "host_pages_released_bytes",
-                "max_host_weight_bytes")
+                "setup_weights_host_us", "setup_weights_upload_us", "setup_tuning_us", "weights_on_device",
+                "weights_on_host", "cache_dir", "cache_hits", "cache_misses", "cache_rejected", "cache_stores",
+                "tiles_tuned", "tiles_from_cache", "tiles_untuned", "device_weight_bytes", "max_arena_bytes",
+                "host_pages_released_bytes", "upload_ring_bytes", "max_host_weight_bytes")
 
 
 def _startup_record(interp: Any, timeline: Any, early_device_s: float | None = None) -> dict[str, Any]:

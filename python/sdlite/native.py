@@ -45,8 +45,10 @@ LOG_LEVELS = ("silent", "error", "warning", "info", "debug")
 LAYER_NORM_FOLDS = ("auto", "twin", "rows")
 TENSOR_CORES = ("auto", "off", "3xtf32", "fp64")
 CACHE_PROGRAMS = ("auto", "1", "0")
+WEIGHT_UPLOADS = ("auto", "ring", "direct")
 # Options that take one of a few strings (None = the delegate's default)
-CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES, "cache_programs": CACHE_PROGRAMS}
+CHOICE_OPTIONS = {"layer_norm_fold": LAYER_NORM_FOLDS, "tensor_cores": TENSOR_CORES, "cache_programs": CACHE_PROGRAMS,
+                  "weight_uploads": WEIGHT_UPLOADS}
 # Integer options and their range (the delegate's ranges, delegate/options.cc)
 INT_RANGES = {"num_threads": (1, 256), "attention_block_q": (1, 1024), "attention_block_k": (1, 4096),
               "cache_max_mb": (1, 1048576), "tuning_budget_ms": (0, 3600000)}
@@ -127,6 +129,10 @@ class DelegateOptions:
     1.25-1.45x and head-dim-40 attention 1.2x faster than the fp32 kernels, the SD1.5 UNet step 7-12% faster with
     full-UNet parity 1.1e-5 against 2.1e-5, on an H200 (BENCHMARKS.md). ``"off"`` keeps fp32 FMA
     arithmetic everywhere.
+    ``weight_uploads`` (OpenCL; unset = the delegate's default, ``"auto"``): how the first invoke uploads the model's
+    weights: ``"ring"`` through host-visible staging buffers that all host cores fill (page-locked on a discrete GPU:
+    SD1.5's UNet weights went up at 9.2-9.6 GB/s instead of 4.0-4.3 on an H200 host), ``"direct"`` one driver write
+    from the model's memory each; ``"auto"`` is ``"ring"`` on a device without unified host memory, else ``"direct"``.
     GL debugging knobs (for localising a driver-specific parity failure, not for production;
     ``custom_ops/backends/gl/gl_device.h``): ``gl_finish_each`` (glFinish after every launch), ``gl_barrier``
     (``"minimal"``: SHADER_STORAGE | BUFFER_UPDATE barrier bits only; default ``"all"``), ``gl_plain_buffers`` (no
@@ -161,6 +167,7 @@ class DelegateOptions:
     attention_tiling: str | None = None
     layer_norm_fold: str | None = None
     tensor_cores: str | None = None
+    weight_uploads: str | None = None
     gl_finish_each: bool | None = None
     gl_barrier: str | None = None
     gl_plain_buffers: bool | None = None
@@ -223,7 +230,7 @@ class DelegateOptions:
             out["cache_dir"] = self.cache_dir
         elif self.opencl_cache_dir:  # the delegate warns once that it is deprecated
             out["opencl_cache_dir"] = self.opencl_cache_dir
-        for name in ("profile_path", "gemm_tiles", "attention_tiling", "layer_norm_fold", "tensor_cores",
+        for name in ("profile_path", "gemm_tiles", "attention_tiling", "layer_norm_fold", "tensor_cores", "weight_uploads",
                      "cache_programs", "gl_barrier", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
             value = getattr(self, name)
             if value:
@@ -388,7 +395,8 @@ def load(backend: str = "cpu", **opts: Any) -> Any:
     ``opts`` are :class:`DelegateOptions` fields (log_level, num_threads,
     attention_block_q, attention_block_k, profile_path, cache_dir, cache_max_mb, cache_programs, tuning_budget_ms,
     setup_progress, release_weight_pages, weights_fp16, activations_fp16, gemm_autotune,
-    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, gl_*),
+    fuse_epilogues, attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, weight_uploads,
+    gl_*),
     on top of those of an enclosing :func:`extra_options` block. Returns the
     ``ai_edge_litert`` delegate object; keep it alive as long as the interpreter.
     """

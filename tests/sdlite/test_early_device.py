@@ -53,3 +53,17 @@ def test_the_state_options_follow_the_activation_storage() -> None:
         assert early.options == {"backend": "opencl", "log_level": "silent", "activations_fp16": "1"}
     finally:
         early.close()
+
+
+def test_the_command_line_is_parsed_before_numpy_is_imported(tiny_export: Path) -> None:
+    """The early device starts once the options are parsed: that must not wait for numpy, LiteRT or PIL (0.1-0.3 s
+    of imports the device's making overlaps)."""
+    code = ("import sys\n"
+            "from sdlite.cli import build_parser, parse_args\n"
+            "from sdlite import native\n"
+            f"args = parse_args(build_parser(), ['generate', {str(tiny_export)!r}, '-p', 'x', '--backend', 'opencl'])\n"
+            "native.parse_options_text('activations_fp16:1')\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'PIL', 'ai_edge_litert'))\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -139,3 +139,10 @@ def test_bad_config_and_steps_are_errors() -> None:
 def test_config_from_dict_ignores_unknown_keys() -> None:
     cfg = SchedulerConfig.from_dict({**SD1_SCHEDULER, "foo": 1, "_diffusers_version": "0.6.0"})
     assert cfg.steps_offset == 1 and cfg.skip_prk_steps and cfg.beta_schedule == "scaled_linear"
+
+
+def test_the_parser_names_every_scheduler_in_the_registry_order() -> None:
+    from sdlite.scheduler_names import SCHEDULER_NAMES
+    from sdlite.schedulers import SCHEDULERS
+
+    assert SCHEDULER_NAMES == tuple(SCHEDULERS)

@@ -15,6 +15,9 @@ Status CreateOpenClBackend(const DelegateOptions& options, const Logger& logger,
                      : options.cache_programs == CachePrograms::kNever ? ocl::StoreBinaries::kNever
                                                                        : ocl::StoreBinaries::kAuto;
   o.act_half = options.activations_fp16;
+  o.uploads = options.weight_uploads == WeightUploads::kRing     ? ocl::OpenClDeviceOptions::Uploads::kRing
+              : options.weight_uploads == WeightUploads::kDirect ? ocl::OpenClDeviceOptions::Uploads::kDirect
+                                                                 : ocl::OpenClDeviceOptions::Uploads::kAuto;
   std::unique_ptr<ocl::OpenClDevice> device;
   SDGPU_RETURN_IF_ERROR(ocl::OpenClDevice::Create(o, logger, &device));
   device->set_cache(o.cache);

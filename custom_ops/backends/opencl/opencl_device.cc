@@ -7,6 +7,7 @@
 #include "common/build_id.h"
 #include "gpu/op_util.h"
 
+#include "backends/opencl/host_staging_ring.h"
 #include "backends/opencl/nvidia/attention_tilings.h"
 
 namespace sdgpu::ocl {
@@ -149,6 +150,11 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                                                      &local_bytes, nullptr),
                                 "clGetDeviceInfo(LOCAL_MEM_SIZE)"));
   rt->local_memory_bytes_ = static_cast<size_t>(local_bytes);
+  cl_bool unified = CL_FALSE;  // (deprecated in OpenCL 2.0, still answered; unknown = a discrete device)
+  if (api.clGetDeviceInfo(rt->device_, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, nullptr) ==
+      CL_SUCCESS) {
+    rt->unified_memory_ = unified == CL_TRUE;
+  }
 
   // The context, the parsed library and every program already built: the process's, shared with the other
   // delegates of this device and build options (shared_programs.h). The queue is this device's own.
@@ -448,6 +454,30 @@ Status OpenClDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* ou
   SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clCreateBuffer(" + std::to_string(bytes) + " bytes)").c_str()));
   *out = std::make_unique<OpenClBuffer>(ClMemHandle(api_, m), bytes);
   return Status::Ok();
+}
+
+namespace {
+class OpenClUploadRing final : public gpu::Device::UploadRing {
+ public:
+  explicit OpenClUploadRing(std::unique_ptr<HostStagingRing> ring) : ring_(std::move(ring)) {}
+  Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src) override {
+    return bytes == 0 ? Status::Ok() : ring_->Write(MemOf(&buffer), offset, bytes, src);
+  }
+
+ private:
+  std::unique_ptr<HostStagingRing> ring_;
+};
+}  // namespace
+
+std::unique_ptr<gpu::Device::UploadRing> OpenClDevice::CreateUploadRing() const {
+  using Uploads = OpenClDeviceOptions::Uploads;
+  if (options_.uploads == Uploads::kDirect || (options_.uploads == Uploads::kAuto && unified_memory_)) return nullptr;
+  std::unique_ptr<HostStagingRing> ring;
+  if (Status s = HostStagingRing::Create(api_, context(), queue(), &ring); !s.ok()) {
+    logger_.Info("opencl: weights go up directly (" + s.message() + ")");
+    return nullptr;
+  }
+  return std::make_unique<OpenClUploadRing>(std::move(ring));
 }
 
 Status OpenClDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src,

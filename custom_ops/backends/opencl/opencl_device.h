@@ -45,6 +45,9 @@ struct OpenClDeviceOptions {
   std::shared_ptr<const DiskCache> cache;  // the persistent cache (program binaries); null = none
   StoreBinaries store_binaries = StoreBinaries::kAuto;  // delegate option cache_programs
   bool act_half = false;  // delegate option activations_fp16: the program is built with -DSD_ACT_HALF=1
+  // delegate option weight_uploads: through a HostStagingRing always, never, or (kAuto) on a device without unified
+  // host memory
+  enum class Uploads { kAuto, kRing, kDirect } uploads = Uploads::kAuto;
 };
 
 class OpenClDevice final : public gpu::Device {
@@ -65,6 +68,7 @@ class OpenClDevice final : public gpu::Device {
   std::vector<gpu::AttnTiling> vendor_attention_tilings() const override;
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
+  std::unique_ptr<UploadRing> CreateUploadRing() const override;
   Status Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const override;
   Status Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const override;
   Status GetKernel(const std::string& name, const gpu::Kernel** out) const override;
@@ -117,6 +121,7 @@ class OpenClDevice final : public gpu::Device {
   bool cpu_device_ = false;    // CL_DEVICE_TYPE_CPU (PoCL): program binaries not stored by default (program_builder.h)
   size_t max_wg_ = 0;
   int compute_units_ = 0;
+  bool unified_memory_ = false;  // CL_DEVICE_HOST_UNIFIED_MEMORY
   size_t local_memory_bytes_ = 0;  // CL_DEVICE_LOCAL_MEM_SIZE
   ClQueueHandle queue_;
   Logger logger_;
