@@ -11,6 +11,7 @@
 
 #include "abi/int_array.h"
 #include "common/half.h"
+#include "common/serial_worker.h"
 #include "delegate/partitioner.h"
 #include "delegate/sd_delegate.h"
 #include "delegate/tflite_graph.h"
@@ -768,12 +769,23 @@ Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
   // producer's upload may still read its source after Ensure returns (a non-blocking write: PoCL copies later), so
   // those go in batches of 64 MiB (an eighth of a smaller model), one batch behind: when a batch is complete a fence
   // is set after it, and the batch before goes once its fence has passed -- the device is never drained, and the host
-  // holds about two batches of them.
+  // holds about two batches of them. The file pages go back on a thread of their own (madvise over SD1.5's UNet file
+  // took ~70 ms of the uploading thread), drained once every weight is made.
+  SerialWorker releases;
   std::unordered_map<const abi::TfLiteTensor*, int> pending;
   std::set<const PackedWeights*> on_device;
   std::vector<const abi::TfLiteTensor*> uploading, in_flight;
   std::unique_ptr<Fence> in_flight_fence;
   size_t uploading_bytes = 0, device_batch = 0;
+  // (at this scope: `made` calls it during PrepareWeights, after the block below). A folded constant's float32 copy
+  // is freed at once (a free, and the host's peak of them is what release_weight_pages bounds); file pages later.
+  auto release = [this, &releases](const abi::TfLiteTensor* t) {
+    if (FoldedConstant* f = FoldedOf(t)) {
+      FreeFolded(f);
+    } else {
+      releases.Post([this, t] { GivePages(t); });
+    }
+  };
   std::function<Status(const PackedWeights*)> before;
   std::function<void(const PackedWeights*)> made;
   if (backend_->options().release_weight_pages) {
@@ -792,13 +804,6 @@ Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
     size_t total = 0;
     for (const auto& [t, n] : pending) total += t->bytes;
     device_batch = std::min(size_t{64} << 20, std::max<size_t>(total / 8, 1));
-    auto release = [this](const abi::TfLiteTensor* t) {
-      if (FoldedConstant* f = FoldedOf(t)) {
-        FreeFolded(f);
-      } else {
-        GivePages(t);
-      }
-    };
     before = [&](const PackedWeights* w) -> Status {  // on the weight producers' thread
       for (const abi::TfLiteTensor* t : ConstantInputs(context, steps_[step_of.at(w)])) {
         if (FoldedConstant* f = FoldedOf(t)) SDGPU_RETURN_IF_ERROR(FillFolded(f));
@@ -828,7 +833,9 @@ Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
       }
     };
   }
-  SDGPU_RETURN_IF_ERROR(PrepareWeights(dev, weights, before, made));
+  const Status prepared = PrepareWeights(dev, weights, before, made);
+  releases.Drain();  // before anything below reads a FoldedConstant's state
+  SDGPU_RETURN_IF_ERROR(prepared);
   for (auto& [index, f] : folded_) {  // what the first Enqueue may still read (lazy weights)
     if (f->state == FoldedConstant::State::kEmpty) SDGPU_RETURN_IF_ERROR(FillFolded(f.get()));
   }

@@ -4,7 +4,8 @@
 //      only uploads and kernel launches are enqueued, so the device works through them while the host goes on;
 //   2. then the host-made ones (LayerNorm / gated-GELU folds, half weights) as a two-stage pipeline: one thread
 //      produces weight i+1 (each producer spreads over the host's cores) while this thread uploads weight i, in
-//      op order (a LayerNorm fold's bias and column sums come from the sums its weights' producer left).
+//      op order (a LayerNorm fold's bias and column sums come from the sums its weights' producer left); that
+//      thread starts with step 1, so the first host-made weights are ready when the device-made ones are up.
 // GL contexts are current on one thread: every device call stays on the calling thread. Progress: the set-up phase
 // "preparing weights" (gpu/setup_progress.h); stats weights_on_device / weights_on_host.
 // `before` (optional) is called before a weight is produced, on the thread producing it (the host pipeline's
