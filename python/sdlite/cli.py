@@ -199,7 +199,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     timeline = getattr(args, "timeline", None) or Timeline()
     from dataclasses import replace
 
-    from sdlite.images import load_init_image, save_png
+    from sdlite.images import load_init_image, save_png, warm_png_writer
     from sdlite.interpreter import Interpreter
     from sdlite.noise import per_image_noise
     from sdlite.pipeline import GenerationParams, StableDiffusionPipeline
@@ -234,9 +234,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         # fail on an unavailable backend before any work (low memory: the first model only; it is needed first)
         pipes: list[StableDiffusionPipeline] = []
 
-        def models_loaded() -> None:
+        def models_loaded() -> None:  # (beside the warm-ups: what it imports and reads is off the first PNG's way)
             timeline.mark("models_loaded")
             pipes.append(StableDiffusionPipeline(interp, low_memory=args.low_memory))  # (reads the tokenizer)
+            warm_png_writer()
 
         if args.low_memory:  # one model at a time, as the pipeline reaches it
             interp.load_all(("text_encoder",))

@@ -30,6 +30,20 @@ def parameters_text(p: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def warm_png_writer() -> None:
+    """Imports PIL's PNG writer and encodes a tiny image once: the first :func:`save_png` of a process took 60-90 ms
+    (PIL's import, its plugin registry, zlib's first encoder) against ~30 for later ones. sdlite generate calls this
+    while the models' first inferences run on their threads, off the way to the first PNG."""
+    import io
+
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("sdlite", "{}")
+    Image.new("RGB", (8, 8)).save(io.BytesIO(), format="PNG", pnginfo=info, compress_level=1)
+
+
 def save_png(image: np.ndarray, path: Path, params: dict[str, Any]) -> None:
     """Write uint8 ``[H, W, 3]`` ``image`` to ``path`` with ``params`` in PNG text chunks."""
     from PIL import Image

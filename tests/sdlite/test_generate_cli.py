@@ -162,3 +162,15 @@ def test_console_entry_point_exit_status(tiny_export: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr == "sdlite: error: height must be a positive multiple of 8, got 63\n"
     assert proc.stdout == ""
+
+
+def test_the_png_writer_is_warmed_off_the_way_to_the_first_png() -> None:
+    """warm_png_writer (called beside the models' warm-ups) leaves PIL's PNG writer imported, so the first save_png
+    pays only its encoding."""
+    code = ("import sys\n"
+            "from sdlite.images import warm_png_writer\n"
+            "assert 'PIL.PngImagePlugin' not in sys.modules\n"
+            "warm_png_writer()\n"
+            "assert 'PIL.PngImagePlugin' in sys.modules and 'zlib' in sys.modules\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
