@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "backends/gl/shared_binaries.h"
 #include "common/build_id.h"
 #include "common/hash64.h"
 #include "gpu/op_util.h"
@@ -400,25 +401,44 @@ Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t,
   return Status::Ok();
 }
 
+bool GlDevice::ProgramFromBinary(const std::string& payload, GLuint* id) const {
+  const GlApi& a = api();
+  if (payload.size() <= 4) return false;
+  GLenum format = 0;  // payload: [format, uint32 LE][binary]
+  for (int i = 3; i >= 0; --i) format = (format << 8) | static_cast<unsigned char>(payload[static_cast<size_t>(i)]);
+  const GLuint prog = a.glCreateProgram();
+  a.glProgramBinary(prog, format, payload.data() + 4, static_cast<GLsizei>(payload.size() - 4));
+  GLint ok = 0;
+  a.glGetProgramiv(prog, GL_LINK_STATUS, &ok);
+  if (ok && GlCheck(a, "glProgramBinary").ok()) {
+    *id = prog;
+    return true;
+  }
+  a.glDeleteProgram(prog);
+  a.glGetError();
+  return false;
+}
+
 Status GlDevice::LinkProgram(const std::string& source, const std::string& what, GLuint* id) const {
   const GlApi& a = api();
   const std::string key = "glprog|" + cache_key() + "|" + Hex64(Hash64(source)) + "|" + std::to_string(source.size());
   std::string payload;  // [format, uint32 LE][binary]
   if (program_binaries_ && cache().Load(CacheKind::kProgram, key, &payload) && payload.size() > 4) {
-    GLenum format = 0;
-    for (int i = 3; i >= 0; --i) format = (format << 8) | static_cast<unsigned char>(payload[static_cast<size_t>(i)]);
-    const GLuint prog = a.glCreateProgram();
-    a.glProgramBinary(prog, format, payload.data() + 4, static_cast<GLsizei>(payload.size() - 4));
-    GLint ok = 0;
-    a.glGetProgramiv(prog, GL_LINK_STATUS, &ok);
-    if (ok && GlCheck(a, "glProgramBinary").ok()) {
-      *id = prog;
+    if (ProgramFromBinary(payload, id)) {
+      ++programs_built_;
       return Status::Ok();
     }
-    a.glDeleteProgram(prog);
-    a.glGetError();
     // A valid entry (its checksums held) that this driver refuses: compiled again below, and the entry replaced.
     logger_.Warning("gl: the driver refused a cached program binary for " + what + "; compiling it again");
+  }
+  // Another GL delegate of the process compiling the same program right now: wait for its binary instead of compiling
+  // it too (shared_binaries.h). A claim this device takes is published below, or as "none" if the compile fails.
+  std::string shared;
+  SharedBinaries::Claim claim =
+      program_binaries_ ? SharedBinaries::Process().ClaimOrWait(key, &shared) : SharedBinaries::Claim();
+  if (program_binaries_ && !claim.owns() && ProgramFromBinary(shared, id)) {
+    ++programs_shared_;
+    return Status::Ok();
   }
   const GLuint shader = a.glCreateShader(GL_COMPUTE_SHADER);
   if (shader == 0) {
@@ -452,7 +472,7 @@ Status GlDevice::LinkProgram(const std::string& source, const std::string& what,
     a.glDeleteProgram(prog);
     return Status::Error("gl: linking " + what + " failed: " + FirstLines(log.c_str(), 4));
   }
-  if (program_binaries_ && cache().enabled()) {
+  if (program_binaries_ && (cache().enabled() || claim.owns())) {
     GLint n = 0;
     a.glGetProgramiv(prog, GL_PROGRAM_BINARY_LENGTH, &n);
     if (n > 0) {
@@ -463,10 +483,12 @@ Status GlDevice::LinkProgram(const std::string& source, const std::string& what,
       if (GlCheck(a, "glGetProgramBinary").ok() && got > 0 && got <= n) {
         for (int i = 0; i < 4; ++i) bin[static_cast<size_t>(i)] = static_cast<char>((format >> (8 * i)) & 0xff);
         bin.resize(static_cast<size_t>(got) + 4);
-        cache().Store(CacheKind::kProgram, key, bin);
+        if (cache().enabled()) cache().Store(CacheKind::kProgram, key, bin);
+        claim.Publish(bin);
       }
     }
   }
+  ++programs_built_;
   *id = prog;
   return Status::Ok();
 }

@@ -98,6 +98,12 @@ class GlDevice final : public gpu::Device {
   bool profiling() const override { return options_.profiling; }
   const char* timing_method() const override { return timer_query_ ? "gl_timer_query" : "gl_finish_host_clock"; }
   std::string cache_key() const override { return device_key_; }
+  ProgramCounts program_counts() const override {
+    ProgramCounts c;
+    c.built = programs_built_;
+    c.shared = programs_shared_;
+    return c;
+  }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
   // An arena above the storage block size is bound per argument as a range (glBindBufferRange) that starts at the
@@ -146,6 +152,8 @@ class GlDevice final : public gpu::Device {
   // The caller holds a GlScope. A linked program for `source`: from the persistent cache when it has a binary the
   // driver takes, else compiled (and its binary stored). *id = 0 and an error when the source does not compile.
   Status LinkProgram(const std::string& source, const std::string& what, GLuint* id) const;
+  // A program from a [format, uint32 LE][binary] payload; false (nothing made) where the driver refuses it.
+  bool ProgramFromBinary(const std::string& payload, GLuint* id) const;
   Status CheckSignature(const std::string& kernel, const Program& p, const gpu::Args& args) const;
   Status ResolveTimers() const;
   // gl_dump_dir: best effort (a failed write is logged, never an error).
@@ -159,6 +167,8 @@ class GlDevice final : public gpu::Device {
   std::string device_name_;
   std::string device_key_;    // "gl|vendor|renderer|version|build" (cache keys)
   bool program_binaries_ = false;  // the driver has binary formats and the ES 3.0 binary entry points
+  mutable long long programs_built_ = 0;   // compiled, or read from the delegate cache (stats programs_built)
+  mutable long long programs_shared_ = 0;  // binaries another GL delegate of the process compiled meanwhile
   GLint max_invocations_ = 0;
   GLint shared_bytes_ = 0;  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE
   std::array<GLint, 3> max_group_count_ = {0, 0, 0};
