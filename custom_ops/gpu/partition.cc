@@ -834,7 +834,7 @@ Status GpuPartition::FirstInvokeSetup(abi::TfLiteContext* context) {
     };
   }
   const Status prepared = PrepareWeights(dev, weights, before, made);
-  releases.Drain();  // before anything below reads a FoldedConstant's state
+  releases.Drain();  // the pages are given back before the first inference launches anything
   SDGPU_RETURN_IF_ERROR(prepared);
   for (auto& [index, f] : folded_) {  // what the first Enqueue may still read (lazy weights)
     if (f->state == FoldedConstant::State::kEmpty) SDGPU_RETURN_IF_ERROR(FillFolded(f.get()));
