@@ -496,12 +496,15 @@ def main(argv: list[str] | None = None) -> int:
                 from sdlite.early_device import EarlyDevice
 
                 # the OpenCL device made while cmd_generate imports and checks the models (sdlite/early_device.py)
-                args.early_device = EarlyDevice.start(args.backend, options)
+                args.early_device = early = EarlyDevice.start(args.backend, options)
                 try:
                     rc = cmd_generate(args)
-                finally:
-                    if args.early_device is not None:
-                        args.early_device.close()
+                except BaseException:
+                    if early is not None:  # the error is printed now, not once the device is made
+                        early.abandon()
+                    raise
+                if early is not None:
+                    early.close()
         sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at interpreter exit
         return rc
     except SdliteError as exc:

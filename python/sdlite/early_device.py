@@ -29,6 +29,8 @@ class EarlyDevice:
     _thread: threading.Thread | None = field(default=None, repr=False)
     _delegate: int | None = field(default=None, repr=False)
     _lib: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _abandoned: bool = field(default=False, repr=False)
     made_s: float | None = None  # seconds the device took to make (None: not made)
 
     @classmethod
@@ -57,9 +59,14 @@ class EarlyDevice:
         except Exception:  # noqa: BLE001 - any failure: the models' delegates report it
             return
         handle = native.create_plugin_delegate(lib, self.options)
-        if handle:
-            self._lib, self._delegate = lib, handle
-            self.made_s = time.perf_counter() - t0
+        if not handle:
+            return
+        with self._lock:
+            if not self._abandoned:
+                self._lib, self._delegate = lib, handle
+                self.made_s = time.perf_counter() - t0
+                return
+        lib.tflite_plugin_destroy_delegate(handle)  # the command ended meanwhile (abandon)
 
     def close(self) -> None:
         """Waits for the making to end and releases the hold (idempotent); the delegates made meanwhile keep the
@@ -67,6 +74,18 @@ class EarlyDevice:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._delegate:
-            self._lib.tflite_plugin_destroy_delegate(self._delegate)
-            self._delegate = None
+        self._release()
+
+    def abandon(self) -> None:
+        """Releases the hold without waiting (a command that failed: its error is not held back while the device is
+        still being made); a making still running releases what it makes when it ends. The thread is not a daemon, so
+        the process still waits for it before exiting."""
+        with self._lock:
+            self._abandoned = True
+        self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            delegate, self._delegate = self._delegate, None
+        if delegate:
+            self._lib.tflite_plugin_destroy_delegate(delegate)

@@ -67,3 +67,18 @@ def test_the_command_line_is_parsed_before_numpy_is_imported(tiny_export: Path) 
             "assert not heavy, heavy\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_an_abandoned_device_is_released_when_made(capfd: pytest.CaptureFixture[str]) -> None:
+    """A command that fails releases the hold without waiting for the device (its error is printed at once); the
+    making thread releases what it makes when it ends."""
+    early = EarlyDevice.start("opencl", {})
+    assert early is not None
+    early.abandon()
+    thread = early._thread
+    assert thread is not None
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert early._delegate is None  # released by the thread (or never made)
+    early.close()  # still safe afterwards
+    assert capfd.readouterr().err == ""
