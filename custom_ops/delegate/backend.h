@@ -87,7 +87,7 @@ class Backend {
     long long setup_programs_us = -1;  // building programs: compiled, or read from the persistent cache
     long long programs_built = -1;     // programs the backend compiled or read from the persistent cache
     long long programs_shared = -1;    // programs taken ready-made from another delegate of the process
-    long long context_shared = -1;     // 1: the device context was another delegate's (sdlite's early device), 0: its own
+    long long context_shared = -1;     // 1: the device's context was another delegate's (e.g. sdlite's early one)
     long long weights_on_device = -1;  // constant weights produced on the device from the model's bytes
     long long weights_on_host = -1;    // ... and on the host (packed / folded there, then uploaded)
   };

@@ -257,7 +257,8 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
                            "profile_path, cache_dir, cache_max_mb, opencl_cache_dir, cache_programs, tuning_budget_ms, "
                            "setup_progress, weights_fp16, activations_fp16, release_weight_pages, "
                            "gemm_autotune, fuse_epilogues, "
-                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, weight_uploads, gl_finish_each, gl_barrier, "
+                           "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, "
+                           "weight_uploads, gl_finish_each, gl_barrier, "
                            "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir, gl_limits)");
     }
   }

@@ -72,7 +72,7 @@
 //                      parity 1.1e-5 against 2.1e-5 with fp32 FMAs (BENCHMARKS.md). "auto" (default) = "fp64"
 //                      where the device built those kernels (NVIDIA, compute capability >= 9), else "off". "off" = fp32
 //                      FMA arithmetic everywhere. Without NVIDIA's OpenCL (no inline PTX) the fp32 kernels run.
-//   weight_uploads     opencl: how the first invoke's set-up uploads the model's weights (backends/opencl/upload_ring.h):
+//   weight_uploads     opencl: how the first invoke's set-up uploads the model's weights (opencl/host_staging_ring.h):
 //                      "ring" = through host-visible staging slots (CL_MEM_ALLOC_HOST_PTR, mapped once) that all host
 //                      cores fill, each written to the device from there (page-locked on a discrete GPU: DMA at its
 //                      own rate, overlapping the next fill); "direct" = one write from the model's memory each (the

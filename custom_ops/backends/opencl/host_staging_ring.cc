@@ -58,7 +58,8 @@ Status HostStagingRing::Write(cl_mem dst, size_t offset, size_t bytes, const voi
       slot.written.reset();
     }
     auto* to = static_cast<unsigned char*>(slot.host);
-    const size_t parts = std::min<size_t>(static_cast<size_t>(copiers_->num_threads()), (n + kCopyGrain - 1) / kCopyGrain);
+    const size_t parts =
+        std::min<size_t>(static_cast<size_t>(copiers_->num_threads()), (n + kCopyGrain - 1) / kCopyGrain);
     const size_t per = (n + parts - 1) / parts;
     copiers_->ParallelForIf(parts > 1, parts, [&](size_t p, int) {
       const size_t b = p * per, e = std::min(n, b + per);
