@@ -231,8 +231,7 @@ class DelegateOptions:
         elif self.opencl_cache_dir:  # the delegate warns once that it is deprecated
             out["opencl_cache_dir"] = self.opencl_cache_dir
         for name in ("profile_path", "gemm_tiles", "attention_tiling", "layer_norm_fold", "tensor_cores",
-                     "weight_uploads",
-                     "cache_programs", "gl_barrier", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
+                     "weight_uploads", "cache_programs", "gl_barrier", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)
