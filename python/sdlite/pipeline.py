@@ -212,8 +212,11 @@ class StableDiffusionPipeline:
         self.progress_bar = True
         # One model on the device at a time: the text encoder is released before the UNet loads, the UNet before
         # the VAE (Apple's ml-stable-diffusion reduceMemory). Peak GPU memory becomes the largest model's instead
-        # of the sum; each image reloads the models (cheap with the delegate's persistent cache).
+        # of the sum; each image reloads the models it runs (cheap with the delegate's persistent cache).
         self.low_memory = low_memory
+        # The last prompts' text embeddings: the next image of the same prompts (sdlite generate --num-images,
+        # diffusers' num_images_per_prompt) runs no text encoder.
+        self._embeds: tuple[tuple[str, ...], np.ndarray] | None = None
 
     def set_progress_bar_config(self, disable: bool = False) -> None:
         """diffusers' switch for the denoising progress bar (``disable=True``: none)."""
@@ -277,6 +280,17 @@ class StableDiffusionPipeline:
                 chunk = np.concatenate([chunk, np.repeat(chunk[-1:], pad, axis=0)])
             rows.append(te.run(**{ids_name: chunk})[out_name][: batch - pad])
         return np.concatenate(rows).astype(np.float32)
+
+    def prompt_embeds(self, prompts: list[str]) -> np.ndarray:
+        """:meth:`encode_prompts`, or the previous call's (read-only) result when the prompts are the same."""
+        key = tuple(prompts)
+        if self._embeds is not None and self._embeds[0] == key:
+            return self._embeds[1]
+        embeds = self.encode_prompts(prompts)
+        check_finite(embeds, f"the text embedding from {self._file('text_encoder')}")
+        embeds.setflags(write=False)
+        self._embeds = (key, embeds)
+        return embeds
 
     def _unet_io(self) -> tuple[ModelRunner, str, str, str, str]:
         unet = self.interpreter.runner("unet")
@@ -422,8 +436,7 @@ class StableDiffusionPipeline:
 
         t0 = time.perf_counter()
         prompts = [params.negative_prompt, params.prompt] if params.do_cfg else [params.prompt]
-        embeds = self.encode_prompts(prompts)
-        check_finite(embeds, f"the text embedding from {self._file('text_encoder')}")
+        embeds = self.prompt_embeds(prompts)
         timings.text_encoder_s = time.perf_counter() - t0
         uncond, cond = (embeds[0:1], embeds[1:2]) if params.do_cfg else (None, embeds[0:1])
         self._done_with("text_encoder")
