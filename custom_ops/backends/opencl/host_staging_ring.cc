@@ -8,29 +8,22 @@ namespace sdgpu::ocl {
 namespace {
 
 // A slot's fill is split into copies of at least this size (smaller ones cost more in wake-ups than they save).
-constexpr size_t kCopyGrain = size_t{512} << 10;
+constexpr size_t kCopyGrain = size_t{1} << 20;
 constexpr unsigned kMaxCopiers = 8;
 
 }  // namespace
 
 HostStagingRing::HostStagingRing(const ClApi* api, cl_command_queue queue) : api_(api), queue_(queue) {}
 
-Status HostStagingRing::Create(const ClApi* api, cl_context context, cl_device_id device, cl_command_queue queue,
+Status HostStagingRing::Create(const ClApi* api, cl_context context, cl_command_queue queue,
                                std::unique_ptr<HostStagingRing>* out) {
   std::unique_ptr<HostStagingRing> ring(new HostStagingRing(api, queue));
-  for (int i = 0; i < kQueues; ++i) {
-    cl_int err = CL_SUCCESS;
-    cl_command_queue q = api->clCreateCommandQueue(context, device, 0, &err);
-    SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateCommandQueue(transfer queue)"));
-    ring->transfers_.emplace_back(api, q);
-  }
   for (int i = 0; i < kSlots; ++i) {
     cl_int err = CL_SUCCESS;
     cl_mem m = api->clCreateBuffer(context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_ONLY, kSlotBytes, nullptr, &err);
     SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateBuffer(staging slot)"));
     Slot slot;
     slot.mem = ClMemHandle(api, m);
-    slot.queue = i % kQueues;  // consecutive chunks go to different queues
     slot.host = api->clEnqueueMapBuffer(queue, m, CL_TRUE, CL_MAP_WRITE, 0, kSlotBytes, 0, nullptr, nullptr, &err);
     SDGPU_RETURN_IF_ERROR(ClCheck(err, "clEnqueueMapBuffer(staging slot)"));
     ring->slots_.push_back(std::move(slot));
@@ -54,18 +47,10 @@ HostStagingRing::~HostStagingRing() {
 }
 
 Status HostStagingRing::Write(cl_mem dst, size_t offset, size_t bytes, const void* src) {
-  if (bytes == 0) return Status::Ok();
-  cl_event before_raw = nullptr;
-  SDGPU_RETURN_IF_ERROR(ClCheck(api_->clEnqueueMarkerWithWaitList(queue_, 0, nullptr, &before_raw),
-                                "clEnqueueMarkerWithWaitList(before a staged write)"));
-  const ClEventHandle before(api_, before_raw);
-  SDGPU_RETURN_IF_ERROR(ClCheck(api_->clFlush(queue_), "clFlush"));  // the marker must reach the device to complete
-  std::vector<int> last_slot(static_cast<size_t>(kQueues), -1);  // per transfer queue, this write's last chunk
   const auto* from = static_cast<const unsigned char*>(src);
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(kSlotBytes, bytes - done);
-    const int index = next_;
-    Slot& slot = slots_[static_cast<size_t>(index)];
+    Slot& slot = slots_[static_cast<size_t>(next_)];
     next_ = (next_ + 1) % kSlots;
     if (slot.written) {
       cl_event e = slot.written.get();
@@ -80,26 +65,16 @@ Status HostStagingRing::Write(cl_mem dst, size_t offset, size_t bytes, const voi
       const size_t b = p * per, e = std::min(n, b + per);
       if (b < e) std::memcpy(to + b, from + done + b, e - b);
     });
-    cl_command_queue transfer = transfers_[static_cast<size_t>(slot.queue)].get();
     cl_event ev = nullptr;
-    SDGPU_RETURN_IF_ERROR(ClCheck(api_->clEnqueueWriteBuffer(transfer, dst, CL_FALSE, offset + done, n, to, 1,
-                                                             &before_raw, &ev),
+    SDGPU_RETURN_IF_ERROR(ClCheck(api_->clEnqueueWriteBuffer(queue_, dst, CL_FALSE, offset + done, n, to, 0, nullptr,
+                                                             &ev),
                                   "clEnqueueWriteBuffer(from staging slot)"));
     slot.written = ClEventHandle(api_, ev);
-    last_slot[static_cast<size_t>(slot.queue)] = index;
     // started now, not when the queue is next flushed: the copy overlaps the next slot's fill
-    SDGPU_RETURN_IF_ERROR(ClCheck(api_->clFlush(transfer), "clFlush(transfer queue)"));
+    SDGPU_RETURN_IF_ERROR(ClCheck(api_->clFlush(queue_), "clFlush"));
     done += n;
   }
-  // Each transfer queue is in order, so its last write of this call stands for all of them (and its slot still
-  // holds that event: a slot is only waited on and reset when it is about to be refilled).
-  std::vector<cl_event> writes;
-  for (int index : last_slot) {
-    if (index >= 0) writes.push_back(slots_[static_cast<size_t>(index)].written.get());
-  }
-  return ClCheck(api_->clEnqueueBarrierWithWaitList(queue_, static_cast<cl_uint>(writes.size()), writes.data(),
-                                                    nullptr),
-                 "clEnqueueBarrierWithWaitList(after a staged write)");
+  return Status::Ok();
 }
 
 }  // namespace sdgpu::ocl

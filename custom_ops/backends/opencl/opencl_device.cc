@@ -473,7 +473,7 @@ std::unique_ptr<gpu::Device::UploadRing> OpenClDevice::CreateUploadRing() const 
   using Uploads = OpenClDeviceOptions::Uploads;
   if (options_.uploads == Uploads::kDirect || (options_.uploads == Uploads::kAuto && unified_memory_)) return nullptr;
   std::unique_ptr<HostStagingRing> ring;
-  if (Status s = HostStagingRing::Create(api_, context(), device_, queue(), &ring); !s.ok()) {
+  if (Status s = HostStagingRing::Create(api_, context(), queue(), &ring); !s.ok()) {
     logger_.Info("opencl: weights go up directly (" + s.message() + ")");
     return nullptr;
   }
