@@ -23,10 +23,11 @@
 //                      (compiling, preparing weights, the first inference) runs longer than 3 s; "0" keeps the log
 //                      quiet (sdlite's own progress bar reads the same counters from the stats).
 //   tuning_budget_ms   gpu backends: host time the GEMM tile tuner (gemm_autotune) may spend per delegate, 0..3600000
-//                      (default 1000). Shapes left when it runs out take the cost model's plan and are tuned by a
-//                      later start (their choices are cached); a shape in progress when it runs out keeps its cost
-//                      model plan. Tuned choices read from the cache cost nothing. Below 30000 the tuner only
-//                      times kernels the model has already built (a candidate's compile costs seconds).
+//                      (default 1000). Shapes left when it runs out (or in progress then) take the cost model's
+//                      plan, cached as their choice under that budget: a later start with the same or a smaller
+//                      budget reuses it and tunes nothing, one with a larger budget tunes them. Choices read from
+//                      the cache cost nothing. Below 30000 the tuner only times kernels the model has already built
+//                      (a candidate's compile costs seconds).
 //   weights_fp16       gpu backends: "1" stores the constant weights the GEMM/conv/Winograd ops pack
 //                      (FULLY_CONNECTED, CONV_2D filters, Winograd U) as half -- half the device weight
 //                      memory; arithmetic stays fp32 (relative error ~1e-3). "0" (default) keeps float32.

@@ -332,11 +332,13 @@ class Device {
   void set_progress(std::unique_ptr<SetupProgress> p) { progress_ = std::move(p); }
   // Host time the tile tuner may still spend (delegate option tuning_budget_ms minus the tuning time so far).
   void set_tuning_budget_ms(long long ms) { tuning_budget_ns_ = ms * 1000000; }
+  long long tuning_budget_ms() const { return tuning_budget_ns_ / 1000000; }
   long long tuning_budget_left_ns() const { return tuning_budget_ns_ - setup_ns(Setup::kTuning); }
 
   // What became of each GEMM problem the tile tuner was asked to time (stats tiles_tuned / tiles_from_cache /
   // tiles_untuned): timed now, its winner read from the persistent cache, or left to the cost model's plan because
-  // the tuning budget ran out or a candidate would have to be compiled for this process only (ProgramsPersist).
+  // the tuning budget ran out or a candidate would have to be compiled for this process only (ProgramsPersist) --
+  // now or at an earlier start with the same or a larger budget (the plan kept in the cache as its choice).
   enum class Tuning { kTuned = 0, kFromCache = 1, kUntuned = 2 };
   void NoteTuning(Tuning what) const { tuning_[static_cast<int>(what)].fetch_add(1, std::memory_order_relaxed); }
   long long tuning(Tuning what) const { return tuning_[static_cast<int>(what)].load(std::memory_order_relaxed); }

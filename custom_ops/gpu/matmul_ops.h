@@ -117,13 +117,14 @@ Status LnTwin(const Device& dev, TilePlan* plan);
 // winner and launches nothing extra. Tuning time is bounded per delegate (option tuning_budget_ms, Device::
 // tuning_budget_left_ns, kernel compiles of candidates included): a shape reached after the budget is spent, or
 // whose estimate (its first candidate's launch time x the launches the tuning would make) exceeds what is left,
-// keeps the cost model's plan and is not stored, so a later start tunes it. A candidate that would have to be
-// compiled for this process alone (Device::ProgramsPersist false: PoCL) makes the shape untuned too. Below a 30 s
-// budget no candidate is compiled for tuning at all: the tuner chooses among the kernels already built (a compile
-// costs more than the whole default budget). Trade-off:
-// the first invoke on a new device pays ~4 launches per candidate per distinct shape and one Finish() per
-// candidate; the op reserves the largest candidate's scratch; and the choice (hence the float rounding of
-// split-K sums) may differ between devices. gemm_tiles (a forced config) disables it.
+// keeps the cost model's plan, stored as its choice under that budget: a later start with the same budget reuses
+// it (no tuning at warm starts, the same pixels each start), one with a larger budget tunes it. A candidate that
+// would have to be compiled for this process alone (Device::ProgramsPersist false: PoCL) makes the shape untuned
+// too. Below a 30 s budget no candidate is compiled for tuning at all: the tuner chooses among the kernels already
+// built (a compile costs more than the whole default budget). Trade-off: the first invoke on a new device pays ~4
+// launches per candidate per distinct shape and one Finish() per candidate; the op reserves the largest candidate's
+// scratch; and the choice (hence the float rounding of split-K sums) may differ between devices. gemm_tiles (a
+// forced config) disables it.
 class TileTuner {
  public:
   // The first candidate is PlanTiles' plan for the same problem, then each other config's cost-model pick, then

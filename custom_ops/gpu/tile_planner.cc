@@ -260,39 +260,55 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   return Status::Ok();
 }
 
-// Winners of earlier tunings, process-wide: "device|problem" -> (bm, bn, threads, splits, ln_rows, tc).
+// Choices made earlier in the process: "device|problem" -> (bm, bn, threads, splits, ln_rows, tc) and, for the cost
+// model's plan of a shape a budget left untuned, that budget in ms (-1: a tuned winner).
 std::mutex& TuneMutex() {
   static std::mutex m;
   return m;
 }
 using TuneWinner = std::array<int, 6>;
-std::map<std::string, TuneWinner>& TuneMemo() {
-  static std::map<std::string, TuneWinner> memo;
+struct TuneChoice {
+  TuneWinner winner{};
+  long long planned_ms = -1;
+};
+std::map<std::string, TuneChoice>& TuneMemo() {
+  static std::map<std::string, TuneChoice> memo;
   return memo;
 }
 TuneWinner WinnerOf(const TilePlan& p) {
   return {p.bm, p.bn, p.threads, p.splits, p.ln_rows ? 1 : 0, p.tc ? 1 : 0};
 }
 
-// A winner as a cache entry's payload ("tiles v1 bm bn threads splits ln_rows tc"), and back: the parse accepts
-// exactly that form with values in range, anything else is a miss (Tune then checks it names a candidate).
-std::string WinnerText(const TuneWinner& w) {
+// A choice as a cache entry's payload, and back. A tuned winner is "tiles v1 bm bn threads splits ln_rows tc"; the
+// cost model's plan kept for a shape the budget left untuned adds " planned BUDGET_MS", the tuning budget it was
+// decided under. The parse accepts exactly those forms with values in range, anything else is a miss (Tune then
+// checks it names a candidate). `planned_ms`: -1 for a tuned winner.
+std::string WinnerText(const TuneWinner& w, long long planned_ms = -1) {
   std::string s = "tiles v1";
   for (int v : w) s += " " + std::to_string(v);
+  if (planned_ms >= 0) s += " planned " + std::to_string(planned_ms);
   return s;
 }
-bool ParseWinner(const std::string& text, TuneWinner* out) {
+bool ParseWinner(const std::string& text, TuneWinner* out, long long* planned_ms) {
   TuneWinner w{};
   int used = 0;
   if (text.size() > 128 || std::sscanf(text.c_str(), "tiles v1 %d %d %d %d %d %d%n", &w[0], &w[1], &w[2], &w[3],
-                                       &w[4], &w[5], &used) != 6 ||
-      static_cast<size_t>(used) != text.size()) {
+                                       &w[4], &w[5], &used) != 6) {
     return false;
+  }
+  long long budget = -1;
+  if (static_cast<size_t>(used) != text.size()) {
+    int more = 0;
+    if (std::sscanf(text.c_str() + used, " planned %lld%n", &budget, &more) != 1 || budget < 0 ||
+        static_cast<size_t>(used + more) != text.size()) {
+      return false;
+    }
   }
   for (int v : w) {
     if (v < 0 || v > 4096) return false;
   }
   *out = w;
+  *planned_ms = budget;
   return true;
 }
 
@@ -478,42 +494,54 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
     }
     return false;
   };
+  // A plan a budget left untuned stays the choice unless this delegate may tune more.
+  auto keeps = [&](const TuneChoice& c) { return c.planned_ms < 0 || dev.tuning_budget_ms() <= c.planned_ms; };
   {
     std::lock_guard<std::mutex> lock(TuneMutex());
     auto it = TuneMemo().find(key_);
-    if (it != TuneMemo().end() && pick(it->second)) return Status::Ok();
+    if (it != TuneMemo().end() && keeps(it->second) && pick(it->second.winner)) {
+      if (it->second.planned_ms >= 0) dev.NoteTuning(Device::Tuning::kUntuned);
+      return Status::Ok();
+    }
   }
-  // Tuned by an earlier process on this device, driver and delegate build. An entry naming none of today's
+  // Chosen by an earlier process on this device, driver and delegate build. An entry naming none of today's
   // candidates (a valid entry of another candidate list) is tuned again and replaced.
   const std::string cache_key = "tiles|" + dev.cache_key() + "|" + key_;
-  TuneWinner cached{};
+  TuneChoice cached;
   std::string payload;
-  if (dev.cache().Load(CacheKind::kTiles, cache_key, &payload) && ParseWinner(payload, &cached) && pick(cached)) {
+  if (dev.cache().Load(CacheKind::kTiles, cache_key, &payload) &&
+      ParseWinner(payload, &cached.winner, &cached.planned_ms) && keeps(cached) && pick(cached.winner)) {
     std::lock_guard<std::mutex> lock(TuneMutex());
     TuneMemo()[key_] = cached;
-    dev.NoteTuning(Device::Tuning::kFromCache);
+    dev.NoteTuning(cached.planned_ms < 0 ? Device::Tuning::kFromCache : Device::Tuning::kUntuned);
     return Status::Ok();
   }
-  // The cost model's plan (and a later process tunes this shape) when the budget is spent, or when a candidate
-  // would be compiled for this process alone (PoCL: tens of seconds per candidate, every start).
+  // The cost model's plan, kept as this shape's choice under this budget (in the process and the cache): later
+  // starts with the same budget take it at once -- no tuning time at every start until every shape is tuned, and
+  // the same kernels, so the same pixels, each start -- and a start with a larger budget tunes it.
+  auto untuned = [&] {
+    dev.progress().SetDetail("");
+    dev.NoteTuning(Device::Tuning::kUntuned);
+    const TuneChoice c{WinnerOf(*plan), dev.tuning_budget_ms()};
+    dev.cache().Store(CacheKind::kTiles, cache_key, WinnerText(c.winner, c.planned_ms));
+    std::lock_guard<std::mutex> lock(TuneMutex());
+    TuneMemo()[key_] = c;
+    return Status::Ok();
+  };
+  // So when the budget is spent, or when a candidate would be compiled for this process alone (PoCL: tens of
+  // seconds per candidate, every start).
   auto needs_compile = [&](const TilePlan& p) {
     return dev.KernelBuildPending(*p.kernel) || (p.reduce != nullptr && dev.KernelBuildPending(*p.reduce));
   };
   const bool compiles_lost = !dev.ProgramsPersist() && std::any_of(candidates.begin(), candidates.end(), needs_compile);
-  if (dev.tuning_budget_left_ns() <= 0 || compiles_lost) {
-    dev.NoteTuning(Device::Tuning::kUntuned);
-    return Status::Ok();
-  }
+  if (dev.tuning_budget_left_ns() <= 0 || compiles_lost) return untuned();
   if (dev.tuning_budget_left_ns() < kTuneCompileBudgetNs) {  // no compiles: the built candidates (and the plan)
     std::vector<TilePlan> built;
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (i == 0 || !needs_compile(candidates[i])) built.push_back(candidates[i]);
     }
     candidates.swap(built);
-    if (candidates.size() < 2) {
-      dev.NoteTuning(Device::Tuning::kUntuned);
-      return Status::Ok();
-    }
+    if (candidates.size() < 2) return untuned();
   }
   const SetupTimer timer(dev, Device::Setup::kTuning);
   using Clock = std::chrono::steady_clock;
@@ -535,14 +563,9 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   const size_t n = candidates.size();
   std::vector<int> runs(n, kTuneRuns);
   std::vector<double> per_launch(n, 0.0);
-  auto give_up = [&] {  // the cost model's plan, nothing stored: a later start (or a larger budget) tunes it
-    dev.progress().SetDetail("");
-    dev.NoteTuning(Device::Tuning::kUntuned);
-    return Status::Ok();
-  };
   for (size_t i = 0; i < n; ++i) {  // warm-up (a kernel's first launch may carry set-up costs), then size a round
-    // Out of budget part-way (a candidate's first launch may compile it): the cost model's plan, not stored.
-    if (i > 0 && over_budget()) return give_up();
+    // Out of budget part-way (a candidate's first launch may compile it): the cost model's plan.
+    if (i > 0 && over_budget()) return untuned();
     SDGPU_RETURN_IF_ERROR(launch(candidates[i]));
     SDGPU_RETURN_IF_ERROR(dev.Finish());
     double one = 0.0;
@@ -553,12 +576,12 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
       const double estimate_s = one * static_cast<double>(n) * (2 + kTuneRounds * runs[0]);
       const double left_s = 1e-9 * static_cast<double>(dev.tuning_budget_left_ns()) -
                             std::chrono::duration<double>(Clock::now() - start).count();
-      if (estimate_s > left_s) return give_up();
+      if (estimate_s > left_s) return untuned();
     }
   }
   for (int round = 0; round < kTuneRounds; ++round) {
     for (size_t i = 0; i < n; ++i) {
-      if (over_budget()) return give_up();
+      if (over_budget()) return untuned();
       double sec = 0.0;
       SDGPU_RETURN_IF_ERROR(seconds(candidates[i], runs[i], &sec));
       const double t = sec / runs[i];
@@ -572,7 +595,7 @@ Status TileTuner::Tune(const Device& dev, const std::function<Status(const TileP
   const TuneWinner w = WinnerOf(*best);
   dev.cache().Store(CacheKind::kTiles, cache_key, WinnerText(w));
   std::lock_guard<std::mutex> lock(TuneMutex());
-  TuneMemo()[key_] = w;
+  TuneMemo()[key_] = TuneChoice{w, -1};
   return Status::Ok();
 }
 

@@ -115,6 +115,28 @@ def test_a_second_process_is_served_by_the_cache(models: dict, tmp_path: Path, b
     assert names and all(n.endswith(".sdc") and n.split("-")[0] in KINDS[backend] for n in names)
 
 
+def test_a_shape_the_budget_left_untuned_keeps_its_plan_at_later_starts(models: dict, tmp_path: Path) -> None:
+    """A shape the tuning budget leaves to the cost model is stored with that budget: a later start with the same
+    budget reads it and tunes nothing (before, every start spent its whole budget on the next few shapes until all
+    were tuned -- ~1 s per model at each warm start of the GL UNet -- and a tile choice could change between
+    starts, and with it a pixel); a start with a larger budget tunes it, and that winner serves later starts."""
+    cache = tmp_path / "cache"
+
+    def run(name: str, budget: int) -> Run:
+        return _run(models, "gl", tmp_path, name, cache_dir=str(cache), tuning_budget_ms=str(budget))
+
+    first, second = run("first", 0), run("second", 0)
+    assert (first.stats["tiles_untuned"], first.count("cache_stores", "tiles")) == (1, 1), first.stats
+    assert (second.stats["tiles_untuned"], second.stats["tiles_tuned"]) == (1, 0), second.stats
+    assert second.count("cache_hits", "tiles") == 1 and second.count("cache_stores", "tiles") == 0
+    assert second.stats["setup_tuning_us"] == 0
+    _same_outputs(first, second)
+    tuned, after = run("tuned", 600000), run("after", 0)
+    assert (tuned.stats["tiles_tuned"], tuned.count("cache_stores", "tiles")) == (1, 1), tuned.stats
+    assert (after.stats["tiles_from_cache"], after.stats["tiles_tuned"], after.stats["tiles_untuned"]) == (1, 0, 0)
+    _same_outputs(tuned, after)
+
+
 def test_tuning_within_the_default_budget_compiles_no_candidate(models: dict, tmp_path: Path) -> None:
     """The default tuning budget (1 s) times only kernels the model already built: a candidate's compile costs more
     than the budget (PoCL: up to ~17 s for a 128-wide tile). Before, each start tuned a few more shapes and compiled
