@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -34,6 +36,24 @@ Status ParseFlag(std::string_view key, std::string_view value, bool* out) {
   }
   *out = value == "1";
   return Status::Ok();
+}
+
+// An option whose value names one of `choices` (name -> what it sets); anything else is an error listing the names
+// as "a, b or c".
+template <typename T>
+Status ParseChoice(std::string_view key, std::string_view value,
+                   std::initializer_list<std::pair<std::string_view, T>> choices, T* out) {
+  std::string names;
+  size_t i = 0;
+  for (const auto& [name, choice] : choices) {
+    if (value == name) {
+      *out = choice;
+      return Status::Ok();
+    }
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(name);
+    ++i;
+  }
+  return Status::Error("option " + std::string(key) + "='" + std::string(value) + "' must be " + names);
 }
 
 // profile_path: a file the delegate can create or replace, so a bad path is reported when the delegate is made, not
@@ -159,15 +179,9 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
         return Status::Error("option cache_max_mb='" + std::string(value) + "' must be 1..1048576");
       }
     } else if (key == "cache_programs") {
-      if (value == "auto") {
-        out->cache_programs = CachePrograms::kAuto;
-      } else if (value == "1") {
-        out->cache_programs = CachePrograms::kAlways;
-      } else if (value == "0") {
-        out->cache_programs = CachePrograms::kNever;
-      } else {
-        return Status::Error("option cache_programs='" + std::string(value) + "' must be auto, 1 or 0");
-      }
+      SDGPU_RETURN_IF_ERROR(ParseChoice<CachePrograms>(
+          key, value, {{"auto", CachePrograms::kAuto}, {"1", CachePrograms::kAlways}, {"0", CachePrograms::kNever}},
+          &out->cache_programs));
     } else if (key == "setup_progress") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->setup_progress));
     } else if (key == "tuning_budget_ms") {
@@ -205,10 +219,8 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else if (key == "gl_nv_pragmas") {
       SDGPU_RETURN_IF_ERROR(ParseFlag(key, value, &out->gl_nv_pragmas));
     } else if (key == "gl_barrier") {
-      if (value != "all" && value != "minimal") {
-        return Status::Error("option gl_barrier='" + std::string(value) + "' must be all or minimal");
-      }
-      out->gl_minimal_barrier = value == "minimal";
+      SDGPU_RETURN_IF_ERROR(
+          ParseChoice<bool>(key, value, {{"all", false}, {"minimal", true}}, &out->gl_minimal_barrier));
     } else if (key == "gl_kernel_alias") {
       out->gl_kernel_alias = std::string(value);
     } else if (key == "gl_dump_dir") {
@@ -220,37 +232,21 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
                              "compute_units, e.g. shared_bytes=16384,invocations=128");
       }
     } else if (key == "layer_norm_fold") {
-      if (value == "auto") {
-        out->layer_norm_fold = LnFold::kAuto;
-      } else if (value == "twin") {
-        out->layer_norm_fold = LnFold::kTwin;
-      } else if (value == "rows") {
-        out->layer_norm_fold = LnFold::kRows;
-      } else {
-        return Status::Error("option layer_norm_fold='" + std::string(value) + "' must be auto, twin or rows");
-      }
+      SDGPU_RETURN_IF_ERROR(ParseChoice<LnFold>(
+          key, value, {{"auto", LnFold::kAuto}, {"twin", LnFold::kTwin}, {"rows", LnFold::kRows}},
+          &out->layer_norm_fold));
     } else if (key == "tensor_cores") {
-      if (value == "auto") {
-        out->tensor_cores = TensorCores::kAuto;
-      } else if (value == "off") {
-        out->tensor_cores = TensorCores::kOff;
-      } else if (value == "3xtf32") {
-        out->tensor_cores = TensorCores::k3xTf32;
-      } else if (value == "fp64") {
-        out->tensor_cores = TensorCores::kFp64;
-      } else {
-        return Status::Error("option tensor_cores='" + std::string(value) + "' must be auto, off, 3xtf32 or fp64");
-      }
+      SDGPU_RETURN_IF_ERROR(ParseChoice<TensorCores>(key, value,
+                                                     {{"auto", TensorCores::kAuto},
+                                                      {"off", TensorCores::kOff},
+                                                      {"3xtf32", TensorCores::k3xTf32},
+                                                      {"fp64", TensorCores::kFp64}},
+                                                     &out->tensor_cores));
     } else if (key == "weight_uploads") {
-      if (value == "auto") {
-        out->weight_uploads = WeightUploads::kAuto;
-      } else if (value == "ring") {
-        out->weight_uploads = WeightUploads::kRing;
-      } else if (value == "direct") {
-        out->weight_uploads = WeightUploads::kDirect;
-      } else {
-        return Status::Error("option weight_uploads='" + std::string(value) + "' must be auto, ring or direct");
-      }
+      SDGPU_RETURN_IF_ERROR(ParseChoice<WeightUploads>(
+          key, value,
+          {{"auto", WeightUploads::kAuto}, {"ring", WeightUploads::kRing}, {"direct", WeightUploads::kDirect}},
+          &out->weight_uploads));
     } else {
       return Status::Error("unknown option '" + std::string(key) +
                            "' (known: backend, log_level, num_threads, attention_block_q, attention_block_k, "
