@@ -82,3 +82,37 @@ def test_an_abandoned_device_is_released_when_made(capfd: pytest.CaptureFixture[
     assert early._delegate is None  # released by the thread (or never made)
     early.close()  # still safe afterwards
     assert capfd.readouterr().err == ""
+
+
+TWO_AT_ONCE = """
+import threading
+import torch  # noqa: F401 - the process the crash needed: PoCL's first initialisation beside torch's libraries
+from sdlite import native
+lib = native._lib()
+made, errors = [], []
+start = threading.Barrier(2)
+def early():
+    start.wait()
+    handle = native.create_plugin_delegate(lib, {"backend": "opencl", "log_level": "silent"})
+    (made if handle else errors).append("early")
+def model():
+    start.wait()
+    try:
+        made.append(native.load(backend="opencl"))
+    except native.NativeDelegateError as exc:
+        errors.append(str(exc))
+threads = [threading.Thread(target=early), threading.Thread(target=model)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(len(made), errors)
+"""
+
+
+def test_two_devices_made_at_once_both_succeed() -> None:
+    """The early device and the first model's delegate made at the same moment, in fresh processes that loaded torch:
+    before devices were made one at a time (OpenClDevice::Create), PoCL's first initialisation crashed 5 of 6 such
+    processes, and sdlite's own tests had failed with 'no OpenCL device found on any platform'."""
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", TWO_AT_ONCE], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip().splitlines()[-1] == "2 []", proc.stdout

@@ -90,10 +90,20 @@ class OpenClTimer final : public gpu::Timer {
 
 cl_mem MemOf(const gpu::Buffer* b) { return b == nullptr ? nullptr : static_cast<const OpenClBuffer*>(b)->mem(); }
 
+// Devices are made one at a time in the process. Two delegates made at once (sdlite generate's early device beside
+// the first model's) crashed PoCL's first initialisation in a process that had loaded torch (5 of 6 tries; never
+// one after the other), and one of them could find no device; the second now waits, then joins the first one's
+// context (SharedPrograms), which it would have waited for anyway.
+std::mutex& CreateMutex() {
+  static std::mutex m;
+  return m;
+}
+
 }  // namespace
 
 Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& logger,
                             std::unique_ptr<OpenClDevice>* out) {
+  const std::lock_guard<std::mutex> lock(CreateMutex());
   std::unique_ptr<OpenClDevice> rt(new OpenClDevice());
   rt->options_ = options;
   SDGPU_RETURN_IF_ERROR(LoadClApi(&rt->api_));
