@@ -202,7 +202,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from sdlite.images import load_init_image, save_png, warm_png_writer
     from sdlite.interpreter import Interpreter
     from sdlite.noise import per_image_noise
-    from sdlite.pipeline import GenerationParams, StableDiffusionPipeline
+    from sdlite.pipeline import GenerationParams, StableDiffusionPipeline, warm_progress_bars
 
     timeline.mark("imports_done")
     if not args.prompt.strip():
@@ -238,6 +238,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             timeline.mark("models_loaded")
             pipes.append(StableDiffusionPipeline(interp, low_memory=args.low_memory))  # (reads the tokenizer)
             warm_png_writer()
+            warm_progress_bars()
 
         if args.low_memory:  # one model at a time, as the pipeline reaches it
             interp.load_all(("text_encoder",))

@@ -4,7 +4,10 @@ call is its second inference, a failure is one line naming the model, and the se
 while the inference holds fd 2 (sdlite._native_stderr). On PoCL (opencl) and llvmpipe (gl)."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -182,3 +185,34 @@ def test_progress_bar_of_a_warm_up_thread_goes_to_the_given_fd(monkeypatch) -> N
                 os.close(fd)
     assert "vae_decoder: compiling kernels" in text
     assert "vae_decoder" not in log.text
+
+
+LATE_IMPORTS_PROBE = """
+import json, sys
+from sdlite import interpreter, images
+seen = {}
+warm_up, save_png = interpreter.Interpreter.warm_up, images.save_png
+def probe_warm_up(self, *args, **kwargs):
+    warm_up(self, *args, **kwargs)
+    seen.setdefault("ready", set(sys.modules))
+def probe_save_png(*args, **kwargs):
+    seen.setdefault("png", set(sys.modules))
+    save_png(*args, **kwargs)
+interpreter.Interpreter.warm_up, images.save_png = probe_warm_up, probe_save_png
+from sdlite.cli import main
+rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "late": sorted(seen["png"] - seen["ready"])}))
+"""
+
+
+def test_the_first_image_imports_nothing_once_the_models_are_ready(tiny_fused_export: Path, tmp_path: Path) -> None:
+    """What the denoising loop and the PNG need is imported beside the warm-ups (sdlite.pipeline.warm_progress_bars,
+    sdlite.images.warm_png_writer), not between the models being ready and the first PNG: tqdm's import (asyncio)
+    and its write lock (multiprocessing) had cost the first image 35-45 ms there, with the bar disabled."""
+    proc = subprocess.run([sys.executable, "-c", LATE_IMPORTS_PROBE, "generate", str(tiny_fused_export), "-p", "a boat",
+                           "--steps", "2", "--backend", "opencl", "--no-progress", "-o", str(tmp_path / "boat.png"),
+                           "--delegate-options", "gemm_autotune:0"],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"rc": 0, "late": []}, result
