@@ -78,7 +78,8 @@ class DelegateOptions:
     ``cache_programs`` (OpenCL): ``"auto"`` (delegate default) stores program binaries for GPUs, not for CPU devices
     such as PoCL (reading a CPU program's binary compiles every kernel in it); ``"1"`` always; ``"0"`` never.
     ``tuning_budget_ms`` (GPU backends): host time the GEMM tile tuner may spend per delegate (default 1000); shapes
-    left when it runs out keep the cost model's plan and are tuned by a later start.
+    left when it runs out keep the cost model's plan, cached as their choice under that budget: a later start with the
+    same budget tunes nothing, one with a larger budget tunes them.
     ``setup_progress`` (GPU backends; unset = on): the delegate prints a progress line every few seconds while a
     set-up phase runs longer than 3 s; sdlite turns it off where it shows its own progress bar.
     ``weights_fp16`` (GPU backends): store the constant GEMM/conv/Winograd weights as half on the device

@@ -18,8 +18,9 @@ MODELS = ("text_encoder", "unet", "vae_decoder")
 
 
 def _generate(capsys: pytest.CaptureFixture[str], folder: Path, out: Path, backend: str, *extra: str) -> dict:
-    # gemm_autotune off: each new delegate may tune a few more shapes within its budget and pick another tile (another
-    # float rounding), so two runs could differ in a pixel; the pixels below must be equal because the same kernels ran.
+    # gemm_autotune off: a run whose delegates tune (the first on a device, or one with the cache off) may pick another
+    # tile (another float rounding) than the run it is compared with; the pixels below must be equal because the same
+    # kernels ran.
     rc = main(["generate", str(folder), "-p", "a red boat", "--steps", "3", "--seed", "5", "--backend", backend,
                "--json", "--no-progress", "-o", str(out), "--delegate_options", "gemm_autotune:0", *extra])
     captured = capsys.readouterr()
