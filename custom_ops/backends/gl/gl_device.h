@@ -50,6 +50,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -167,8 +168,9 @@ class GlDevice final : public gpu::Device {
   std::string device_name_;
   std::string device_key_;    // "gl|vendor|renderer|version|build" (cache keys)
   bool program_binaries_ = false;  // the driver has binary formats and the ES 3.0 binary entry points
-  mutable long long programs_built_ = 0;   // compiled, or read from the delegate cache (stats programs_built)
-  mutable long long programs_shared_ = 0;  // binaries another GL delegate of the process compiled meanwhile
+  // (atomic: the stats read them while a warm-up thread compiles, and a progress bar polls the stats meanwhile)
+  mutable std::atomic<long long> programs_built_{0};   // compiled, or read from the delegate cache (programs_built)
+  mutable std::atomic<long long> programs_shared_{0};  // binaries another GL delegate of the process compiled meanwhile
   GLint max_invocations_ = 0;
   GLint shared_bytes_ = 0;  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE
   std::array<GLint, 3> max_group_count_ = {0, 0, 0};
