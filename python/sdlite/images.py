@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from sdlite.errors import SdliteError
+from sdlite.png_encode import encode_png
 
 
 def parameters_text(p: dict[str, Any]) -> str:
@@ -31,37 +32,18 @@ def parameters_text(p: dict[str, Any]) -> str:
 
 
 def warm_png_writer() -> None:
-    """Imports PIL's PNG writer and encodes a tiny image once: the first :func:`save_png` of a process took 60-90 ms
-    (PIL's import, its plugin registry, zlib's first encoder) against ~30 for later ones. sdlite generate calls this
-    while the models' first inferences run on their threads, off the way to the first PNG."""
-    import io
-
-    from PIL import Image
-    from PIL.PngImagePlugin import PngInfo
-
-    info = PngInfo()
-    info.add_text("sdlite", "{}")
-    _write_png(Image.new("RGB", (8, 8)), io.BytesIO(), info)
-
-
-def _write_png(image: Any, dest: Any, info: Any) -> None:
-    """The one PNG encoding sdlite writes (warm_png_writer runs it once ahead). zlib level 1, not PIL's 6: a 512x512
-    image is written in 25-35 ms instead of 40-90 (a slice of every image's time to its PNG) for a file 0-18%
-    larger."""
-    image.save(dest, format="PNG", pnginfo=info, compress_level=1)
+    """Encodes a small image once, so that the first :func:`save_png` of a process does not pay for first use (zlib's
+    first encoder, numpy's first uint8 kernels, the band threads). sdlite generate calls this while the models' first
+    inferences run on their threads, off the way to the first PNG."""
+    encode_png(np.zeros((256, 256, 3), dtype=np.uint8), {"sdlite": "{}"}, threads=2)
 
 
 def save_png(image: np.ndarray, path: Path, params: dict[str, Any]) -> None:
     """Write uint8 ``[H, W, 3]`` ``image`` to ``path`` with ``params`` in PNG text chunks."""
-    from PIL import Image
-    from PIL.PngImagePlugin import PngInfo
-
-    info = PngInfo()
-    info.add_text("parameters", parameters_text(params))
-    info.add_text("sdlite", json.dumps(params, sort_keys=True))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    data = encode_png(image, {"parameters": parameters_text(params), "sdlite": json.dumps(params, sort_keys=True)})
     try:
-        _write_png(Image.fromarray(image, mode="RGB"), path, info)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
     except OSError as exc:
         raise SdliteError(f"cannot write {path}: {exc.strerror or exc}") from None
 

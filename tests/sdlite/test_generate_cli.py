@@ -165,12 +165,14 @@ def test_console_entry_point_exit_status(tiny_export: Path) -> None:
 
 
 def test_the_png_writer_is_warmed_off_the_way_to_the_first_png() -> None:
-    """warm_png_writer (called beside the models' warm-ups) leaves PIL's PNG writer imported, so the first save_png
-    pays only its encoding."""
+    """warm_png_writer (called beside the models' warm-ups) makes the encoder's first use (its band threads, zlib's
+    first encoder) happen there, so the first save_png pays only its encoding; writing PNGs never imports PIL."""
     code = ("import sys\n"
+            "import sdlite.png_encode as png\n"
             "from sdlite.images import warm_png_writer\n"
-            "assert 'PIL.PngImagePlugin' not in sys.modules\n"
+            "assert png._pool is None\n"
             "warm_png_writer()\n"
-            "assert 'PIL.PngImagePlugin' in sys.modules and 'zlib' in sys.modules\n")
+            "assert png._pool is not None and 'zlib' in sys.modules\n"
+            "assert not any(m == 'PIL' or m.startswith('PIL.') for m in sys.modules), 'PIL imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
