@@ -170,7 +170,7 @@ class Interpreter:
 
     def placement(self) -> dict[str, str]:
         """``{model: one-line summary of which executor ran which ops}`` for the loaded models."""
-        return {name: r.placement.summary(r.info) for name, r in self.used_runners().items()}
+        return {name: r.placement_summary() for name, r in self.used_runners().items()}
 
     def close(self) -> None:
         for r in self._runners.values():

@@ -194,8 +194,12 @@ def to_unit(image: np.ndarray) -> np.ndarray:
 
 def to_uint8(image: np.ndarray) -> np.ndarray:
     """``[1, 3, H, W]`` in ~[-1, 1] -> uint8 ``[H, W, 3]`` (diffusers' postprocess rounding)."""
-    x = np.clip(image[0].transpose(1, 2, 0) / 2 + 0.5, 0.0, 1.0)
-    return (x * 255).round().astype(np.uint8)
+    return unit_to_uint8(to_unit(image))
+
+
+def unit_to_uint8(unit: np.ndarray) -> np.ndarray:
+    """float32 ``[H, W, 3]`` in [0, 1] (:func:`to_unit`) -> uint8 (diffusers' postprocess rounding)."""
+    return (unit * 255).round().astype(np.uint8)
 
 
 class StableDiffusionPipeline:
@@ -226,6 +230,8 @@ class StableDiffusionPipeline:
         # The last prompts' text embeddings: the next image of the same prompts (sdlite generate --num-images,
         # diffusers' num_images_per_prompt) runs no text encoder.
         self._embeds: tuple[tuple[str, ...], np.ndarray] | None = None
+        # Those embeddings stacked as the UNet's calls take them (_embeds_batches).
+        self._embeds_stacked: tuple[np.ndarray | None, np.ndarray, int, int, list[np.ndarray]] | None = None
 
     def set_progress_bar_config(self, disable: bool = False) -> None:
         """diffusers' switch for the denoising progress bar (``disable=True``: none)."""
@@ -315,22 +321,15 @@ class StableDiffusionPipeline:
         unet, s_name, t_name, e_name, o_name = self._unet_io()
         batch = unet.inputs[s_name].shape[0]
         t_arr = np.full(unet.inputs[t_name].shape, t, dtype=unet.inputs[t_name].dtype)
-        items: list[tuple[np.ndarray, np.ndarray]] = []
-        for i in range(latents_in.shape[0]):
-            if uncond is not None:
-                items.append((latents_in[i], uncond[0]))
-            items.append((latents_in[i], cond[0]))
+        latents = [x for x in latents_in for _ in range(1 if uncond is None else 2)]  # each with its embedding
+        embeds = self._embeds_batches(uncond, cond, latents_in.shape[0], batch)
         preds: list[np.ndarray] = []
         calls = 0
-        for start in range(0, len(items), batch):
-            chunk = items[start : start + batch]
+        for start in range(0, len(latents), batch):
+            chunk = latents[start : start + batch]
             real = len(chunk)
             chunk = chunk + [chunk[-1]] * (batch - real)
-            out = unet.run(**{
-                s_name: np.stack([x for x, _ in chunk]),
-                t_name: t_arr,
-                e_name: np.stack([e for _, e in chunk]),
-            })[o_name]
+            out = unet.run(**{s_name: np.stack(chunk), t_name: t_arr, e_name: embeds[calls]})[o_name]
             calls += 1
             preds.extend(out[:real])
         pred = np.stack(preds)
@@ -338,6 +337,24 @@ class StableDiffusionPipeline:
             return pred, calls
         p_uncond, p_cond = pred[0::2], pred[1::2]
         return p_uncond + np.float32(guidance_scale) * (p_cond - p_uncond), calls
+
+    def _embeds_batches(self, uncond: np.ndarray | None, cond: np.ndarray, n_latents: int,
+                        batch: int) -> list[np.ndarray]:
+        """The ``encoder_hidden_states`` input of each UNet call of one step: per latent its unconditional (with CFG)
+        then its conditional embedding, in batches of ``batch`` (the last padded with its last row). Every step of an
+        image feeds the same ones, so read-only embeddings (those :meth:`prompt_embeds` returns) are stacked once:
+        the CFG pair is ~0.5 MB copied per UNet call otherwise."""
+        cached = self._embeds_stacked
+        if cached is not None and cached[0] is uncond and cached[1] is cond and cached[2:4] == (n_latents, batch):
+            return cached[4]
+        rows = [e for _ in range(n_latents) for e in ((cond[0],) if uncond is None else (uncond[0], cond[0]))]
+        out = []
+        for start in range(0, len(rows), batch):
+            chunk = rows[start : start + batch]
+            out.append(np.stack(chunk + [chunk[-1]] * (batch - len(chunk))))
+        if not cond.flags.writeable and (uncond is None or not uncond.flags.writeable):  # cannot change under us
+            self._embeds_stacked = (uncond, cond, n_latents, batch, out)
+        return out
 
     def encode_image(self, image: np.ndarray, sources: list[NoiseSource]) -> tuple[np.ndarray, float]:
         """Scaled latents ``[N, C, h, w]`` of ``image`` (``[1, 3, H, W]`` in [-1, 1]).
@@ -371,8 +388,8 @@ class StableDiffusionPipeline:
             img = dec.run(**{in_name: z})[out_name]
             times.append(time.perf_counter() - t0)
             check_finite(img, f"image {i}: the output of {self._file('vae_decoder')}")
-            images.append(to_uint8(img))
             units.append(to_unit(img))
+            images.append(unit_to_uint8(units[-1]))  # (from the unit image: one clip and transpose, not two)
         return images, times, units
 
     def _check_unet_shape(self, latent_shape: tuple[int, ...]) -> None:

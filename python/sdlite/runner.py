@@ -61,10 +61,18 @@ class ModelRunner(ABC):
         self._trap: StderrTrap | None = None  # fd 2 held back around native calls (_native_call)
         self._trap_stderr = True  # off during warm_up (another thread may hold fd 2)
         self.warmed_up = False  # the first call was warm_up()'s, on zero inputs
+        self._summary: tuple[Placement, str] | None = None  # placement_summary() of that placement
 
     @property
     def backend(self) -> str:
         return self.options.name
+
+    def placement_summary(self) -> str:
+        """:meth:`Placement.summary` of this model, made once per placement (a walk over every op: milliseconds for
+        a UNet, and every generated image reports it)."""
+        if self._summary is None or self._summary[0] is not self.placement:
+            self._summary = (self.placement, self.placement.summary(self.info))
+        return self._summary[1]
 
     def check_inputs(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Validated, contiguous, correctly typed copies/views of ``feeds``."""
@@ -101,11 +109,14 @@ class ModelRunner(ABC):
                 self.invoke()
         else:
             self.invoke()
-        self.last_invoke_s = time.perf_counter() - t0
+        self._count_call(time.perf_counter() - t0)
+
+    def _count_call(self, invoke_s: float) -> None:
+        self.last_invoke_s = invoke_s
         if self.calls == 0:
-            self.first_call_s = self.last_invoke_s
+            self.first_call_s = invoke_s
         elif self.calls == 1:
-            self.second_call_s = self.last_invoke_s
+            self.second_call_s = invoke_s
         self.calls += 1
 
     def warm_up(self, progress_fd: int | None = None) -> None:
@@ -143,9 +154,10 @@ class ModelRunner(ABC):
 
         return native.stats(delegate)
 
-    def _native_call(self, what: str, call: Callable[[], _T]) -> _T:
+    def _native_call(self, what: str | Callable[[], str], call: Callable[[], _T]) -> _T:
         """``call()`` with what native code prints on fd 2 held back: replayed on success, one line of
-        :class:`SdliteError` on failure (the runtime's exception text and our delegate's log, never a trace)."""
+        :class:`SdliteError` on failure (the runtime's exception text and our delegate's log, never a trace).
+        ``what`` names the call in that line (a callable: asked after the failure, for calls of several stages)."""
         if self._trap is None:
             self._trap = StderrTrap()
         with self._trap() if self._trap_stderr else contextlib.nullcontext(CapturedLog()) as log:
@@ -155,7 +167,8 @@ class ModelRunner(ABC):
             except (RuntimeError, ValueError, IndexError, KeyError) as exc:
                 failure = str(exc).strip() or type(exc).__name__
         if failure is not None:
-            raise SdliteError(f"{self.path.name} on backend {self.backend}: {what} failed: {log.summary(failure)}")
+            label = what() if callable(what) else what
+            raise SdliteError(f"{self.path.name} on backend {self.backend}: {label} failed: {log.summary(failure)}")
         if log.text:
             sys.stderr.write(log.text)
         return result
@@ -253,6 +266,27 @@ class InterpreterRunner(ModelRunner):
 
     def setup_delegate(self) -> object | None:
         return self._delegates[0] if self.options.name in ("opencl", "gl") and self._delegates else None
+
+    def run(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        """As :meth:`ModelRunner.run`, with fd 2 held back once around setting the inputs, the inference and reading
+        the outputs instead of once each (the denoising loop makes this call twenty and more times an image)."""
+        if self.calls == 0:  # the first call may carry the delegate's set-up, with its progress monitor
+            return super().run(**feeds)
+        checked = self.check_inputs(feeds)
+        stage = "setting the inputs"
+
+        def run_all() -> dict[str, np.ndarray]:
+            nonlocal stage
+            for name, arr in checked.items():
+                self._wrapper.SetTensor(self._in_index[name], arr, self._subgraph)
+            stage = "inference"
+            t0 = time.perf_counter()
+            self._wrapper.Invoke(self._subgraph)
+            self._count_call(time.perf_counter() - t0)
+            stage = "reading the outputs"
+            return {name: self._wrapper.GetTensor(i, self._subgraph) for name, i in self._out_index.items()}
+
+        return self._native_call(lambda: stage, run_all)
 
     def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
         checked = self.check_inputs(feeds)

@@ -163,3 +163,34 @@ def test_interpreter_loads_lazily_and_reports_placement(tiny_export: Path) -> No
         assert set(interp.placement()) == {"vae_decoder"}
         with pytest.raises(SdliteError, match="lists no 'controlnet' model"):
             interp.runner("controlnet")
+
+
+class _FailingWrapper:
+    """The interpreter wrapper of a runner, whose call ``fail`` raises as LiteRT does (RuntimeError)."""
+
+    def __init__(self, wrapper, fail: str) -> None:
+        self._wrapper, self._fail = wrapper, fail
+
+    def __getattr__(self, name: str):
+        if name == self._fail:
+            def fails(*args, **kwargs):
+                raise RuntimeError(f"{name} went wrong")
+            return fails
+        return getattr(self._wrapper, name)
+
+
+@pytest.mark.parametrize("fail, stage", [("SetTensor", "setting the inputs"), ("Invoke", "inference"),
+                                         ("GetTensor", "reading the outputs")])
+def test_a_later_run_names_the_stage_that_failed(gelu_path: Path, fail: str, stage: str) -> None:
+    # Calls after the first hold fd 2 back once around inputs, inference and outputs (InterpreterRunner.run); a
+    # failure still names its stage, and successful calls are counted and timed as before.
+    runner = open_runner(gelu_path, ONE_THREAD)
+    x = np.linspace(-3, 3, 16, dtype=np.float32).reshape(runner.inputs["x"].shape)
+    first = runner.run(x=x)["y"]
+    second = runner.run(x=x)["y"]
+    np.testing.assert_array_equal(first, second)
+    assert runner.calls == 2 and runner.second_call_s is not None and runner.second_call_s == runner.last_invoke_s
+    runner._wrapper = _FailingWrapper(runner._wrapper, fail)
+    with pytest.raises(SdliteError, match=rf"^gelu.tflite on backend cpu: {stage} failed: {fail} went wrong$"):
+        runner.run(x=x)
+    assert runner.calls == (2 if fail != "GetTensor" else 3)

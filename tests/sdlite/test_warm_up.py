@@ -74,6 +74,34 @@ def test_the_python_pipeline_warms_up_before_its_first_image(tiny_fused_export: 
         np.testing.assert_array_equal(a.images, b.images)
 
 
+def test_every_unet_call_of_an_image_is_fed_the_embeddings_stacked_once(tiny_fused_export: Path) -> None:
+    """The CFG pair of text embeddings is stacked into the UNet's batch once per image, not at every step; what each
+    call is fed is still exactly the pair; a caller's writable embeddings are stacked every time (they may change)."""
+    from sdlite.pipeline import StableDiffusionPipeline
+
+    with StableDiffusionPipeline.from_pretrained(tiny_fused_export, backend="opencl",
+                                                 delegate_options={"gemm_autotune": False}) as pipe:
+        unet, _, _, ehs_name, _ = pipe._unet_io()
+        fed: list[np.ndarray] = []
+        run = unet.run
+
+        def spy(**feeds: np.ndarray) -> dict[str, np.ndarray]:
+            fed.append(feeds[ehs_name])
+            return run(**feeds)
+
+        unet.run = spy
+        per_step = 2 // unet.inputs[ehs_name].shape[0]  # UNet calls of a CFG step: 1 (batch 2) or 2 (batch 1)
+        n = 4 * per_step  # PNDM: 3 steps = 4 UNet evaluations of the CFG pair
+        for k, prompt in enumerate(("a red boat", "a blue boat")):
+            pipe(prompt, num_inference_steps=3, generator=3)
+            image = fed[k * n : (k + 1) * n]
+            assert len(image) == n and all(f is image[i % per_step] for i, f in enumerate(image))
+            np.testing.assert_array_equal(np.concatenate(image[:per_step]), pipe.prompt_embeds(["", prompt]))
+        writable = np.array(pipe.prompt_embeds(["", "a blue boat"]))
+        first = pipe._embeds_batches(writable[0:1], writable[1:2], 1, 2)
+        assert pipe._embeds_batches(writable[0:1], writable[1:2], 1, 2)[0] is not first[0]
+
+
 def test_warm_up_leaves_cpu_models_alone(tiny_export: Path) -> None:
     """Off our GPU delegates there is no set-up to overlap: no inference runs."""
     with Interpreter(tiny_export, "cpu") as interp:
