@@ -27,18 +27,19 @@ namespace sdgpu::gpu {
 
 namespace {
 
-// The split-K partials at `scratch` (a byte offset): written through the GEMM's C and read back by the reduce (or the
-// caller, partials_only), so they are activation storage, dev.act_bytes() per element (MakePlan sizes them so).
-TensorRef Partials(const Device& dev, const TensorRef& scratch) {
-  return TensorRef{scratch.buffer, scratch.offset, dev.act_bytes()};
-}
+// The split-K partials at `scratch` (a byte offset): written through the GEMM's C (b_half bit 3 under half storage,
+// gpu/kernels/gemm_tiled.kern) and read back by the reduce (or the caller, partials_only): float32 in every storage.
+TensorRef Partials(const TensorRef& scratch) { return TensorRef{scratch.buffer, scratch.offset, sizeof(float)}; }
+
+// b_half bit 3: the GEMM / conv writes C as float32 partials (a split plan under half activation storage).
+int PartialsBit(const Device& dev, bool split) { return split && dev.act_half() ? 8 : 0; }
 
 // gemm_splitk_reduce: C[b, m, n] = act(sum of the plan's split partials in `scratch` + bias[n]) (see the header).
 Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef& c, int scb, int scm,
                           const TensorRef& scratch, const TensorRef& bias, bool has_bias, int M, int N, int batch,
                           int act, const Residual& residual, const TensorRef& residual_input, Timings* timings) {
   Args r;
-  r.Buf(c).Int(scb).Int(scm).Buf(scratch.buffer, Partials(dev, scratch).elem_offset());
+  r.Buf(c).Int(scb).Int(scm).Buf(Partials(scratch));
   r.Int(p.splits);
   r.Buf(bias).Int(has_bias ? 1 : 0).Int(M).Int(N).Int(act);
   AddResidualArgs(residual, residual_input, scratch, &r);
@@ -49,8 +50,6 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
 }
 
 }  // namespace
-
-size_t FloatPartialBytes(const Device& dev, size_t act_sized) { return act_sized / dev.act_bytes() * sizeof(float); }
 
 Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
@@ -70,8 +69,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   if (s.float_ac && split && !partials_only) {
     return Status::Error("float32 A / C (GemmShape::float_ac) needs the caller to sum the split-K partials");
   }
-  const TensorRef partials =
-      s.float_ac ? TensorRef{scratch.buffer, scratch.offset, sizeof(float)} : Partials(dev, scratch);
+  const TensorRef partials = Partials(scratch);
   const TensorRef& dst = split ? partials : c;
   const int plane = s.M * s.N;
   const bool has_bias = bias != nullptr;
@@ -83,7 +81,8 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(a).Int(s.sab).Int(s.sam).Int(s.sak);
   // B's element size goes with it too: float weights are indexed bare, half ones (b_half bit 0) through LDH
   g.Buf(b.buffer, b.offset, b.half ? 2 : 4).Int(s.sbb).Int(s.sbk).Int(s.sbn).Int((b.half ? 1 : 0) | (b.tile_major ? 2 : 0) |
-                                                              (s.float_ac && dev.act_half() ? 4 : 0));
+                                                              (s.float_ac && dev.act_half() ? 4 : 0) |
+                                                              PartialsBit(dev, split));
   g.Buf(bias_ref).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
   AddResidualArgs(split ? Residual() : residual, residual_input, a, &g);
@@ -550,14 +549,14 @@ class TiledConvOp final : public GpuOp {
     }
     const bool split = plan.splits > 1;
     const int M = s_.n * s_.oh * s_.ow;
-    const TensorRef partials = Partials(dev, scratch);
+    const TensorRef partials = Partials(scratch);
     const TensorRef& dst = split ? partials : out;
     const TensorRef& bias = s_.has_bias ? in[2] : in[0];
     Args a;
     // Y's element size goes with it: the shared epilogue can also store float (b_half bit 2, gpu::Arg)
     a.Buf(dst).Int(split ? M * s_.co : 0);
     a.Buf(in[0]);
-    a.Buf(b.buffer, b.offset, b.half ? 2 : 4).Int(sbk).Int(sbn).Int(b.half ? 1 : 0);
+    a.Buf(b.buffer, b.offset, b.half ? 2 : 4).Int(sbk).Int(sbn).Int((b.half ? 1 : 0) | PartialsBit(dev, split));
     a.Buf(bias).Int(s_.has_bias && !split ? 1 : 0);
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(split ? 0 : s_.act);

@@ -37,8 +37,8 @@ struct GemmShape {
   int act = 0;  // TFLite fused activation code
   // A, C and the split-K partials are float32 whatever the activation storage (Winograd's V and M, kept float
   // because its transforms amplify half rounding; gemm_tiled.kern's b_half bit 2): the caller's TensorRefs of A and
-  // C then have elem_bytes 4, a split plan's partials take 4 bytes per element (FloatPartialBytes) and must be summed
-  // by the caller (LaunchTiledGemm's partials_only).
+  // C then have elem_bytes 4, and a split plan's partials (float32 in every storage) must be summed by the caller
+  // (LaunchTiledGemm's partials_only).
   bool float_ac = false;
 };
 
@@ -56,7 +56,7 @@ struct TilePlan {
   int bm = 64, bn = 64, threads = 256, splits = 1, k_split = 0;  // work-group = 16 x (threads / 16)
   const Kernel* kernel = nullptr;  // gemm_tBMxBN or conv_tBMxBN
   const Kernel* reduce = nullptr;  // gemm_splitk_reduce when splits > 1
-  size_t scratch_bytes = 0;        // split-K partials (activation storage: Device::act_bytes() per element)
+  size_t scratch_bytes = 0;        // split-K partials (float32 in every activation storage)
   bool ln = false;                 // the kernel is a LayerNorm twin (NAME_ln / NAME_gg_ln, gemm_tiled.kern)
   // A folded LayerNorm's other form (TiledGemmOp::FuseLayerNorm): the op first normalises A's rows into the head of
   // its scratch (layer_norm_rows, unit affine: gamma and beta are in the packed weights and bias), then runs this
@@ -166,19 +166,14 @@ struct BOperand {
 // input) is the epilogue of GpuOp::FuseResidual (batch 1 only; the split-K reduce applies it when splitting).
 // `partials_only`: a split plan leaves its partials [batch][split][M][N] in `scratch` for the caller to sum
 // (no reduce launch, no bias / activation / residual: the caller's next kernel applies them). The partials are
-// activation storage (the kernels write them through C): Device::act_bytes() per element from scratch's byte offset,
-// whatever scratch.elem_bytes says (4 with s.float_ac). c, a and the residual input are ACT tensors
-// (TensorRef::elem_offset()), except a and c with s.float_ac (float32: elem_bytes 4).
+// float32 in every activation storage, from scratch's byte offset whatever scratch.elem_bytes says. c, a and the
+// residual input are ACT tensors (TensorRef::elem_offset()), except a and c with s.float_ac (float32: elem_bytes 4).
 // A LayerNorm plan (TilePlan::ln) takes `ln_colsum` (the column sums of its gamma-scaled B) and `ln_eps`.
 Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual = Residual(),
                        const TensorRef& residual_input = TensorRef(), bool partials_only = false,
                        const TensorRef* ln_colsum = nullptr, float ln_eps = 0.0f);
-
-// The bytes of a GEMM's split-K partials stored as float32 (GemmShape::float_ac) from `act_sized`, a plan's or
-// tuner's scratch_bytes sized in activation storage (TilePlan::scratch_bytes; plans without ln_rows).
-size_t FloatPartialBytes(const Device& dev, size_t act_sized);
 
 // Device memory that device-side weight producers upload the model's bytes into before a kernel transforms them
 // (PackedWeights::DeviceProducer): one buffer reused by consecutive producers -- commands run in submission order,

@@ -25,11 +25,11 @@
 // exact products, fp64 sums, at least fp32-accurate) takes their place.
 // Constant weights (FULLY_CONNECTED, CONV_2D filters) are re-laid out once as a K x N row-major matrix (float32,
 // or half with weights_fp16) so B tiles load along N; non-constant operands are read in place through their strides.
-// Activation storage (delegate option activations_fp16, Device::act_half): A, C, the residual and the split-K
-// partials are the kernels' ACT data, so offsets come from TensorRef::elem_offset() and the partials take
-// dev.act_bytes() per element of scratch; a non-constant B (or filter) is then half storage, read through b_half bit
-// 0; a bias input stays float32 (float32_inputs_); the tensor-core configs (fp32 only) are never candidates.
-// GemmShape::float_ac (Winograd's V and M) keeps A, C and the partials float32 whatever the storage: b_half bit 2.
+// Activation storage (delegate option activations_fp16, Device::act_half): A, C and the residual are the kernels'
+// ACT data, so offsets come from TensorRef::elem_offset(); the split-K partials are float32 in every storage (b_half
+// bit 3: half partials would round a split output about twice); a non-constant B (or filter) is then half storage,
+// read through b_half bit 0; a bias input stays float32 (float32_inputs_); the tensor-core configs (fp32 only) are
+// never candidates. GemmShape::float_ac (Winograd's V and M) keeps A and C float32 whatever the storage: b_half bit 2.
 //
 // Tuning knob (benchmarks and tests only): the delegate option gemm_tiles=BMxBN[nTHREADS|tc][/splits] forces one tile
 //
@@ -254,7 +254,7 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   SDGPU_RETURN_IF_ERROR(dev.GetKernel(conv ? sp.config->conv : sp.config->gemm, &p.kernel));
   if (p.splits > 1) {
     SDGPU_RETURN_IF_ERROR(dev.GetKernel("gemm_splitk_reduce", &p.reduce));
-    p.scratch_bytes = static_cast<size_t>(partial) * dev.act_bytes();  // written through C: activation storage
+    p.scratch_bytes = static_cast<size_t>(partial) * sizeof(float);  // float32 partials (gemm_tiled.kern, b_half bit 3)
   }
   *out = p;
   return Status::Ok();
@@ -359,7 +359,7 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
   p.splits = splits;
   p.k_split = k_split;
   p.kernel = kernel;
-  p.scratch_bytes = splits > 1 ? static_cast<size_t>(splits) * batch * M * N * dev.act_bytes() : 0;
+  p.scratch_bytes = splits > 1 ? static_cast<size_t>(splits) * batch * M * N * sizeof(float) : 0;
   *plan = p;
   return true;
 }

@@ -184,7 +184,7 @@ def test_weights_fp16_conv(rng, backend):
 
 
 # activations_fp16 (half storage of every float tensor of the partition, fp32 arithmetic): each GEMM kernel family
-# with half A / C (and half B where B is a tensor of the partition: b_half bit 0), split-K partials stored as half
+# with half A / C (and half B where B is a tensor of the partition: b_half bit 0), split-K partials stored as float32
 # and summed by the reduce. Case: (op, shape variant, delegate options); "naive" runs gemm_f32 on GL, whose
 # gl_limits leave no tile config the local memory it needs (OpenCL has no such limit: the cost model's plan there).
 ACT16_CASES = [
@@ -251,6 +251,24 @@ def test_activations_fp16_gemm_families(tmp_path, rng, backend, op, variant, opt
     assert ("gemm_splitk_reduce" in kernels) == ("/" in opts.get("gemm_tiles", "")), kernels
     if "naive" in options and backend == "gl":
         assert kernels == ["gemm_f32"], kernels
+
+
+@pytest.mark.parametrize("op,tiles", [("fc", "64x64/4"), ("fc", "16x64/2"), ("conv", "64x64/2")])
+def test_activations_fp16_split_k_rounds_the_output_once(rng, backend, op, tiles):
+    """With half storage the split-K partials stay float32 (gemm_tiled.kern, b_half bit 3): a split GEMM or conv
+    rounds its output to half once, as an unsplit one does -- within half an ulp of the float64 answer on the stored
+    (half) inputs, plus float32 summation noise. Half partials missed this by up to 60x: each partial, as large as the
+    output or larger where the slices cancel, was rounded on its own before the reduce summed them."""
+    if op == "fc":
+        x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 20, 600), (33, 600), (33,)))
+        model, want = fully_connected_model(x.shape, w, b), fully_connected_ref(_half(x), w, b)
+    else:
+        x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 9, 11, 32), (40, 3, 3, 32), (40,)))
+        model, want = conv2d_model(x.shape, w, b), conv2d_ref(_half(x), w, b)
+    got = _run(backend, model, {"x": x}, activations_fp16=True, gemm_tiles=tiles).astype(np.float64)
+    half_ulp = np.ldexp(1.0, np.frexp(want)[1] - 12)  # of each element's half: 2^(e - 12) for |want| in [2^(e-1), 2^e)
+    bound = half_ulp + 1e-6 * np.abs(want).max()  # + float32 summation noise
+    assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) / bound))
 
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])

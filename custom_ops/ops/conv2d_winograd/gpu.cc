@@ -345,9 +345,9 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
                                        fusion ? kMaxWinogradTuneSplits : 1, tc));
-  // the planners size split-K partials in activation storage; V, M and the partials are float32
+  // V and M are float32; so are the split-K partials (sized so by the planners)
   u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
-                      FloatPartialBytes(dev, std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes()));
+                      std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
   return Status::Ok();
 }
