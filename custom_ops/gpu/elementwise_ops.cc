@@ -7,6 +7,7 @@
 // arithmetic runs over 1-3 dims instead of up to 6.
 #include <algorithm>
 
+#include "gpu/builtin_params.h"
 #include "gpu/op_factories.h"
 #include "gpu/op_util.h"
 
@@ -62,6 +63,25 @@ class BinaryOp final : public GpuOp {
   const Kernel* k4_ = nullptr;  // null: no float4 path for this shape/backend
   int op_ = 0, act_ = 0, n_ = 0, a_vec_ = 0, b_vec_ = 0;
   std::unique_ptr<Buffer> meta_, meta4_;
+};
+
+// mul_unary_f32(y, yo, a, ao, b, bo, meta, mo, int n, int op): f(a * b) (MakeMulUnary); a and b are the MUL's inputs
+// `a_` and `b_`, b the constant one, read as float32.
+class MulUnaryOp final : public GpuOp {
+ public:
+  using GpuOp::device_inputs_;  // filled by the factory below
+  using GpuOp::float32_inputs_;
+  Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef&,
+                 Timings* timings) override {
+    Args a;
+    a.Buf(out).Buf(in[a_]).Buf(in[b_].buffer, in[b_].elem_offset(sizeof(float)));
+    a.Buf(meta_.get(), 0).Int(n_).Int(op_);
+    return Launch1D(dev, *k_, a, n_, timings);
+  }
+
+  const Kernel* k_ = nullptr;
+  int a_ = 0, b_ = 1, op_ = 0, n_ = 0;
+  std::unique_ptr<Buffer> meta_;
 };
 
 // `out` with the broadcast strides of each operand, collapsed: size-1 dims dropped, and a dim merged into
@@ -161,6 +181,34 @@ Status MakeBinary(const Device& dev, const NodeDesc& node, int op, int act, std:
   } else {
     u->k4_ = nullptr;
   }
+  *out = std::move(u);
+  return Status::Ok();
+}
+
+Status MakeMulUnary(const Device& dev, const NodeDesc& mul, int op, std::unique_ptr<GpuOp>* out) {
+  SDGPU_RETURN_IF_ERROR(Need(mul.inputs.size() == 2 && mul.inputs[0] != nullptr && mul.inputs[1] != nullptr &&
+                                 mul.inputs[0]->type == abi::kTfLiteFloat32 &&
+                                 mul.inputs[1]->type == abi::kTfLiteFloat32,
+                             "only float32 operands are supported"));
+  const auto* prm = static_cast<const ActivationParams*>(mul.builtin_data);
+  SDGPU_RETURN_IF_ERROR(Need(prm == nullptr || prm->activation == 0, "a fused activation"));
+  auto u = std::make_unique<MulUnaryOp>();
+  u->b_ = IsConstant(mul.inputs[1]) ? 1 : 0;
+  u->a_ = 1 - u->b_;
+  SDGPU_RETURN_IF_ERROR(Need(IsConstant(mul.inputs[u->b_]), "no constant operand"));
+  const Dims a = DimsOf(mul.inputs[u->a_]), b = DimsOf(mul.inputs[u->b_]), o = DimsOf(mul.outputs[0]);
+  SDGPU_RETURN_IF_ERROR(Need(o.size() <= kMaxRank && CanBroadcast(a, o) && CanBroadcast(b, o),
+                             "unsupported broadcast " + DimsToString(a) + " x " + DimsToString(b)));
+  u->op_ = op;
+  u->n_ = static_cast<int>(NumElements(o));
+  u->device_inputs_ = {u->a_, u->b_};
+  u->float32_inputs_ = {u->b_};
+  std::vector<Dims> strides = {BroadcastStrides(a, o), BroadcastStrides(b, o)};
+  Dims dims;
+  CollapseDims(o, &strides, &dims);
+  const std::vector<int32_t> meta = BinaryMeta(dims, strides[0], strides[1]);
+  SDGPU_RETURN_IF_ERROR(UploadConstant(dev, meta.data(), meta.size() * 4, &u->meta_));
+  SDGPU_RETURN_IF_ERROR(dev.GetKernel("mul_unary_f32", &u->k_));
   *out = std::move(u);
   return Status::Ok();
 }

@@ -17,6 +17,9 @@ namespace sdgpu::gpu {
 // elementwise_ops.cc. `op` is the kernel's operation code (sd_unary / sd_binary in elementwise.cl).
 Status MakeUnary(const Device& dev, int op, int64_t n, std::unique_ptr<GpuOp>* out);
 Status MakeBinary(const Device& dev, const NodeDesc& node, int op, int act, std::unique_ptr<GpuOp>* out);
+// f(a * b) of a MUL node (no fused activation) with a constant operand, f the unary_f32 op `op`: the MUL -> SIN / COS
+// fold of GpuPartition (mul_unary_f32).
+Status MakeMulUnary(const Device& dev, const NodeDesc& mul, int op, std::unique_ptr<GpuOp>* out);
 Status MakeSelect(const Device& dev, const NodeDesc& node, std::unique_ptr<GpuOp>* out);
 
 // copy_ops.cc: layout ops (one strided N-d copy each) and index maps.

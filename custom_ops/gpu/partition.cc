@@ -188,10 +188,7 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     s.output = node->outputs->data[0];
     if (folded_.count(s.output)) continue;  // a folded constant DEQUANTIZE: no step
     NodeView view;
-    SDGPU_RETURN_IF_ERROR(ViewNode(context, *backend_, node_index, &view));
-    for (size_t i = 0; i < s.inputs.size() && i < view.desc.inputs.size(); ++i) {
-      if (auto it = folded_.find(s.inputs[i]); it != folded_.end()) view.desc.inputs[i] = &it->second->tensor;
-    }
+    SDGPU_RETURN_IF_ERROR(ViewStepNode(context, s, &view));
     s.name = view.desc.name;
     Status st = CreateGpuOp(device(), view.desc, &s.op);
     if (!st.ok()) return Status::Error("node " + std::to_string(node_index) + " (" + s.name + "): " + st.message());
@@ -233,6 +230,8 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
   }
   const std::vector<int> out_list = abi::IntArrayToVector(params->output_tensors);
   const std::set<int> outs(out_list.begin(), out_list.end());
+  // Not an epilogue fold (fuse_epilogues leaves it on): it keeps the timestep phase out of half storage.
+  FuseTrigOfProducts(context, outs);
   std::unordered_map<int, std::vector<int>> readers;  // tensor -> steps reading it on the device
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
     for (int k : steps_[i].op->device_inputs()) {
@@ -249,6 +248,41 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     FuseLayerNorms(context, outs, readers);  // last: it changes what an FC reads
   }
   return Status::Ok();
+}
+
+Status GpuPartition::ViewStepNode(abi::TfLiteContext* context, const Step& step, NodeView* view) const {
+  SDGPU_RETURN_IF_ERROR(ViewNode(context, *backend_, step.node_index, view));
+  for (size_t i = 0; i < step.inputs.size() && i < view->desc.inputs.size(); ++i) {
+    if (auto it = folded_.find(step.inputs[i]); it != folded_.end()) view->desc.inputs[i] = &it->second->tensor;
+  }
+  return Status::Ok();
+}
+
+void GpuPartition::FuseTrigOfProducts(abi::TfLiteContext* context, const std::set<int>& outs) {
+  const std::unordered_map<int, int> producer = ProducerIndex();
+  std::unordered_map<int, int> readers;  // tensor -> how many steps read it on the device
+  for (const Step& s : steps_) {
+    for (int k : s.op->device_inputs()) {
+      if (s.inputs[k] >= 0) ++readers[s.inputs[k]];
+    }
+  }
+  for (Step& trig : steps_) {
+    if ((trig.code != kSin && trig.code != kCos) || trig.inputs.empty()) continue;
+    auto p = producer.find(trig.inputs[0]);
+    if (p == producer.end() || steps_[p->second].code != kMul) continue;
+    Step& mul = steps_[p->second];
+    NodeView view;
+    std::unique_ptr<GpuOp> op;
+    // a MUL without a constant operand or with a fused activation keeps its own launch (MakeMulUnary says why)
+    if (!ViewStepNode(context, mul, &view).ok() ||
+        !MakeMulUnary(device(), view.desc, trig.code == kSin ? 3 : 4, &op).ok()) {
+      continue;
+    }
+    trig.op = std::move(op);
+    trig.inputs = mul.inputs;
+    // the product's other readers (or the partition's output) keep the MUL's launch
+    if (--readers[mul.output] == 0 && outs.count(mul.output) == 0) mul.absorbed = true;
+  }
 }
 
 namespace {

@@ -78,6 +78,18 @@
 //   SD's transformer norm1/2/3 -> QKV / attn2 Q / GEGLU projections.
 //   Delegate option fuse_epilogues=0 turns these five folds off (A/B
 //   benchmarks).
+//   Sines and cosines of products: a SIN / COS whose input is a MUL's output
+//   (no fused activation, one constant operand) computes f(a * b) itself
+//   (mul_unary_f32, the constant read as float32), and the MUL launches
+//   nothing once no other step reads its output and it is not a partition
+//   output. SD's timestep phase t * freqs, the input of the sinusoidal
+//   embedding, reaches ~1000 rad: with activations_fp16, storing it (or
+//   freqs) as half would move its sin / cos by up to 0.25 (half's spacing
+//   is 0.5 at 1000), which turns the embedding's high frequencies into
+//   noise. Keeping the product in registers needs no per-tensor storage
+//   type, which the kernels do not have (the ACT_* storage is
+//   program-wide), so this fold is the whole fix; it is on whatever
+//   fuse_epilogues says (one launch fewer otherwise).
 // invoke(): uploads the partition inputs, enqueues every node in order (no host
 //   synchronisation in between), reads the outputs back with blocking reads.
 //   With profiling on, the device times of all launches of a node are summed
@@ -209,6 +221,10 @@ class GpuPartition {
   int Root(int tensor) const;
   // Byte offset of `tensor` inside Root(tensor)'s memory.
   size_t RootOffset(int tensor) const;
+  // ViewNode of a step's node, its folded DEQUANTIZE inputs as their constant views (the op factories' NodeDesc).
+  Status ViewStepNode(abi::TfLiteContext* context, const Step& step, NodeView* view) const;
+  // Sines and cosines of products (header comment): runs first, before any pass reads the graph's readers.
+  void FuseTrigOfProducts(abi::TfLiteContext* context, const std::set<int>& outs);
   // Column splits, residual ADDs and gated GELUs (header comment), from the graph structure at init: `outs` are the
   // partition's output tensors, `readers` the steps that read each tensor on the device.
   void SplitGemmColumns(const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers);
