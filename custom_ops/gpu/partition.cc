@@ -273,7 +273,7 @@ void GpuPartition::FuseTrigOfProducts(abi::TfLiteContext* context, const std::se
     Step& mul = steps_[p->second];
     NodeView view;
     std::unique_ptr<GpuOp> op;
-    // a MUL without a constant operand or with a fused activation keeps its own launch (MakeMulUnary says why)
+    // otherwise (no constant operand, a fused activation: MakeMulUnary) the SIN / COS reads the stored product
     if (!ViewStepNode(context, mul, &view).ok() ||
         !MakeMulUnary(device(), view.desc, trig.code == kSin ? 3 : 4, &op).ok()) {
       continue;
