@@ -360,6 +360,20 @@ def test_debug_knobs_finish_barrier_plain_keep_results(rng):
     assert_close(got, (e / e.sum(axis=-1, keepdims=True)).astype(np.float32), rtol=1e-5)
 
 
+def test_the_vae_head_width_attention_takes_its_head_dim_at_run_time_on_gl_only():
+    """GL's attn_flash_d512 reads its head dim from its argument: with it fixed, NVIDIA's GL compiler unrolled the loop
+    over its 16 chunks too (optionNV(unroll all)), 39-45 s of compiling on the VAE's first inference. OpenCL's keeps
+    the constant (ops/attention/gpu.kern)."""
+    from kernel_dialect import attention_source, cpp_command
+
+    assert "int D = ((0) > 0 ? (0) : Dr);" in glsl_kernels()["attn_flash_d512"][1]
+    assert "int D = ((80) > 0 ? (80) : Dr);" in glsl_kernels()["attn_flash_d80"][1]  # the other widths stay fixed
+    opencl = subprocess.run([*cpp_command().split(), "-P", "-x", "c", "-"], input=attention_source(),
+                            capture_output=True, text=True, check=True).stdout
+    d512 = opencl[opencl.index("void attn_flash_d512("):]
+    assert "const int D = ((512) > 0 ? (512) : Dr);" in d512[: d512.index("void attn_stats_d512(")]
+
+
 def test_vae_head_width_attention_runs_the_float_probability_tile(rng, tmp_path):
     """The VAE decoder's attention (one 512-wide head) runs a flash kernel on GL (attn_flash_d512, or attn_flash_dyn
     where local memory is short: llvmpipe), whose probability tile `ps` is a float array there (LOCAL_FLOAT4S: each
