@@ -140,6 +140,15 @@ class SelectOp final : public GpuOp {
   std::unique_ptr<Buffer> meta_, cond_;
 };
 
+// binary_f32's broadcast table (BinaryMeta) of a x b -> o on the device: `dims` and `strides` as collapsed.
+Status UploadBinaryMeta(const Device& dev, const Dims& a, const Dims& b, const Dims& o, std::unique_ptr<Buffer>* meta,
+                        Dims* dims, std::vector<Dims>* strides) {
+  *strides = {BroadcastStrides(a, o), BroadcastStrides(b, o)};
+  CollapseDims(o, strides, dims);
+  const std::vector<int32_t> table = BinaryMeta(*dims, (*strides)[0], (*strides)[1]);
+  return UploadConstant(dev, table.data(), table.size() * 4, meta);
+}
+
 }  // namespace
 
 Status MakeUnary(const Device& dev, int op, int64_t n, std::unique_ptr<GpuOp>* out) {
@@ -162,11 +171,9 @@ Status MakeBinary(const Device& dev, const NodeDesc& node, int op, int act, std:
   u->act_ = act;
   u->n_ = static_cast<int>(NumElements(o));
   u->device_inputs_ = {0, 1};
-  std::vector<Dims> strides = {BroadcastStrides(a, o), BroadcastStrides(b, o)};
+  std::vector<Dims> strides;
   Dims dims;
-  CollapseDims(o, &strides, &dims);
-  const std::vector<int32_t> meta = BinaryMeta(dims, strides[0], strides[1]);
-  SDGPU_RETURN_IF_ERROR(UploadConstant(dev, meta.data(), meta.size() * 4, &u->meta_));
+  SDGPU_RETURN_IF_ERROR(UploadBinaryMeta(dev, a, b, o, &u->meta_, &dims, &strides));
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("binary_f32", &u->k_));
   const int64_t inner = dims.back(), ia = strides[0].back(), ib = strides[1].back();
   if (inner % 4 == 0 && ia <= 1 && ib <= 1 && dev.GetKernel("binary_f32_v4", &u->k4_).ok()) {
@@ -203,11 +210,9 @@ Status MakeMulUnary(const Device& dev, const NodeDesc& mul, int op, std::unique_
   u->n_ = static_cast<int>(NumElements(o));
   u->device_inputs_ = {u->a_, u->b_};
   u->float32_inputs_ = {u->b_};
-  std::vector<Dims> strides = {BroadcastStrides(a, o), BroadcastStrides(b, o)};
+  std::vector<Dims> strides;
   Dims dims;
-  CollapseDims(o, &strides, &dims);
-  const std::vector<int32_t> meta = BinaryMeta(dims, strides[0], strides[1]);
-  SDGPU_RETURN_IF_ERROR(UploadConstant(dev, meta.data(), meta.size() * 4, &u->meta_));
+  SDGPU_RETURN_IF_ERROR(UploadBinaryMeta(dev, a, b, o, &u->meta_, &dims, &strides));
   SDGPU_RETURN_IF_ERROR(dev.GetKernel("mul_unary_f32", &u->k_));
   *out = std::move(u);
   return Status::Ok();
