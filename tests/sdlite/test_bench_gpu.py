@@ -32,11 +32,17 @@ def test_opencl_profile_is_per_node_device_time(capsys, tiny_export: Path) -> No
     assert [o["op_name"] for o in prof["ops"]] == [op.op_name for op in info.ops]
     assert all(o["executor"] == "sdgpu" for o in prof["ops"])
     # Nodes that launch nothing, with zero device time: views (RESHAPE/SQUEEZE/EXPAND_DIMS alias their input inside
-    # a partition), SLICEs that are contiguous runs, and residual ADDs folded into the epilogue of the FC / conv
-    # that produces an operand (tests/native/test_opencl_residual.py). Every other node launches and takes time.
+    # a partition), SLICEs that are contiguous runs, residual ADDs folded into the epilogue of the FC / conv that
+    # produces an operand (tests/native/test_opencl_residual.py), and the timestep phase's MUL, whose product the SIN
+    # and COS compute themselves (tests/native/test_gpu_timestep_phase.py). Every other node launches and takes time.
     views = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
     silent = views | {"SLICE", "ADD"}
-    assert all(o["avg_us"] > 0 and o["first_us"] > 0 for o in prof["ops"] if o["op_name"] not in silent)
+    producer = {t: op.index for op in info.ops for t in op.outputs}
+    phase = {producer[op.inputs[0]] for op in info.ops if op.op_name in ("SIN", "COS") and op.inputs[0] in producer}
+    assert phase and all(info.ops[i].op_name == "MUL" for i in phase)
+    assert all(o["avg_us"] > 0 and o["first_us"] > 0 for o in prof["ops"]
+               if o["op_name"] not in silent and o["index"] not in phase)
+    assert all(o["avg_us"] == 0 for o in prof["ops"] if o["index"] in phase)
     assert all(o["avg_us"] == 0 for o in prof["ops"] if o["op_name"] in views)
     assert any(o["avg_us"] == 0 for o in prof["ops"] if o["op_name"] == "ADD")  # the plain UNet's FC residuals
     # each node's time is split by the kernels it launched
