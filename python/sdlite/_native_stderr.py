@@ -63,10 +63,20 @@ class CapturedLog:
         return fallback[0] if fallback else "no details (rerun with --verbose to see the native log)"
 
 
+_OUR_PREFIX = "sdgpu:"  # every line our delegate prints (common/log.cc)
+_open_captures = 0  # captures of fd 2 open now: one opened inside another sees only the inner block's writes
+
+
 @contextlib.contextmanager
 def _fd2_into(file: BinaryIO, verbose: bool = False) -> Iterator[CapturedLog]:
     """fd 2 into ``file`` (empty on entry) for the block; afterwards the log holds what was written, and ``file`` is
-    emptied again. Native code writes to fd 2 whatever ``sys.stderr`` is (pytest, IDEs replace the Python object)."""
+    emptied again. Native code writes to fd 2 whatever ``sys.stderr`` is (pytest, IDEs replace the Python object).
+
+    Inside another capture (a model loaded while other models' first inferences run on their threads:
+    Interpreter.warm_up), fd 2 is the process's, so the block also catches what those threads print meanwhile. The
+    lines of our delegate (its warnings, its set-up progress) go on to the enclosing capture, which reports them;
+    the rest (LiteRT's INFO lines) stays held back as in any capture."""
+    global _open_captures
     log = CapturedLog()
     fd = 2
     try:
@@ -76,9 +86,12 @@ def _fd2_into(file: BinaryIO, verbose: bool = False) -> Iterator[CapturedLog]:
         return
     sys.stderr.flush()
     os.dup2(file.fileno(), fd)
+    _open_captures += 1
+    nested = _open_captures > 1
     try:
         yield log
     finally:
+        _open_captures -= 1
         sys.stderr.flush()
         os.dup2(saved, fd)
         os.close(saved)
@@ -90,6 +103,10 @@ def _fd2_into(file: BinaryIO, verbose: bool = False) -> Iterator[CapturedLog]:
             file.truncate()
             if verbose:
                 sys.stderr.write(log.text)
+            elif nested:
+                ours = "".join(line + "\n" for line in log.lines if line.startswith(_OUR_PREFIX))
+                if ours:
+                    os.write(fd, ours.encode("utf-8"))
 
 
 @contextlib.contextmanager

@@ -194,3 +194,27 @@ def test_a_later_run_names_the_stage_that_failed(gelu_path: Path, fail: str, sta
     with pytest.raises(SdliteError, match=rf"^gelu.tflite on backend cpu: {stage} failed: {fail} went wrong$"):
         runner.run(x=x)
     assert runner.calls == (2 if fail != "GetTensor" else 3)
+
+
+def test_a_capture_inside_another_passes_our_delegate_lines_on(capfd) -> None:
+    # Interpreter.warm_up holds fd 2 for all warm-up threads while it loads the next model inside a capture of its
+    # own: what a warm-up thread's delegate printed meanwhile (its warnings, set-up progress) used to end in the
+    # inner capture and be dropped with it. Our lines now reach the enclosing capture; LiteRT's noise stays back.
+    import os
+    import threading
+
+    from sdlite._native_stderr import capture_native_stderr
+
+    def other_thread() -> None:
+        os.write(2, b"sdgpu: WARNING: opencl: a cache entry was rebuilt\nINFO: Created TensorFlow Lite delegate\n")
+
+    with capture_native_stderr() as outer:
+        with capture_native_stderr() as inner:
+            t = threading.Thread(target=other_thread)
+            t.start()
+            t.join()
+    assert inner.lines == ["sdgpu: WARNING: opencl: a cache entry was rebuilt", "INFO: Created TensorFlow Lite delegate"]
+    assert outer.lines == ["sdgpu: WARNING: opencl: a cache entry was rebuilt"]
+    with capture_native_stderr() as alone:  # not nested: held back whole, nothing reaches the terminal
+        other_thread()
+    assert len(alone.lines) == 2 and capfd.readouterr().err == ""
