@@ -6,9 +6,11 @@ float32 storage.
 Tolerance: half keeps 11 significant bits (relative rounding up to 2^-11 ~ 4.9e-4 per stored value), and every
 tensor between the input and the output is stored once more. Measured (max |error| / max |reference|, random tiny
 weights, PoCL and llvmpipe alike): text encoder 1.0-1.2e-3, UNet 1.2-3.1e-3 (six seeds, t = 500 and 999), VAE decoder
-3.2-5.0e-3 (its ~30 stored tensors); float32 storage gives 4e-7 .. 7e-6. The bound, 6e-3 through assert_close
-(relative, the output's scale as the floor), is a little above the worst; issue 32's 3e-3 holds for the text encoder
-and the fused UNet variants (at most 2.0e-3), not for the plain UNet on PoCL (3.05e-3 at one of six seeds).
+3.2-5.0e-3 (its ~30 stored tensors); float32 storage gives 4e-7 .. 7e-6. Issue 32's 3e-3 (harness.HALF_STORAGE_RTOL,
+through assert_close: relative, the output's scale as the floor) holds for the text encoder and the fused UNet
+variants (at most 2.0e-3) and is asserted for them; the plain UNet (3.05e-3 on PoCL at one of six seeds) and the VAE
+decoder (whose floor with every fused op output rounded exactly once is 2.45-4.57e-3 in a float64 simulation) keep
+6e-3, a little above their worst.
 The UNet runs at t = 999, where its timestep phase t * freqs (the SIN / COS input) would suffer most from half
 storage (spacing 0.5 rad): the partition computes sin / cos of the product in one kernel with freqs as float32
 (test_gpu_timestep_phase.py); without that the UNet's error was 6.9-9.4e-3 at t = 999 (1.9-3.8e-3 at t = 500).
@@ -24,7 +26,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from harness import assert_close, signature_inputs
+from harness import HALF_STORAGE_RTOL, assert_close, signature_inputs
 from sdlite import native
 
 BACKENDS = ("opencl", "gl")
@@ -84,7 +86,8 @@ def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Pat
             launched |= winograd
         for name, value in expected.items():
             assert np.isfinite(actual[name]).all(), (model, name)
-            assert_close(actual[name], value, rtol=6e-3)
+            loose = model == "vae_decoder" or (model == "unet" and variant == "plain")
+            assert_close(actual[name], value, rtol=6e-3 if loose else HALF_STORAGE_RTOL)
     if variant in WINOGRAD:  # the tiny UNet's maps are too small for F4 / F6; its VAE decoder's are not
         for kernel in (f"winograd_input_{variant}", f"winograd_output_{variant}"):
             assert any(k.startswith(kernel) for k in launched), (kernel, launched)
