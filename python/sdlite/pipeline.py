@@ -202,6 +202,15 @@ def unit_to_uint8(unit: np.ndarray) -> np.ndarray:
     return (unit * 255).round().astype(np.uint8)
 
 
+def _padded_batches(rows: list[np.ndarray], batch: int) -> list[tuple[list[np.ndarray], int]]:
+    """``rows`` in batches of ``batch``, the last padded with copies of its last row; each with its real row count."""
+    out = []
+    for start in range(0, len(rows), batch):
+        chunk = rows[start : start + batch]
+        out.append((chunk + [chunk[-1]] * (batch - len(chunk)), len(chunk)))
+    return out
+
+
 class StableDiffusionPipeline:
     """Generate images with a converted folder, diffusers-style::
 
@@ -325,10 +334,7 @@ class StableDiffusionPipeline:
         embeds = self._embeds_batches(uncond, cond, latents_in.shape[0], batch)
         preds: list[np.ndarray] = []
         calls = 0
-        for start in range(0, len(latents), batch):
-            chunk = latents[start : start + batch]
-            real = len(chunk)
-            chunk = chunk + [chunk[-1]] * (batch - real)
+        for chunk, real in _padded_batches(latents, batch):
             out = unet.run(**{s_name: np.stack(chunk), t_name: t_arr, e_name: embeds[calls]})[o_name]
             calls += 1
             preds.extend(out[:real])
@@ -348,10 +354,7 @@ class StableDiffusionPipeline:
         if cached is not None and cached[0] is uncond and cached[1] is cond and cached[2:4] == (n_latents, batch):
             return cached[4]
         rows = [e for _ in range(n_latents) for e in ((cond[0],) if uncond is None else (uncond[0], cond[0]))]
-        out = []
-        for start in range(0, len(rows), batch):
-            chunk = rows[start : start + batch]
-            out.append(np.stack(chunk + [chunk[-1]] * (batch - len(chunk))))
+        out = [np.stack(chunk) for chunk, _ in _padded_batches(rows, batch)]
         if not cond.flags.writeable and (uncond is None or not uncond.flags.writeable):  # cannot change under us
             self._embeds_stacked = (uncond, cond, n_latents, batch, out)
         return out

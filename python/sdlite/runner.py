@@ -277,32 +277,32 @@ class InterpreterRunner(ModelRunner):
 
         def run_all() -> dict[str, np.ndarray]:
             nonlocal stage
-            for name, arr in checked.items():
-                self._wrapper.SetTensor(self._in_index[name], arr, self._subgraph)
+            self._set_tensors(checked)
             stage = "inference"
             t0 = time.perf_counter()
             self._wrapper.Invoke(self._subgraph)
             self._count_call(time.perf_counter() - t0)
             stage = "reading the outputs"
-            return {name: self._wrapper.GetTensor(i, self._subgraph) for name, i in self._out_index.items()}
+            return self._output_tensors()
 
         return self._native_call(lambda: stage, run_all)
 
     def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
         checked = self.check_inputs(feeds)
-
-        def set_all() -> None:
-            for name, arr in checked.items():
-                self._wrapper.SetTensor(self._in_index[name], arr, self._subgraph)
-
-        self._native_call("setting the inputs", set_all)
+        self._native_call("setting the inputs", lambda: self._set_tensors(checked))
 
     def invoke(self) -> None:
         self._native_call("inference", lambda: self._wrapper.Invoke(self._subgraph))
 
     def get_outputs(self) -> dict[str, np.ndarray]:
-        return self._native_call("reading the outputs", lambda: {
-            name: self._wrapper.GetTensor(i, self._subgraph) for name, i in self._out_index.items()})
+        return self._native_call("reading the outputs", self._output_tensors)
+
+    def _set_tensors(self, checked: dict[str, np.ndarray]) -> None:
+        for name, arr in checked.items():
+            self._wrapper.SetTensor(self._in_index[name], arr, self._subgraph)
+
+    def _output_tensors(self) -> dict[str, np.ndarray]:
+        return {name: self._wrapper.GetTensor(i, self._subgraph) for name, i in self._out_index.items()}
 
     def close(self) -> None:
         self._interp = None  # type: ignore[assignment]
