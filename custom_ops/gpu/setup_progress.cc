@@ -42,6 +42,12 @@ void SetupProgress::SetDetail(const std::string& detail) {
   detail_ = detail;
 }
 
+std::string SetupProgress::ExchangeDetail(std::string detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  detail_.swap(detail);
+  return detail;
+}
+
 void SetupProgress::End() {
   std::unique_lock<std::mutex> lock(mu_);
   EndLocked(&lock);

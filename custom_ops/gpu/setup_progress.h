@@ -34,6 +34,22 @@ class SetupProgress {
   void Advance(long long steps = 1);
   // What the current phase is busy with right now ("compiling 3 kernels"), shown in its lines; "" clears it.
   void SetDetail(const std::string& detail);
+  // SetDetail for a scope: the detail before it comes back at the scope's end (a GL program compiled while a tuning
+  // candidate's detail is shown).
+  class ScopedDetail {
+   public:
+    ScopedDetail(SetupProgress& progress, const std::string& detail)
+        : progress_(progress), before_(progress.ExchangeDetail(detail)) {}
+    ~ScopedDetail() { progress_.ExchangeDetail(before_); }
+    ScopedDetail(const ScopedDetail&) = delete;
+    ScopedDetail& operator=(const ScopedDetail&) = delete;
+
+   private:
+    SetupProgress& progress_;
+    std::string before_;
+  };
+  // Sets the detail, returns the one it replaced.
+  std::string ExchangeDetail(std::string detail);
   void End();
 
   struct Snapshot {

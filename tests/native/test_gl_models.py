@@ -105,3 +105,41 @@ def test_a_profile_that_cannot_be_written_is_one_warning_not_a_failed_inference(
     assert abs(float(proc.stdout) - 0.8411920) < 1e-5
     warnings = [line for line in proc.stderr.splitlines() if "WARNING" in line]
     assert warnings == [f"sdgpu: WARNING: gl: cannot write the profile to {folder / 'p.json'}"], proc.stderr
+
+
+def test_the_first_inference_names_each_gl_program_while_it_compiles(tiny_fused_winograd_export: Path, tmp_path,
+                                                                     rng):
+    """A GL program compiles on its first launch, inside the first inference, and a driver may take seconds for one
+    (NVIDIA's GL: 27 s for the VAE's attn_flash_d512): the set-up's detail (stats ``setup_detail``, the progress
+    lines, sdlite's bar) names the program meanwhile and goes back to what it said before (a tuning candidate's)."""
+    import threading
+
+    path = tiny_fused_winograd_export / "vae_decoder.tflite"
+    delegate = native.load(backend="gl", cache_dir=str(tmp_path / "cache"))  # cold: every program compiles here
+    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
+        "serving_default")
+    inputs = signature_inputs(runner, rng)
+    seen: list[tuple[str, str]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            s = native.stats(delegate)
+            seen.append((str(s.get("setup_phase") or ""), str(s.get("setup_detail") or "")))
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        runner(**inputs)
+    finally:
+        done.set()
+        t.join()
+    compiling = {d.split("'")[1] for _, d in seen if d.startswith("compiling kernel '")}
+    built = native.stats(delegate)["programs_built"]
+    # ~20 programs of 5-300 ms each on llvmpipe against a poll every ~0.3 ms: each one is seen
+    assert built >= 10 and len(compiling) >= 5, (built, sorted(compiling))
+    assert {"gemm_t16x64", "winograd_output_f4_st"} & compiling, sorted(compiling)
+    assert all(phase for phase, d in seen if d.startswith("compiling kernel ")), "a compile outside a set-up phase"
+    # the tuner's detail is back once a candidate's program is built (ScopedDetail), and nothing is left behind
+    assert any(d.startswith("tuning the tiles of ") for _, d in seen)
+    assert native.stats(delegate)["setup_detail"] == ""
