@@ -56,3 +56,13 @@ def test_nvidia_only_kernels_stay_out_without_sdgpu_nv_ptx(kernel_names: set[str
     nvidia = {n for n in kernel_names if n.startswith(("gemm_x", "conv_x", "gemm_d", "conv_d"))
               or n in {"attn_flash_m40", "attn_flash_m80", "attn_flash_f40", "attn_flash_f80"}}
     assert nvidia == set()
+
+
+def test_the_program_defines_no_variadic_macro() -> None:
+    # NVIDIA's OpenCL compiler rejects them ("variadic macros not supported in OpenCL", -cl-std=CL1.2) where PoCL's
+    # clang and the GLSL generator's cpp accept them: CI would not notice, every OpenCL model on NVIDIA would fail
+    import re
+
+    variadic = [line for line in opencl_program_source().splitlines()
+                if re.match(r"\s*#\s*define\s+\w+\([^)]*\.\.\.\s*\)", line) or "__VA_ARGS__" in line]
+    assert variadic == [], variadic[:3]
