@@ -107,39 +107,43 @@ def test_a_profile_that_cannot_be_written_is_one_warning_not_a_failed_inference(
     assert warnings == [f"sdgpu: WARNING: gl: cannot write the profile to {folder / 'p.json'}"], proc.stderr
 
 
-def test_the_first_inference_names_each_gl_program_while_it_compiles(tiny_fused_winograd_export: Path, tmp_path,
-                                                                     rng):
+def test_the_first_inference_names_each_gl_program_while_it_compiles(tiny_fused_winograd_export: Path, tmp_path):
     """A GL program compiles on its first launch, inside the first inference, and a driver may take seconds for one
-    (NVIDIA's GL: 27 s for the VAE's attn_flash_d512): the set-up's detail (stats ``setup_detail``, the progress
-    lines, sdlite's bar) names the program meanwhile and goes back to what it said before (a tuning candidate's)."""
-    import threading
+    (NVIDIA's GL: 35 s for the VAE's attn_flash_d512 before its loops were bounded): the set-up's detail (stats
+    ``setup_detail``, the progress lines, sdlite's bar) names the program meanwhile. A fresh process with Mesa's
+    shader cache off (a cached llvmpipe compile takes ~1 ms, too short to be seen by polling) and an empty delegate
+    cache, so every program compiles for tens of milliseconds while the stats are read every few hundred
+    microseconds."""
+    import json
+    import os
+    import subprocess
+    import sys
 
-    path = tiny_fused_winograd_export / "vae_decoder.tflite"
-    delegate = native.load(backend="gl", cache_dir=str(tmp_path / "cache"))  # cold: every program compiles here
-    runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
-        "serving_default")
-    inputs = signature_inputs(runner, rng)
-    seen: list[tuple[str, str]] = []
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            s = native.stats(delegate)
-            seen.append((str(s.get("setup_phase") or ""), str(s.get("setup_detail") or "")))
-
-    t = threading.Thread(target=poll)
-    t.start()
-    try:
-        runner(**inputs)
-    finally:
-        done.set()
-        t.join()
-    compiling = {d.split("'")[1] for _, d in seen if d.startswith("compiling kernel '")}
-    built = native.stats(delegate)["programs_built"]
-    # ~20 programs of 5-300 ms each on llvmpipe against a poll every ~0.3 ms: each one is seen
-    assert built >= 10 and len(compiling) >= 5, (built, sorted(compiling))
-    assert {"gemm_t16x64", "winograd_output_f4_st"} & compiling, sorted(compiling)
-    assert all(phase for phase, d in seen if d.startswith("compiling kernel ")), "a compile outside a set-up phase"
-    # the tuner's detail is back once a candidate's program is built (ScopedDetail), and nothing is left behind
-    assert any(d.startswith("tuning the tiles of ") for _, d in seen)
-    assert native.stats(delegate)["setup_detail"] == ""
+    code = (
+        "import json, threading, numpy as np\n"
+        "from ai_edge_litert.interpreter import Interpreter\nfrom sdlite import native\n"
+        f"d = native.load('gl', cache_dir={str(tmp_path / 'cache')!r})\n"
+        f"it = Interpreter(model_path={str(tiny_fused_winograd_export / 'vae_decoder.tflite')!r}, "
+        "experimental_delegates=[d])\n"
+        "it.allocate_tensors()\n"
+        "for det in it.get_input_details():\n"
+        "    it.set_tensor(det['index'], np.ones(det['shape'], np.float32))\n"
+        "seen, done = [], threading.Event()\n"
+        "def poll():\n"
+        "    while not done.is_set():\n"
+        "        s = native.stats(d)\n"
+        "        seen.append((s['setup_phase'], s['setup_detail']))\n"
+        "t = threading.Thread(target=poll)\nt.start()\n"
+        "it.invoke()\ndone.set()\nt.join()\n"
+        "s = native.stats(d)\n"
+        "print(json.dumps({'seen': sorted(set(seen)), 'built': s['programs_built'], 'detail': s['setup_detail']}))\n"
+    )
+    env = {**os.environ, "MESA_SHADER_CACHE_DISABLE": "true", "MESA_GLSL_CACHE_DISABLE": "true"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    compiling = {d.split("'")[1] for _, d in out["seen"] if d.startswith("compiling kernel '")}
+    assert out["built"] >= 10 and len(compiling) >= out["built"] // 2, (out["built"], sorted(compiling))
+    assert {"winograd_output_f4_st", "group_norm_finalize_affine"} <= compiling, sorted(compiling)
+    assert all(phase for phase, d in out["seen"] if d.startswith("compiling kernel ")), "a compile outside a phase"
+    assert out["detail"] == ""  # nothing left behind
