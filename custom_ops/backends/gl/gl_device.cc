@@ -445,8 +445,8 @@ Status GlDevice::LinkProgram(const std::string& source, const std::string& what,
     Status s = GlCheck(a, "glCreateShader(GL_COMPUTE_SHADER)");
     return s.ok() ? Status::Error("gl: glCreateShader(GL_COMPUTE_SHADER) returned 0") : s;
   }
-  // A driver's compile can take seconds (NVIDIA's GL unrolls every loop it can: 27 s for attn_flash_d512); the
-  // first inference's progress lines say which program it is busy with.
+  // A driver's compile can take seconds (NVIDIA's GL unrolls every loop it can: attn_flash_d512 took 35 s before
+  // its loops were bounded); the first inference's progress lines say which program it is busy with.
   const gpu::SetupProgress::ScopedDetail detail(progress(), "compiling " + what);
   const char* text = source.c_str();
   a.glShaderSource(shader, 1, &text, nullptr);
