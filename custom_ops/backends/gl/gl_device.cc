@@ -695,10 +695,9 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
     a.glEndQueryEXT(GL_TIME_ELAPSED_EXT);
     pending_timers_.push_back(timer);
   }
-  if (finish_each_) a.glFinish();
+  if (finish_each_ || (timer && !timer_query_)) a.glFinish();
   if (timer) {
-    if (!timer_query_) {
-      a.glFinish();
+    if (!timer_query_) {  // the host clock around this launch alone (the finish above)
       timer->ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       timer->resolved = true;
     }
