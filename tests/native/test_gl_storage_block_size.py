@@ -5,6 +5,7 @@ rebased), and a node with a tensor larger than one binding can address runs on t
 the load. llvmpipe plays the small device through gl_limits=storage_block_bytes=N (capped, never raised)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -99,3 +100,29 @@ def test_half_storage_ranges_of_the_plain_unet(tiny_export: Path) -> None:
     assert native.stats(gl)["max_arena_bytes"] > limit
     want, _ = _run(model, native.load("cpu"))
     assert _rel(got, want) <= 6e-3
+
+
+def test_winograd_operands_above_one_binding_run_as_direct_convolutions(tiny_export: Path, tmp_path: Path) -> None:
+    """A Winograd conv's transformed filter U (a^2 / 9 x the filter's bytes: SD1.5's 1280-channel F4 U is 236 MB) and
+    its V / M are kernel operands the model does not list, so the claim-time tensor check cannot see them: on a GL
+    device whose storage block is smaller (128 MiB on many phones) the first invoke failed ("a 1048576-byte buffer
+    exceeds this driver's GL_MAX_SHADER_STORAGE_BLOCK_SIZE"; the fused + Winograd SD1.5 UNet likewise on the H200 with
+    128 and 256 MiB blocks). Such a conv runs as the implicit-GEMM convolution, still on the GPU; the smaller ones
+    stay Winograd convs."""
+    from sdconvert.export.optimize import GraphOptions
+    from sdconvert.optimize_cli import optimize_file
+
+    model = tmp_path / "vae_decoder.tflite"
+    optimize_file(tiny_export / "vae_decoder.tflite", model, GraphOptions(fuse=True, winograd="6"))
+    limit = 600 * 1024  # above every tensor of the model, below its largest U (1 MiB: 64 x 64 x 64 floats)
+    assert _largest_tensor_bytes(model) < limit - 64
+    profile = tmp_path / "profile.json"
+    gl = native.load("gl", gl_limits=f"storage_block_bytes={limit}", profile_path=str(profile), gemm_autotune=False)
+    got, _ = _run(model, gl)
+    stats = native.stats(gl)
+    assert (stats["partitions"], stats["declined_nodes"], stats["host_fallback_nodes"]) == (1, 0, 0), stats
+    kernels = {k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]}
+    assert any(k.startswith("conv_t") for k in kernels), kernels  # the large ones: direct
+    assert any(k.startswith("winograd_output_f6") for k in kernels), kernels  # the small ones: still Winograd
+    want, _ = _run(model, native.load("cpu"))
+    assert _rel(got, want) <= 1e-4

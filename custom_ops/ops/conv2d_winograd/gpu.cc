@@ -30,7 +30,8 @@
 // Falls back to the implicit-GEMM convolution (same math, direct summation, within the same error
 // bound) when the device has no Winograd kernels, when the filter is not a
 // constant in the model (a DEQUANTIZE output), when a tensor would overflow the kernels' int32
-// offsets, or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
+// offsets or U, V or M would exceed what one kernel operand may address (Device::max_tensor_bytes: GL's storage
+// block size), or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
 // row tile is mostly padding while the a*a GEMMs read a*a/9 x the filter bytes; from 16 tiles the
 // skinny 16-row kernel gemm_t16x64 streams the transformed weights once per 16 tiles (with that plan
 // U is uploaded tile-major, [a*a][ceil(Co/64)][Ci][64], a contiguous slab per work-group: 6-7% faster
@@ -251,10 +252,17 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const bool constant_filter = IsConstant(filter) && filter->type == abi::kTfLiteFloat32;
   const int64_t a2 = int64_t{g.a} * g.a;
   const bool fits = a2 * g.tiles * std::max(g.ci, g.co) <= INT_MAX && a2 * g.ci * g.co <= INT_MAX;
+  // U (float32 here; a tile-major U pads Co to 64), V and M are each one kernel operand: on GL each must fit one
+  // storage block binding (GL_MAX_SHADER_STORAGE_BLOCK_SIZE, 128 MiB on many phones), which the model's tensors are
+  // checked against (gpu_backend.cc) but these derived ones are not. SD1.5's 1280-channel F4 U is 236 MB.
+  const int64_t co_padded = std::max<int64_t>(g.co, int64_t{(g.co + 63) / 64} * 64);
+  const int64_t operand_bytes = int64_t{sizeof(float)} * a2 * std::max<int64_t>(int64_t{g.ci} * co_padded,
+                                                                              int64_t{g.tiles} * std::max(g.ci, g.co));
+  const bool bindable = static_cast<uint64_t>(operand_bytes) <= dev.max_tensor_bytes();
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
   const int min_tiles = dev.HasKernel("gemm_t16x64") ? kMinTiles : kMinTilesNoSkinny;
-  bool ok = constant_filter && fits && g.tiles >= min_tiles &&
+  bool ok = constant_filter && fits && bindable && g.tiles >= min_tiles &&
             dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
   // The fused variants exist on every device, but each is requested (built) only where it is used: _gn / _gnsilu
