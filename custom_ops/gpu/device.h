@@ -179,8 +179,16 @@ class Device {
   // argument can address (GL: GL_MAX_SHADER_STORAGE_BLOCK_SIZE, 16 MiB at the GL ES 3.1 minimum); each tensor in it
   // stays within max_tensor_bytes().
   virtual Status CreateArena(size_t bytes, std::unique_ptr<Buffer>* out) const { return CreateBuffer(bytes, out); }
-  // The largest tensor a kernel argument can address (GL: the storage block size less the binding alignment).
+  // The largest operand a kernel argument can address when it starts at a MemoryPlanner offset (64-byte aligned),
+  // as every tensor of the arena and every buffer does (GL: the storage block size, less the binding alignment
+  // where that does not divide 64: SD's VAE at 512 x 512 has tensors of exactly 128 and 256 MiB).
   virtual size_t max_tensor_bytes() const { return SIZE_MAX; }
+  // The same for an operand that may start anywhere (a region inside an op's scratch): GL ES caps the binding
+  // alignment at 256 bytes.
+  size_t max_operand_bytes_anywhere() const {
+    const size_t t = max_tensor_bytes();
+    return t == SIZE_MAX ? t : t > 256 ? t - 256 : 0;
+  }
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until
   // the next blocking call (Download / Finish). Commands execute in submission order.
   virtual Status Upload(const Buffer& buffer, size_t offset, size_t bytes, const void* src, bool blocking) const = 0;

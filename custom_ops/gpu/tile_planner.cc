@@ -248,7 +248,7 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   p.splits = std::max<int>(1, static_cast<int>(CeilDiv(K, std::max(1, p.k_split))));
   const int64_t partial = static_cast<int64_t>(batch) * p.splits * M * N;
   // kernel offsets are int32, and the partials are one kernel operand (GL: one storage block binding)
-  if (p.splits > 1 && (partial > INT_MAX || static_cast<uint64_t>(partial) * sizeof(float) > dev.max_tensor_bytes())) {
+  if (p.splits > 1 && (partial > INT_MAX || static_cast<uint64_t>(partial) * sizeof(float) > dev.max_operand_bytes_anywhere())) {
     p.splits = 1;
   }
   if (p.splits == 1) p.k_split = std::max(K, 1);
@@ -349,7 +349,7 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
     splits = static_cast<int>(std::min<int64_t>(max_splits, 4 * cus / std::max<int64_t>(groups, 1)));
     splits = std::min(splits, K / kSkinny4MinKSplit);
     if (splits < 2) return false;
-    if (static_cast<uint64_t>(splits) * batch * M * N * sizeof(float) > dev.max_tensor_bytes()) return false;
+    if (static_cast<uint64_t>(splits) * batch * M * N * sizeof(float) > dev.max_operand_bytes_anywhere()) return false;
     k_split = CeilDiv(CeilDiv(K, splits), kTiledBk) * kTiledBk;  // whole k steps
     splits = CeilDiv(K, k_split);
   }

@@ -11,6 +11,7 @@
 #include "backends/gl/shared_binaries.h"
 #include "common/build_id.h"
 #include "common/hash64.h"
+#include "delegate/memory_planner.h"
 #include "gpu/op_util.h"
 
 namespace sdgpu::gl {
@@ -248,7 +249,10 @@ Status GlDevice::CreateArena(size_t bytes, std::unique_ptr<gpu::Buffer>* out) co
 }
 
 size_t GlDevice::max_tensor_bytes() const {
-  return static_cast<size_t>(std::max<GLint64>(0, max_ssbo_size_ - ssbo_align_));
+  // A range starts at the operand's offset rounded down to the alignment: no slack when the planner's 64-byte
+  // offsets are multiples of it.
+  const GLint64 slack = MemoryPlanner::kAlignment % static_cast<size_t>(ssbo_align_) == 0 ? 0 : ssbo_align_;
+  return static_cast<size_t>(std::max<GLint64>(0, max_ssbo_size_ - slack));
 }
 
 Status GlDevice::NewBuffer(size_t bytes, bool arena, std::unique_ptr<gpu::Buffer>* out) const {
@@ -619,8 +623,10 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
                           : binding < p->elem_bytes.size() ? static_cast<size_t>(p->elem_bytes[binding])
                                                            : 4;
       if (ranged) {
-        // The tensor starts within the range's first alignment unit and ends within max_tensor_bytes() of it, i.e.
-        // inside the storage block size. The alignment (>= 16) is a multiple of every element size.
+        // A tensor root starts at a 64-byte planner offset: the range starts at it where the alignment divides 64,
+        // else within its first alignment unit (max_tensor_bytes() leaves that room); a view or an operand inside
+        // an op's scratch ends within its root's or max_operand_bytes_anywhere() of the range's start. The
+        // alignment (>= 16) is a multiple of every element size.
         start = static_cast<size_t>(arg.i) * unit / static_cast<size_t>(ssbo_align_) * static_cast<size_t>(ssbo_align_);
       }
       if (bound_[binding] != std::make_pair(serial, start)) {

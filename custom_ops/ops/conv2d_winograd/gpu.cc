@@ -258,7 +258,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const int64_t co_padded = std::max<int64_t>(g.co, int64_t{(g.co + 63) / 64} * 64);
   const int64_t operand_bytes = int64_t{sizeof(float)} * a2 * std::max<int64_t>(int64_t{g.ci} * co_padded,
                                                                               int64_t{g.tiles} * std::max(g.ci, g.co));
-  const bool bindable = static_cast<uint64_t>(operand_bytes) <= dev.max_tensor_bytes();
+  const bool bindable = static_cast<uint64_t>(operand_bytes) <= dev.max_operand_bytes_anywhere();
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
   const int min_tiles = dev.HasKernel("gemm_t16x64") ? kMinTiles : kMinTilesNoSkinny;
