@@ -305,7 +305,7 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
       } else {
         missing.insert(u);
       }
-      progress().Advance();
+      if (own_phase) progress().Advance();  // inside another phase (the first inference) its count is launches
     }
     if (own_phase) {
       progress().End();
@@ -352,7 +352,7 @@ Status OpenClDevice::CompileClaimedLocked(const std::vector<int>& list, int take
       status[static_cast<size_t>(i)] = BuildOne(library().ComposeUnit(u),
                                                 "kernel unit " + library().KernelsOf(u).front(),
                                                 &results[static_cast<size_t>(i)]);
-      progress().Advance();
+      if (own_phase) progress().Advance();  // inside another phase (the first inference) its count is launches
     }
   });
   int from_cache = 0;
