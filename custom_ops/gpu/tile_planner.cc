@@ -248,7 +248,9 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   p.splits = std::max<int>(1, static_cast<int>(CeilDiv(K, std::max(1, p.k_split))));
   const int64_t partial = static_cast<int64_t>(batch) * p.splits * M * N;
   // kernel offsets are int32, and the partials are one kernel operand (GL: one storage block binding)
-  if (p.splits > 1 && (partial > INT_MAX || static_cast<uint64_t>(partial) * sizeof(float) > dev.max_operand_bytes_anywhere())) {
+  const bool addressable =
+      partial <= INT_MAX && static_cast<uint64_t>(partial) * sizeof(float) <= dev.max_operand_bytes_anywhere();
+  if (p.splits > 1 && !addressable) {
     p.splits = 1;
   }
   if (p.splits == 1) p.k_split = std::max(K, 1);

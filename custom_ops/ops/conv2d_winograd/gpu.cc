@@ -30,8 +30,8 @@
 // Falls back to the implicit-GEMM convolution (same math, direct summation, within the same error
 // bound) when the device has no Winograd kernels, when the filter is not a
 // constant in the model (a DEQUANTIZE output), when a tensor would overflow the kernels' int32
-// offsets or U, V or M would exceed what one kernel operand may address (Device::max_tensor_bytes: GL's storage
-// block size), or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
+// offsets or U, V or M would exceed what one kernel operand may address (Device::max_operand_bytes_anywhere:
+// GL's storage block size), or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
 // row tile is mostly padding while the a*a GEMMs read a*a/9 x the filter bytes; from 16 tiles the
 // skinny 16-row kernel gemm_t16x64 streams the transformed weights once per 16 tiles (with that plan
 // U is uploaded tile-major, [a*a][ceil(Co/64)][Ci][64], a contiguous slab per work-group: 6-7% faster
