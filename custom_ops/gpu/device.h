@@ -236,6 +236,9 @@ class Device {
     long long context_shared = -1;
   };
   virtual ProgramCounts program_counts() const { return {}; }
+  // Host writes (Upload) that first waited for launches still reading their buffer (GL: glBufferSubData is not
+  // ordered after earlier shader reads); -1 where the backend's queue orders them itself (OpenCL's in-order queue).
+  virtual long long upload_waits() const { return -1; }
   // While one lives, GetKernel requests are tuning candidates (TileTuner): a lazy backend builds each only when it is
   // first launched, so candidates the tuning budget never reaches cost nothing.
   class SpeculativeKernels {

@@ -52,7 +52,8 @@ std::string GpuBackend::ExtraStatsJson() const {
   j += "},\"tuning_budget_ms\":" + std::to_string(options_.tuning_budget_ms) +
        ",\"tiles_tuned\":" + std::to_string(device_->tuning(Device::Tuning::kTuned)) +
        ",\"tiles_from_cache\":" + std::to_string(device_->tuning(Device::Tuning::kFromCache)) +
-       ",\"tiles_untuned\":" + std::to_string(device_->tuning(Device::Tuning::kUntuned));
+       ",\"tiles_untuned\":" + std::to_string(device_->tuning(Device::Tuning::kUntuned)) +
+       ",\"upload_waits\":" + std::to_string(device_->upload_waits());
   return j;
 }
 

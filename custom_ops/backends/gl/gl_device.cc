@@ -39,6 +39,9 @@ class GlBuffer final : public gpu::Buffer {
   size_t alloc() const { return alloc_; }
   // Larger than the storage block size: bound per argument as a range around the tensor (GlDevice::Launch).
   bool ranged() const { return ranged_; }
+  // The device's launch count when a launch last bound this buffer (GlDevice::Upload's write-after-read guard).
+  uint64_t last_launch() const { return last_launch_; }
+  void set_last_launch(uint64_t launch) const { last_launch_ = launch; }
 
  private:
   std::shared_ptr<GlContext> ctx_;
@@ -47,6 +50,7 @@ class GlBuffer final : public gpu::Buffer {
   size_t alloc_;
   uint64_t serial_;
   bool ranged_;
+  mutable uint64_t last_launch_ = 0;  // guarded by the context's mutex, as every use of the buffer
 };
 
 class GlKernel final : public gpu::Kernel {
@@ -287,7 +291,19 @@ Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, 
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
   const GlApi& a = api();
-  a.glBindBuffer(GL_COPY_WRITE_BUFFER, static_cast<const GlBuffer&>(buffer).id());
+  const auto& buf = static_cast<const GlBuffer&>(buffer);
+  // A launch not yet known complete may still read this buffer (weight set-up refills one staging buffer per
+  // weight, partitions refill their inputs): glMemoryBarrier orders earlier shader *writes* before glBufferSubData,
+  // not earlier shader reads. NVIDIA's GL overwrote staged weights under the kernels still packing or transforming
+  // the previous one: the SD1.5 UNet b2, fused or fused + Winograd, came out 1e-2 .. 8e-2 wrong in about half of
+  // the processes (H200, BENCHMARKS.md), right in every one with this wait. Wait for the launches first.
+  if (buf.last_launch() > finished_launches_) {
+    a.glFinish();
+    SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFinish (before refilling a buffer a launch reads)"));
+    finished_launches_ = launches_;
+    ++upload_waits_;
+  }
+  a.glBindBuffer(GL_COPY_WRITE_BUFFER, buf.id());
   // glBufferSubData copies `src` before it returns, so a non-blocking upload needs nothing more.
   a.glBufferSubData(GL_COPY_WRITE_BUFFER, static_cast<GLintptr>(offset), static_cast<GLsizeiptr>(bytes), src);
   a.glBindBuffer(GL_COPY_WRITE_BUFFER, 0);
@@ -595,6 +611,7 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
   }
   GLuint binding = 0;
   GLint location = 0;
+  const uint64_t launch = ++launches_;
   auto set_uniform = [&](const gpu::Arg& arg, int32_t value) {
     if (static_cast<size_t>(location) < p->uniform_types.size() && p->uniform_types[location] != 0 &&
         (!p->uniform_known[location] || p->uniform_bits[location] != value)) {
@@ -615,6 +632,7 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
                              std::to_string(max_ssbo_blocks_));
       }
       const auto* buf = static_cast<const GlBuffer*>(arg.buffer);
+      if (buf != nullptr) buf->set_last_launch(launch);
       const uint64_t serial = buf != nullptr ? buf->serial() : 0;
       const bool ranged = buf != nullptr && buf->ranged();
       size_t start = 0;  // bytes: the range's start (0: the whole buffer)
@@ -701,7 +719,10 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
     a.glEndQueryEXT(GL_TIME_ELAPSED_EXT);
     pending_timers_.push_back(timer);
   }
-  if (finish_each_ || (timer && !timer_query_)) a.glFinish();
+  if (finish_each_ || (timer && !timer_query_)) {
+    a.glFinish();
+    finished_launches_ = launches_;
+  }
   if (timer) {
     if (!timer_query_) {  // the host clock around this launch alone (the finish above)
       timer->ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -784,6 +805,7 @@ Status GlDevice::Finish() const {
   const GlApi& a = api();
   a.glFinish();
   SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFinish"));
+  finished_launches_ = launches_;
   return pending_timers_.empty() ? Status::Ok() : ResolveTimers();
 }
 

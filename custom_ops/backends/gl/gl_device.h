@@ -105,6 +105,7 @@ class GlDevice final : public gpu::Device {
     c.shared = programs_shared_;
     return c;
   }
+  long long upload_waits() const override { return upload_waits_; }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
   // An arena above the storage block size is bound per argument as a range (glBindBufferRange) that starts at the
@@ -171,6 +172,7 @@ class GlDevice final : public gpu::Device {
   // (atomic: the stats read them while a warm-up thread compiles, and a progress bar polls the stats meanwhile)
   mutable std::atomic<long long> programs_built_{0};   // compiled, or read from the delegate cache (programs_built)
   mutable std::atomic<long long> programs_shared_{0};  // binaries another GL delegate of the process compiled meanwhile
+  mutable std::atomic<long long> upload_waits_{0};     // uploads that first waited for launches reading their buffer
   GLint max_invocations_ = 0;
   GLint shared_bytes_ = 0;  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE
   std::array<GLint, 3> max_group_count_ = {0, 0, 0};
@@ -197,6 +199,8 @@ class GlDevice final : public gpu::Device {
   // (serial, range start in bytes) of the buffer at SSBO binding k (serial 0 = none)
   mutable std::array<std::pair<uint64_t, size_t>, 16> bound_ = {};
   mutable uint64_t buffer_serial_ = 0;           // last serial handed out (CreateBuffer)
+  mutable uint64_t launches_ = 0;                // Launch calls so far
+  mutable uint64_t finished_launches_ = 0;       // launches known complete (the last glFinish)
 };
 
 }  // namespace sdgpu::gl
