@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -127,6 +128,17 @@ bool ParseGlLimits(const std::string& text, GlLimits* out) {
   return true;
 }
 
+bool ParseOpenClLimits(const std::string& text, OpenClLimits* out) {
+  constexpr std::string_view kKey = "max_alloc_bytes=";
+  if (text.compare(0, kKey.size(), kKey) != 0) return false;
+  const std::string digits = text.substr(kKey.size());
+  if (digits.empty() || digits.size() > 16 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  const long long n = std::stoll(digits);
+  if (n < 1) return false;
+  out->max_alloc_bytes = n;
+  return true;
+}
+
 Status ParseDelegateOptions(const char* const* keys, const char* const* values, size_t count,
                             DelegateOptions* out) {
   *out = DelegateOptions();
@@ -231,6 +243,11 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
                              "' is malformed; expected key=N pairs of shared_bytes, invocations, storage_blocks, storage_block_bytes, "
                              "compute_units, e.g. shared_bytes=16384,invocations=128");
       }
+    } else if (key == "opencl_limits") {
+      if (!ParseOpenClLimits(std::string(value), &out->opencl_limits)) {
+        return Status::Error("option opencl_limits='" + std::string(value) +
+                             "' is malformed; expected max_alloc_bytes=N (N >= 1), e.g. max_alloc_bytes=1073741824");
+      }
     } else if (key == "layer_norm_fold") {
       SDGPU_RETURN_IF_ERROR(ParseChoice<LnFold>(
           key, value, {{"auto", LnFold::kAuto}, {"twin", LnFold::kTwin}, {"rows", LnFold::kRows}},
@@ -255,7 +272,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
                            "gemm_autotune, fuse_epilogues, "
                            "attention_key_splits, gemm_tiles, attention_tiling, layer_norm_fold, tensor_cores, "
                            "weight_uploads, gl_finish_each, gl_barrier, "
-                           "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir, gl_limits)");
+                           "gl_plain_buffers, gl_nv_pragmas, gl_kernel_alias, gl_dump_dir, gl_limits, opencl_limits)");
     }
   }
   return Status::Ok();

@@ -91,6 +91,10 @@
 //                      capped at N, never above the driver's: e.g. GL ES 3.1's minimums 16384 / 128 / 4 / 2^24) so the
 //                      planners choose what such a device can run, and N compute units (GL has no query for them; planners that size grids by them, e.g.
 //                      the Winograd GEMM's gemm_s16x128, then act as on OpenCL).
+//   opencl_limits      opencl, tests and tuning: "max_alloc_bytes=N": the device reports at most N bytes for one buffer
+//                      (CL_DEVICE_MAX_MEM_ALLOC_SIZE, capped, never raised; Qualcomm's Adreno drivers report ~1 GB),
+//                      so a partition's arena is planned in buffers of at most N bytes and a larger tensor's node runs
+//                      on the CPU kernels, as on such a device.
 //
 // Unknown keys are an error: a typo must not silently fall back to defaults.
 #pragma once
@@ -116,6 +120,12 @@ struct GlLimits {
 };
 // A gl_limits value: comma-separated key=N pairs (N >= 1) of the keys above. False when `text` is malformed.
 bool ParseGlLimits(const std::string& text, GlLimits* out);
+// opencl_limits (see above); 0 = the driver's value.
+struct OpenClLimits {
+  long long max_alloc_bytes = 0;
+};
+// An opencl_limits value: "max_alloc_bytes=N", N >= 1. False when `text` is malformed.
+bool ParseOpenClLimits(const std::string& text, OpenClLimits* out);
 // tensor_cores (see above).
 enum class TensorCores { kAuto, kOff, k3xTf32, kFp64 };
 // cache_programs (see above).
@@ -155,6 +165,7 @@ struct DelegateOptions {
   std::string gl_kernel_alias;
   std::string gl_dump_dir;
   GlLimits gl_limits;
+  OpenClLimits opencl_limits;
 };
 
 // A gemm_tiles value: BMxBN[nTHREADS|tc][/splits] (threads default 256, splits 1, 2, 4, 8 or 16; default 1). False

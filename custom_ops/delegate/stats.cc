@@ -34,11 +34,12 @@ void DelegateStats::RecordPartitioning(const PartitionPlan& plan) {
   }
 }
 
-void DelegateStats::RecordPrepare(size_t max_node_scratch_bytes, size_t arena_bytes) {
+void DelegateStats::RecordPrepare(size_t max_node_scratch_bytes, size_t arena_bytes, size_t arena_buffers) {
   std::lock_guard<std::mutex> lock(mu_);
   ++prepares_;
   max_node_scratch_bytes_ = std::max(max_node_scratch_bytes_, max_node_scratch_bytes);
   max_arena_bytes_ = std::max(max_arena_bytes_, arena_bytes);
+  max_arena_buffers_ = std::max(max_arena_buffers_, arena_buffers);
 }
 
 std::string DelegateStats::ToJson(const std::string& backend, int num_threads, const Backend::Counters& counters,
@@ -68,6 +69,7 @@ std::string DelegateStats::ToJson(const std::string& backend, int num_threads, c
   j += ",\"prepares\":" + std::to_string(prepares_);
   j += ",\"max_node_scratch_bytes\":" + std::to_string(max_node_scratch_bytes_);
   j += ",\"max_arena_bytes\":" + std::to_string(max_arena_bytes_);
+  j += ",\"max_arena_buffers\":" + std::to_string(max_arena_buffers_);
   auto counter = [&j](const char* key, long long v) {
     if (v >= 0) j += std::string(",\"") + key + "\":" + std::to_string(v);
   };

@@ -20,7 +20,8 @@ std::string JsonString(const std::string& s);
 class DelegateStats {
  public:
   void RecordPartitioning(const PartitionPlan& plan);
-  void RecordPrepare(size_t max_node_scratch_bytes, size_t arena_bytes);
+  // arena_buffers: the device buffers the arena takes (GPU partitions: one per MemoryPlanner bank; the CPU arena 1).
+  void RecordPrepare(size_t max_node_scratch_bytes, size_t arena_bytes, size_t arena_buffers = 1);
   // Delegated partitions of the last graph (whole-graph backends; -1 = unknown).
   void RecordPartitions(int n) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +59,7 @@ class DelegateStats {
   int host_fallback_nodes_ = 0;
   size_t max_node_scratch_bytes_ = 0;
   size_t max_arena_bytes_ = 0;
+  size_t max_arena_buffers_ = 0;
   std::atomic<long long> invocations_{0};
   std::atomic<long long> dispatch_ns_total_{0};
   std::atomic<long long> dispatch_ns_last_{0};

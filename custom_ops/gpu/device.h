@@ -183,6 +183,9 @@ class Device {
   // as every tensor of the arena and every buffer does (GL: the storage block size, less the binding alignment
   // where that does not divide 64: SD's VAE at 512 x 512 has tensors of exactly 128 and 256 MiB).
   virtual size_t max_tensor_bytes() const { return SIZE_MAX; }
+  // The most bytes one device buffer may hold (OpenCL: CL_DEVICE_MAX_MEM_ALLOC_SIZE); a partition's arena above it
+  // is planned in several buffers (MemoryPlanner banks). GL binds one large arena in ranges instead: no limit.
+  virtual size_t max_buffer_bytes() const { return SIZE_MAX; }
   // The same for an operand that may start anywhere (a region inside an op's scratch): GL ES caps the binding
   // alignment at 256 bytes.
   size_t max_operand_bytes_anywhere() const {

@@ -146,6 +146,8 @@ class TileTuner {
   // `rows_bytes` > 0 every candidate also stays as an ln_rows plan (its scratch grows by rows_bytes), and with
   // `twins` false only those do.
   void UseLnTwins(const Device& dev, size_t rows_bytes = 0, bool twins = true);
+  // Drops the candidates whose scratch is above `bytes` (what the op's other scratch leaves of one device buffer).
+  void KeepScratchWithin(size_t bytes);
 
  private:
   std::vector<TilePlan> candidates_;

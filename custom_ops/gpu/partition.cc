@@ -674,14 +674,20 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
     elem_bytes_[t] = StoredElemBytes(tensor);
     externals_.emplace(t, std::move(buf));
   }
-  SDGPU_RETURN_IF_ERROR(planner_.Plan());
-  if (!arena_ || arena_->bytes() < planner_.arena_bytes()) {
-    arena_.reset();
-    SDGPU_RETURN_IF_ERROR(dev.CreateArena(planner_.arena_bytes(), &arena_));
+  SDGPU_RETURN_IF_ERROR(planner_.Plan(dev.max_buffer_bytes()));
+  const size_t banks = std::max<size_t>(1, planner_.num_banks());  // (zero-byte requests refer to bank 0)
+  arenas_.resize(std::max(arenas_.size(), banks));
+  for (size_t b = 0; b < banks; ++b) {
+    const size_t bytes = b < planner_.num_banks() ? planner_.bank_bytes(b) : 0;
+    if (!arenas_[b] || arenas_[b]->bytes() < bytes) {
+      arenas_[b].reset();
+      SDGPU_RETURN_IF_ERROR(dev.CreateArena(bytes, &arenas_[b]));
+    }
   }
-  delegate_->stats().RecordPrepare(max_scratch, planner_.arena_bytes());
+  delegate_->stats().RecordPrepare(max_scratch, planner_.arena_bytes(), banks);
   delegate_->logger().Info(std::string(dev.backend_name()) + ": partition of " + std::to_string(steps_.size()) +
-                           " node(s): arena " + std::to_string(planner_.arena_bytes()) + " bytes for " +
+                           " node(s): arena " + std::to_string(planner_.arena_bytes()) + " bytes" +
+                           (banks > 1 ? " in " + std::to_string(banks) + " buffers" : std::string()) + " for " +
                            std::to_string(internal_.size()) + " internal tensor(s), " +
                            std::to_string(num_aliased) + " zero-copy view(s), " +
                            std::to_string(constants_.size()) + " constant buffer(s), " +
@@ -757,7 +763,7 @@ Status GpuPartition::Ref(int tensor, TensorRef* out) const {
   const size_t elem_bytes = eb != elem_bytes_.end() ? eb->second : 4;
   auto it = internal_.find(tensor);
   if (it != internal_.end()) {
-    *out = TensorRef{arena_.get(), planner_.offset(it->second) + offset, elem_bytes};
+    *out = TensorRef{arenas_[planner_.bank(it->second)].get(), planner_.offset(it->second) + offset, elem_bytes};
     return Status::Ok();
   }
   auto c = constants_.find(tensor);
@@ -952,10 +958,12 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
       SDGPU_RETURN_IF_ERROR(Ref(step.norm_input, &x));
       step.op->set_norm_input(x);
     }
-    if (step.stats_request >= 0) step.op->set_stats_buffer({arena_.get(), planner_.offset(step.stats_request)});
+    if (step.stats_request >= 0) {
+      step.op->set_stats_buffer({arenas_[planner_.bank(step.stats_request)].get(), planner_.offset(step.stats_request)});
+    }
     TensorRef out;
     SDGPU_RETURN_IF_ERROR(Ref(step.output, &out));
-    const TensorRef scratch{arena_.get(), planner_.offset(step.scratch_request)};
+    const TensorRef scratch{arenas_[planner_.bank(step.scratch_request)].get(), planner_.offset(step.scratch_request)};
     Status s = step.op->Enqueue(dev, in, out, scratch, dev.profiling() ? &timings[i] : nullptr);
     if (!s.ok()) return Status::Error("node " + std::to_string(step.node_index) + " (" + step.name + "): " + s.message());
     if (first) dev.progress().Advance();

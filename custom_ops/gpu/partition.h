@@ -288,7 +288,7 @@ class GpuPartition {
   Status init_status_;
   std::vector<Step> steps_;
   MemoryPlanner planner_;
-  std::unique_ptr<Buffer> arena_;
+  std::vector<std::unique_ptr<Buffer>> arenas_;  // one device buffer per planner bank (Device::max_buffer_bytes)
   std::unordered_map<int, int> internal_;                       // root tensor -> planner request
   std::unordered_map<int, std::pair<int, size_t>> alias_root_;  // aliased view output -> (root tensor, byte offset)
   std::unordered_map<int, std::unique_ptr<FoldedConstant>> folded_;  // DEQUANTIZE output tensor -> its constant

@@ -480,6 +480,13 @@ Status TileTuner::Init(const Device& dev, bool conv, int M, int N, int K, int ba
   return Status::Ok();
 }
 
+void TileTuner::KeepScratchWithin(size_t bytes) {
+  candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
+                                   [&](const TilePlan& p) { return p.scratch_bytes > bytes; }),
+                    candidates_.end());
+  if (candidates_.size() < 2) candidates_.clear();
+}
+
 size_t TileTuner::scratch_bytes() const {
   size_t bytes = 0;
   for (const TilePlan& p : candidates_) bytes = std::max(bytes, p.scratch_bytes);

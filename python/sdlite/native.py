@@ -144,6 +144,9 @@ class DelegateOptions:
     subset): the device reports a smaller device's limits (capped at N, never raised; e.g. GL ES 3.1's minimums
     ``shared_bytes=16384,invocations=128``), so the planners choose what such a device can run, and N compute units
     (GL has no query for them; planners that size grids by them then act as on OpenCL).
+    ``opencl_limits`` (OpenCL; tests and tuning): ``"max_alloc_bytes=N"``: the device reports at most N bytes for one
+    buffer (``CL_DEVICE_MAX_MEM_ALLOC_SIZE``, capped, never raised; Qualcomm's Adreno drivers report ~1 GB), so a
+    partition's arena is planned in several buffers and a larger tensor's node runs on the CPU, as on such a phone.
     """
 
     backend: str = "cpu"
@@ -176,6 +179,7 @@ class DelegateOptions:
     gl_kernel_alias: str | None = None
     gl_dump_dir: str | None = None
     gl_limits: str | None = None
+    opencl_limits: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -204,8 +208,8 @@ class DelegateOptions:
                 raise NativeDelegateError(f"{name} must be a bool or None, got {value!r}")
         if self.gl_barrier not in (None, "all", "minimal"):
             raise NativeDelegateError(f"gl_barrier must be 'all', 'minimal' or None, got {self.gl_barrier!r}")
-        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir", "gl_limits", "cache_dir",
-                     "opencl_cache_dir"):
+        for name in ("gemm_tiles", "attention_tiling", "gl_kernel_alias", "gl_dump_dir", "gl_limits", "opencl_limits",
+                     "cache_dir", "opencl_cache_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise NativeDelegateError(f"{name} must be a str or None, got {value!r}")
@@ -232,7 +236,8 @@ class DelegateOptions:
         elif self.opencl_cache_dir:  # the delegate warns once that it is deprecated
             out["opencl_cache_dir"] = self.opencl_cache_dir
         for name in ("profile_path", "gemm_tiles", "attention_tiling", "layer_norm_fold", "tensor_cores",
-                     "weight_uploads", "cache_programs", "gl_barrier", "gl_kernel_alias", "gl_dump_dir", "gl_limits"):
+                     "weight_uploads", "cache_programs", "gl_barrier", "gl_kernel_alias", "gl_dump_dir", "gl_limits",
+                     "opencl_limits"):
             value = getattr(self, name)
             if value:
                 out[name] = str(value)

@@ -15,6 +15,7 @@ Status CreateOpenClBackend(const DelegateOptions& options, const Logger& logger,
                      : options.cache_programs == CachePrograms::kNever ? ocl::StoreBinaries::kNever
                                                                        : ocl::StoreBinaries::kAuto;
   o.act_half = options.activations_fp16;
+  o.max_alloc_bytes = static_cast<size_t>(options.opencl_limits.max_alloc_bytes);
   o.uploads = options.weight_uploads == WeightUploads::kRing     ? ocl::OpenClDeviceOptions::Uploads::kRing
               : options.weight_uploads == WeightUploads::kDirect ? ocl::OpenClDeviceOptions::Uploads::kDirect
                                                                  : ocl::OpenClDeviceOptions::Uploads::kAuto;

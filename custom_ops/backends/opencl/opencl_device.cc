@@ -160,6 +160,12 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                                                      &local_bytes, nullptr),
                                 "clGetDeviceInfo(LOCAL_MEM_SIZE)"));
   rt->local_memory_bytes_ = static_cast<size_t>(local_bytes);
+  cl_ulong max_alloc = 0;
+  SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(cl_ulong),
+                                                     &max_alloc, nullptr),
+                                "clGetDeviceInfo(MAX_MEM_ALLOC_SIZE)"));
+  rt->max_alloc_bytes_ = static_cast<size_t>(std::min<cl_ulong>(max_alloc, SIZE_MAX));
+  if (options.max_alloc_bytes > 0) rt->max_alloc_bytes_ = std::min(rt->max_alloc_bytes_, options.max_alloc_bytes);
   cl_bool unified = CL_FALSE;  // (deprecated in OpenCL 2.0, still answered; unknown = a discrete device)
   if (api.clGetDeviceInfo(rt->device_, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, nullptr) ==
       CL_SUCCESS) {
@@ -184,7 +190,7 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
     SDGPU_RETURN_IF_ERROR(rt->BuildWholeLibraryLocked());
   }
   logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
-              "', " + (rt->split() ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
+              "', one buffer at most " + std::to_string(rt->max_alloc_bytes_) + " bytes, " + (rt->split() ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
                                         std::to_string(rt->library().num_units()) + " units, built per model" +
                                         " (" + std::to_string(rt->shared_->programs()) + " built in this process)"
                                   : std::string("the whole kernel library as one program")));
@@ -459,6 +465,10 @@ bool OpenClDevice::HasKernel(const std::string& name) const {
 }
 
 Status OpenClDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const {
+  if (bytes > max_alloc_bytes_) {  // what the driver would refuse as CL_INVALID_BUFFER_SIZE, said plainly
+    return Status::Error("opencl: a " + std::to_string(bytes) + "-byte buffer is above this device's " +
+                         std::to_string(max_alloc_bytes_) + "-byte limit for one buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
+  }
   cl_int err = CL_SUCCESS;
   cl_mem m = api_->clCreateBuffer(context(), CL_MEM_READ_WRITE, bytes == 0 ? 64 : bytes, nullptr, &err);
   SDGPU_RETURN_IF_ERROR(ClCheck(err, ("clCreateBuffer(" + std::to_string(bytes) + " bytes)").c_str()));

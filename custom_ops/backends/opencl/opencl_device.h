@@ -48,6 +48,7 @@ struct OpenClDeviceOptions {
   // delegate option weight_uploads: through a HostStagingRing always, never, or (kAuto) on a device without unified
   // host memory
   enum class Uploads { kAuto, kRing, kDirect } uploads = Uploads::kAuto;
+  size_t max_alloc_bytes = 0;  // delegate option opencl_limits: a smaller CL_DEVICE_MAX_MEM_ALLOC_SIZE (0 = the driver's)
 };
 
 class OpenClDevice final : public gpu::Device {
@@ -63,6 +64,9 @@ class OpenClDevice final : public gpu::Device {
   size_t max_work_group_size() const override { return max_wg_; }
   int compute_units() const override { return compute_units_; }
   size_t local_memory_bytes() const override { return local_memory_bytes_; }
+  // CL_DEVICE_MAX_MEM_ALLOC_SIZE: one buffer, so one tensor, one weight and one arena bank, holds at most this.
+  size_t max_tensor_bytes() const override { return max_alloc_bytes_; }
+  size_t max_buffer_bytes() const override { return max_alloc_bytes_; }
   bool profiling() const override { return options_.profiling; }
   // NVIDIA's platform: the tilings of backends/opencl/nvidia/attention_nv.cl.
   std::vector<gpu::AttnTiling> vendor_attention_tilings() const override;
@@ -123,6 +127,7 @@ class OpenClDevice final : public gpu::Device {
   int compute_units_ = 0;
   bool unified_memory_ = false;  // CL_DEVICE_HOST_UNIFIED_MEMORY
   size_t local_memory_bytes_ = 0;  // CL_DEVICE_LOCAL_MEM_SIZE
+  size_t max_alloc_bytes_ = 0;     // CL_DEVICE_MAX_MEM_ALLOC_SIZE (or opencl_limits' smaller value)
   ClQueueHandle queue_;
   Logger logger_;
   mutable std::mutex mu_;  // guards everything below, and argument setting + enqueue; taken before shared_'s

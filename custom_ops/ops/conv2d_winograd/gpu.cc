@@ -259,6 +259,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const int64_t operand_bytes = int64_t{sizeof(float)} * a2 * std::max<int64_t>(int64_t{g.ci} * co_padded,
                                                                               int64_t{g.tiles} * std::max(g.ci, g.co));
   const bool bindable = static_cast<uint64_t>(operand_bytes) <= dev.max_operand_bytes_anywhere();
+  const size_t vm_bytes = static_cast<size_t>(a2 * g.tiles * (int64_t{g.ci} + g.co)) * sizeof(float);  // V and M
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
   const int min_tiles = dev.HasKernel("gemm_t16x64") ? kMinTiles : kMinTilesNoSkinny;
@@ -295,6 +296,9 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     tc = !dev.act_half() && TensorCoreGemm(dev, s, half_u);
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok();
     if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, fusion ? kMaxSkinnySplits : 1);
+    // V, M and the plan's split-K partials are one scratch region, so one device buffer (OpenCL: at most
+    // CL_DEVICE_MAX_MEM_ALLOC_SIZE, ~1 GB on Adreno; SD1.5's VAE at 512 x 512 has F2 V + M of 1.07 GB).
+    ok = ok && vm_bytes <= dev.max_buffer_bytes() && u->plan_.scratch_bytes <= dev.max_buffer_bytes() - vm_bytes;
   }
   if (ok && fusion) {
     // A split plan's partials are summed by the _sum output transform: requested now when the plan splits, else as
@@ -353,9 +357,9 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   SDGPU_RETURN_IF_ERROR(u->tuner_.Init(dev, false, u->gemm_.M, u->gemm_.N, u->gemm_.K, u->gemm_.batch,
                                        half_u ? "wino,h" : "wino,f", node.gemm_autotune && !tile_major,
                                        fusion ? kMaxWinogradTuneSplits : 1, tc));
+  u->tuner_.KeepScratchWithin(dev.max_buffer_bytes() - vm_bytes);  // (the plan fits: checked above)
   // V and M are float32; so are the split-K partials (sized so by the planners)
-  u->scratch_bytes_ = static_cast<size_t>(a2 * g.tiles * (g.ci + g.co)) * sizeof(float) +
-                      std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
+  u->scratch_bytes_ = vm_bytes + std::max(u->plan_.scratch_bytes, u->tuner_.scratch_bytes());
   *out = std::move(u);
   return Status::Ok();
 }
