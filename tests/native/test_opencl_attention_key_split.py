@@ -102,3 +102,17 @@ def test_attention_key_splits_option_is_validated(backend, value):
         load_delegate(str(native.delegate_path()), {"backend": backend, "attention_key_splits": value})
     with pytest.raises(native.NativeDelegateError, match="attention_key_splits must be an int in 0..64"):
         native.DelegateOptions(backend=backend, attention_key_splits=65)
+
+
+@pytest.mark.parametrize(("backend", "limit"), [("gl", "gl_limits=storage_block_bytes"),
+                                                ("opencl", "opencl_limits=max_alloc_bytes")])
+def test_key_split_partials_above_one_operand_are_not_split(tmp_path, rng, backend, limit):
+    """The split's O partials and (m, l) statistics (splits x the output, float32) are one scratch operand the model
+    does not list: with 7 ranges they are ~450 KB, above a 128 KiB GL storage block or OpenCL buffer although every
+    tensor (at most 96 KB) fits. Such an attention runs unsplit (before: GL read and wrote past the binding)."""
+    key, name = limit.split("=")
+    options = {key: f"{name}={128 * 1024}", "attention_key_splits": 7}
+    p = profile_attention(tmp_path, rng, 200, 300, 2, 40, backend=backend, **options)
+    assert p.kernels == ["attn_flash_r40"], p.kernels
+    actual, expected = _run(rng, "flash", False, 1, 200, 300, 2, 40, backend=backend, **options)
+    assert_close(actual, expected, rtol=1e-5)
