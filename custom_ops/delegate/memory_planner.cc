@@ -93,7 +93,8 @@ Status MemoryPlanner::Plan(size_t max_bank_bytes) {
     size_t end = 0;
     if (!AlignUp(candidate + r.bytes, &end)) return Status::Error("memory planner: arena size overflow");
     // (a bank's buffer may end inside the last alignment unit: the cap holds every request's bytes)
-    bank_bytes_[static_cast<size_t>(bank)] = std::max(bank_bytes_[static_cast<size_t>(bank)], std::min(end, max_bank_bytes));
+    size_t& bank_end = bank_bytes_[static_cast<size_t>(bank)];
+    bank_end = std::max(bank_end, std::min(end, max_bank_bytes));
   }
   for (size_t b : bank_bytes_) arena_bytes_ += b;
   return Status::Ok();

@@ -676,7 +676,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   }
   SDGPU_RETURN_IF_ERROR(planner_.Plan(dev.max_buffer_bytes()));
   const size_t banks = std::max<size_t>(1, planner_.num_banks());  // (zero-byte requests refer to bank 0)
-  arenas_.resize(std::max(arenas_.size(), banks));
+  arenas_.resize(banks);
   for (size_t b = 0; b < banks; ++b) {
     const size_t bytes = b < planner_.num_banks() ? planner_.bank_bytes(b) : 0;
     if (!arenas_[b] || arenas_[b]->bytes() < bytes) {
@@ -959,7 +959,8 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
       step.op->set_norm_input(x);
     }
     if (step.stats_request >= 0) {
-      step.op->set_stats_buffer({arenas_[planner_.bank(step.stats_request)].get(), planner_.offset(step.stats_request)});
+      const int r = step.stats_request;
+      step.op->set_stats_buffer({arenas_[planner_.bank(r)].get(), planner_.offset(r)});
     }
     TensorRef out;
     SDGPU_RETURN_IF_ERROR(Ref(step.output, &out));

@@ -190,10 +190,11 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
     SDGPU_RETURN_IF_ERROR(rt->BuildWholeLibraryLocked());
   }
   logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
-              "', one buffer at most " + std::to_string(rt->max_alloc_bytes_) + " bytes, " + (rt->split() ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
-                                        std::to_string(rt->library().num_units()) + " units, built per model" +
-                                        " (" + std::to_string(rt->shared_->programs()) + " built in this process)"
-                                  : std::string("the whole kernel library as one program")));
+              "', one buffer at most " + std::to_string(rt->max_alloc_bytes_) + " bytes, " +
+              (rt->split() ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
+                                 std::to_string(rt->library().num_units()) + " units, built per model" + " (" +
+                                 std::to_string(rt->shared_->programs()) + " built in this process)"
+                           : std::string("the whole kernel library as one program")));
   *out = std::move(rt);
   return Status::Ok();
 }
@@ -467,7 +468,8 @@ bool OpenClDevice::HasKernel(const std::string& name) const {
 Status OpenClDevice::CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const {
   if (bytes > max_alloc_bytes_) {  // what the driver would refuse as CL_INVALID_BUFFER_SIZE, said plainly
     return Status::Error("opencl: a " + std::to_string(bytes) + "-byte buffer is above this device's " +
-                         std::to_string(max_alloc_bytes_) + "-byte limit for one buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
+                         std::to_string(max_alloc_bytes_) +
+                         "-byte limit for one buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
   }
   cl_int err = CL_SUCCESS;
   cl_mem m = api_->clCreateBuffer(context(), CL_MEM_READ_WRITE, bytes == 0 ? 64 : bytes, nullptr, &err);

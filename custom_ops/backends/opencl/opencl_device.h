@@ -48,7 +48,8 @@ struct OpenClDeviceOptions {
   // delegate option weight_uploads: through a HostStagingRing always, never, or (kAuto) on a device without unified
   // host memory
   enum class Uploads { kAuto, kRing, kDirect } uploads = Uploads::kAuto;
-  size_t max_alloc_bytes = 0;  // delegate option opencl_limits: a smaller CL_DEVICE_MAX_MEM_ALLOC_SIZE (0 = the driver's)
+  // delegate option opencl_limits: a smaller CL_DEVICE_MAX_MEM_ALLOC_SIZE (0 = the driver's)
+  size_t max_alloc_bytes = 0;
 };
 
 class OpenClDevice final : public gpu::Device {
