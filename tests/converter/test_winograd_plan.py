@@ -118,6 +118,22 @@ def test_gpu_profiles_pay_for_whole_gemm_row_tiles() -> None:
     assert (d8.tile, sorted(d8.predicted)) == (2, [0, 2])          # F4/F6 give 4 tiles: not candidates
 
 
+def test_mobile_profile_keeps_winograd_scratch_within_one_buffer() -> None:
+    # SD1.5's VAE at 512 x 512: the last upsampler's conv (256 -> 256 channels on the 512 x 512 map). Its float32
+    # transformed input and output are one scratch buffer in the delegate: F2 2 GiB, F4 1.2 GB, F6 0.97 GB, and an
+    # OpenCL buffer on Adreno holds ~1 GiB (max_buffer_bytes), so there only F6 (or direct) runs; the H200 has no
+    # such limit in its profile.
+    up = ConvSpec("vae/up2/upsample", 1, 512, 512, 256, 256)
+    phone, h200 = get_profile("adreno740"), get_profile("h200")
+    assert phone.max_buffer_bytes == GiB and h200.max_buffer_bytes is None
+    assert [runs_winograd(up, t, phone) for t in (0, 2, 4, 6)] == [True, False, False, True]
+    assert all(runs_winograd(up, t, h200) for t in (0, 2, 4, 6))
+    auto = make_plan([up], "auto", "adreno740", memory_budget=1 << 50).decisions[0]
+    assert auto.tile in (0, 6) and sorted(auto.predicted) == [0, 6]
+    forced = make_plan([up], "2", "adreno740", memory_budget=1 << 50)
+    assert forced.notes[0].startswith("1 conv(s) at F2 need more than one 1024 MiB buffer")
+
+
 def test_auto_respects_budget_and_more_budget_never_hurts() -> None:
     specs = unet_convs(SD15)
     prev = None

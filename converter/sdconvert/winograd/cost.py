@@ -55,6 +55,10 @@ class DeviceProfile:
     (``bench/opencl_attn_bench.py``, BENCHMARKS.md): flash wins at every SD1.5 shape, e.g. UNet 16x16 self
     (256 x 256, 8 heads of 160) 0.054 vs 0.101 ms, 64x64 cross (4096 x 77, D 40) 0.028 vs 0.044 ms, and the VAE's
     one 512-wide head (4096 x 4096) 2.89 vs 4.42 ms, hence 0 and 512 (the kernels' head-dim limit).
+
+    ``max_buffer_bytes``: the most bytes one device buffer holds (OpenCL's ``CL_DEVICE_MAX_MEM_ALLOC_SIZE``; Adreno
+    drivers report ~1 GB), None for no limit. The delegate keeps a Winograd conv's transformed input and output
+    (float32 whatever the storage) in one scratch buffer and runs the conv direct where they would not fit.
     """
 
     name: str
@@ -70,6 +74,7 @@ class DeviceProfile:
     min_tiles: int = 1
     flash_scores_bytes: int = 2 * MiB
     flash_max_head_dim: int = 128
+    max_buffer_bytes: int | None = None
 
     @property
     def direct_rate(self) -> float:
@@ -83,7 +88,8 @@ PROFILES: dict[str, DeviceProfile] = {
         # 16x16-level F2 conv the planner gives up saves its U and holds its fp16 filter instead (~22 MiB net).
         DeviceProfile("adreno740", "Snapdragon 8 Gen 2 GPU (the paper's S23 Ultra), fp16 storage, LPDDR5X",
                       gemm_flops=1.6e12, transform_flops=0.3e12, bandwidth=50e9, dispatch_s=15e-6,
-                      memory_budget=768 * MiB, element_bytes=2, gemm_tile_m=16, min_tiles=16),
+                      memory_budget=768 * MiB, element_bytes=2, gemm_tile_m=16, min_tiles=16,
+                      max_buffer_bytes=GiB),
         DeviceProfile("h200", "NVIDIA H200 (fp32 CUDA cores, no TF32), HBM3e",
                       gemm_flops=45e12, transform_flops=8e12, bandwidth=4.0e12, dispatch_s=5e-6,
                       memory_budget=16 * GiB, element_bytes=4, gemm_tile_m=16, min_tiles=16,
@@ -149,9 +155,14 @@ def num_tiles(spec: ConvSpec, tile: int) -> int:
 
 
 def runs_winograd(spec: ConvSpec, tile: int, profile: DeviceProfile) -> bool:
-    """Whether ``profile``'s backend runs ``spec`` at ``tile`` in the Winograd domain (``min_tiles``); tile 0
-    (direct) always runs."""
-    return tile == 0 or num_tiles(spec, tile) >= profile.min_tiles
+    """Whether ``profile``'s backend runs ``spec`` at ``tile`` in the Winograd domain (``min_tiles``, and its
+    float32 transformed input and output within one buffer: ``max_buffer_bytes``); tile 0 (direct) always runs."""
+    if tile == 0:
+        return True
+    if num_tiles(spec, tile) < profile.min_tiles:
+        return False
+    b = kernel_buffers(spec, tile)
+    return profile.max_buffer_bytes is None or 4 * (b.transformed_input + b.gemm_output) <= profile.max_buffer_bytes
 
 
 def _stage(flops: float, nbytes: float, rate: float, p: DeviceProfile) -> float:

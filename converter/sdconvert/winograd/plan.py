@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sdconvert.winograd.convspec import ConvSpec, suitability
-from sdconvert.winograd.cost import CostEstimate, DeviceProfile, MiB, estimate, get_profile, runs_winograd
+from sdconvert.winograd.cost import (CostEstimate, DeviceProfile, MiB, estimate, get_profile, num_tiles,
+                                    runs_winograd)
 from sdconvert.ops.conv2d_winograd import KERNEL_TILES
 
 MODES: tuple[str, ...] = ("off", "auto") + tuple(str(t) for t in KERNEL_TILES)
@@ -282,7 +283,7 @@ def make_plan(specs: Sequence[ConvSpec], mode: str | int = "auto", profile: str 
     if mode not in ("off", "auto"):
         tiles = (int(mode),)
     decisions = []
-    too_few_tiles = 0
+    too_few_tiles = too_big = 0
     for spec in specs:
         ok, reason = suitability(spec)
         forced = int(mode) if mode not in ("off", "auto") else 0
@@ -292,12 +293,17 @@ def make_plan(specs: Sequence[ConvSpec], mode: str | int = "auto", profile: str 
             tile = 0
         else:
             tile = rec if mode == "auto" else forced
-            too_few_tiles += not runs_winograd(spec, tile, prof)
+            too_few_tiles += tile > 0 and num_tiles(spec, tile) < prof.min_tiles
+            too_big += tile > 0 and num_tiles(spec, tile) >= prof.min_tiles and not runs_winograd(spec, tile, prof)
         decisions.append(ConvDecision(spec, ok, reason, rec, tile, predicted, source))
     plan = WinogradPlan(mode, prof, budget, decisions)
     if too_few_tiles:
         plan.notes.append(f"{too_few_tiles} conv(s) have fewer than {prof.min_tiles} tiles at F{mode}: the "
                           f"{prof.name} GPU backend runs them direct (--winograd auto leaves them direct)")
+    if too_big:
+        plan.notes.append(f"{too_big} conv(s) at F{mode} need more than one {prof.max_buffer_bytes / MiB:.0f} MiB "
+                          f"buffer for their transformed input and output: the {prof.name} GPU backend runs them "
+                          f"direct (--winograd auto leaves them direct)")
     if mode == "auto":
         plan.decisions = _fit_budget(decisions, budget)
         if plan.memory_bytes > budget:
