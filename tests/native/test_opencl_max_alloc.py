@@ -4,7 +4,7 @@ Winograd VAE decoder plans a 1.46 GB arena at 512 x 512 in float32, which an Adr
 buffer. The arena is now planned in several buffers of at most that size (MemoryPlanner banks, stats
 max_arena_buffers), a tensor above it sends its node to the CPU, and a Winograd conv whose V, M and split-K partials
 (one scratch region) would not fit one buffer runs as a direct convolution. PoCL plays the small device through
-opencl_limits=max_alloc_bytes=N (capped, never raised); OpenCLDevice::CreateBuffer refuses any buffer above it, so
+opencl_limits=max_alloc_bytes=N (capped, never raised); OpenClDevice::CreateBuffer refuses any buffer above it, so
 every run below that loads at all kept each buffer within the limit."""
 from __future__ import annotations
 
