@@ -69,14 +69,21 @@ Status GpuBackend::AllocateArena(size_t, std::unique_ptr<Arena>*) {
 
 namespace {
 
+// The bytes a tensor takes on the device: a computed float tensor as the activation storage has it (half with
+// activations_fp16: SD's VAE at 512 x 512 has a 256 MiB float32 tensor that fits a 128 MiB storage block as half);
+// constants and the rest as the model has them.
+size_t DeviceBytes(const Device& dev, const abi::TfLiteTensor* t) {
+  return t->type == abi::kTfLiteFloat32 && !IsConstant(t) ? t->bytes / 4 * dev.act_bytes() : t->bytes;
+}
+
 // A tensor larger than one kernel argument can address (GL: the storage block size) cannot be a GPU operand; its
 // node runs on the CPU kernels instead of failing the load.
 Status CheckTensorSizes(const Device& dev, const NodeDesc& desc) {
   const size_t limit = dev.max_tensor_bytes();
   for (const auto* list : {&desc.inputs, &desc.outputs}) {
     for (const abi::TfLiteTensor* t : *list) {
-      if (t != nullptr && t->bytes > limit) {
-        return Status::Error("a " + std::to_string(t->bytes) + "-byte tensor is above the " +
+      if (t != nullptr && DeviceBytes(dev, t) > limit) {
+        return Status::Error("a " + std::to_string(DeviceBytes(dev, t)) + "-byte tensor is above the " +
                              std::string(dev.backend_name()) + " device's " + std::to_string(limit) +
                              "-byte limit for one kernel operand");
       }
