@@ -6,7 +6,7 @@
 # the e2e folder VARIANT generated five ways -- default, --low-memory, --low-memory with weights_fp16:1, --low-memory
 # with activations_fp16:1, --low-memory with both -- with each run's peak GPU memory (delegate accounting), per-model
 # GPU bytes, peak host RSS, start to PNG, UNet step and PSNR against the default's image. Writes $OUT/img{1..5}.png,
-# mem{1..5}.json; prints one line per run (BENCHMARKS.md, "Memory of a whole image").
+# mem{1..5}.json; prints one line per run (docs/benchmarks-history/2026-11-29-h200-half-activation-storage.md, call 4).
 source .h200/setup.sh >/dev/null 2>&1
 export SDLITE_DELEGATE_PATH=$PWD/.h200/lib/libsdgpu_delegate.so
 V=${1:-fused}

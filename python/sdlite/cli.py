@@ -40,8 +40,8 @@ DELEGATE_OPTIONS_HELP = ("sdgpu delegate options as key:value;key:value (benchma
                          "form), e.g. 'tensor_cores:3xtf32' (see the delegate options table in README.md)")
 
 
-# `sdlite generate --phone`: a phone's memory budget (issue 37; BENCHMARKS.md "Memory of a whole image"), on top of
-# --low-memory: half the GPU bytes of weights and activations, ~50 dB PSNR against fp32 on SD1.5.
+# `sdlite generate --phone`: a phone's memory budget (issue 37; BENCHMARKS.md "The phone preset inside the budget"),
+# on top of --low-memory: half the GPU bytes of weights and activations, ~50 dB PSNR against fp32 on SD1.5.
 PHONE_DELEGATE_OPTIONS = {"weights_fp16": True, "activations_fp16": True}
 
 
