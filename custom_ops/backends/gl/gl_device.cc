@@ -135,6 +135,16 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   }
   a.glGetIntegerv(GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS, &max_invocations_);
   a.glGetIntegerv(GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS, &max_ssbo_blocks_);
+  // A program's active storage blocks also count against the combined limits, which some phones set below the
+  // compute stage's own (a survey of opengles.gpuinfo.org quoted in gpuweb/gpuweb#5029: ~360 of ~3,400 GL ES reports
+  // combine 8 blocks). A shader above them would fail to link at its first launch instead of being left to the
+  // planners.
+  GLint combined_blocks = 0, combined_outputs = 0;
+  a.glGetIntegerv(GL_MAX_COMBINED_SHADER_STORAGE_BLOCKS, &combined_blocks);
+  a.glGetIntegerv(GL_MAX_COMBINED_SHADER_OUTPUT_RESOURCES, &combined_outputs);
+  for (GLint limit : {combined_blocks, combined_outputs}) {
+    if (limit > 0) max_ssbo_blocks_ = std::min(max_ssbo_blocks_, limit);
+  }
   a.glGetInteger64v(GL_MAX_SHADER_STORAGE_BLOCK_SIZE, &max_ssbo_size_);
   a.glGetIntegerv(GL_MAX_COMPUTE_SHARED_MEMORY_SIZE, &shared_bytes_);
   GLint align = 0;
