@@ -7,8 +7,9 @@
 #       backends/opencl/kernel_sources.txt, each after a '// ---- <path>' line, with '#pragma once' removed
 #   embed_sources.sh gl ROOT CPP GL_FILE...
 #       the compute shaders that gpu/dialect/gen_glsl.py generates from gpu/kernel_sources.txt (CPP: the C
-#       preprocessor command, e.g. "gcc -E"), then each GL-only GL_FILE after a '//== file <path>' line: twice,
-#       ShaderSource() with float activation storage and ShaderSourceActHalf() with half (gen_glsl.py --act-half)
+#       preprocessor command, e.g. "gcc -E"), then each GL-only GL_FILE after a '//== file <path>' line: four times,
+#       ShaderSource() with float activation storage, ShaderSourceActHalf() with half (gen_glsl.py --act-half), and
+#       their compact variants ShaderSourceCompact() / ShaderSourceActHalfCompact() (--compact)
 #
 # ROOT is the custom_ops/ folder; the lists' paths and GL_FILE are relative to it. A list line that starts with '#'
 # is a comment (CMake's file(STRINGS ... REGEX "^[^#]")). The Bazel build runs this (custom_ops/BUILD).
@@ -76,6 +77,10 @@ $opencl_only"
     library
     printf ')SDGPUGL";\n}\nconst char* ShaderSourceActHalf() {\n  return R"SDGPUGL('
     library --act-half
+    printf ')SDGPUGL";\n}\nconst char* ShaderSourceCompact() {\n  return R"SDGPUGL('
+    library --compact
+    printf ')SDGPUGL";\n}\nconst char* ShaderSourceActHalfCompact() {\n  return R"SDGPUGL('
+    library --act-half --compact
     printf ')SDGPUGL";\n}\n}  // namespace sdgpu::gl\n'
     ;;
   *) usage ;;

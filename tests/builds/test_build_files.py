@@ -115,13 +115,17 @@ def test_bazel_embeds_the_gl_shaders_cmake_embeds(cmake_build: Path):
     r = _embed(SRC, "gl", f"{cxx.group(1)} -E", *bazel_list(build, "GL_ONLY_SHADERS"))
     assert r.returncode == 0, r.stderr
     assert r.stdout == (cmake_build / "gl_shader_source.cc").read_text()
-    # two libraries, float and half activation storage (ShaderSource, ShaderSourceActHalf), of the same files
+    # four libraries: float and half activation storage (ShaderSource, ShaderSourceActHalf) of the same files, and
+    # their compact variants (gen_glsl.py --compact) of the kernels whose compact form differs (the tiled GEMMs' files)
     libraries = re.findall(r'R"SDGPUGL\((.*?)\)SDGPUGL"', r.stdout, re.S)
-    assert len(libraries) == 2 and "const char* ShaderSourceActHalf()" in r.stdout
-    for text in libraries:
+    names = ("ShaderSource", "ShaderSourceActHalf", "ShaderSourceCompact", "ShaderSourceActHalfCompact")
+    assert len(libraries) == 4 and all(f"const char* {n}()" in r.stdout for n in names)
+    every = ["gpu/dialect/glsl_runtime.glsl", *listed("gpu/kernel_sources.txt"), "backends/gl/shaders/common.glsl"]
+    for text in libraries[:2]:
+        assert re.findall(r"^//== file (\S+)$", "\n" + text, re.M) == every
+    for text in libraries[2:]:
         kernel_files = re.findall(r"^//== file (\S+)$", "\n" + text, re.M)
-        assert kernel_files == ["gpu/dialect/glsl_runtime.glsl", *listed("gpu/kernel_sources.txt"),
-                                "backends/gl/shaders/common.glsl"]
+        assert "gpu/kernels/gemm_tiled.kern" in kernel_files and kernel_files == [f for f in every if f in kernel_files]
 
 
 def test_embed_sources_fails_on_a_missing_file(tmp_path: Path):

@@ -105,13 +105,19 @@ def test_a_forced_config_the_device_cannot_hold_is_declined_with_the_reason(rng)
     assert_close(result.outputs["y"], fully_connected_ref(x, w, None), rtol=1e-5)  # ran on the CPU instead
 
 
-def test_kernels_with_more_storage_blocks_than_the_device_allows_are_skipped(rng, tmp_path):
-    """A shader's storage blocks are its buffers plus their vec4 / packed-half views: the LayerNorm twins (gemm_t*_ln)
-    declare 9, the plain tiled GEMMs and convs 8, the skinny GEMM 6. With 8 allowed the LayerNorm stays its own launch;
-    with 7 the FC runs on the skinny kernel and the conv on the untiled conv2d_igemm."""
+def test_kernels_above_the_storage_block_limit_run_compact_or_give_way(rng, tmp_path):
+    """A shader's storage blocks are its buffers plus their vec4 / packed-half views (GLSL declares one block per
+    element type of a binding): in float storage the LayerNorm twins (gemm_t*_ln) declare 9, the tiled GEMMs and convs
+    8, the skinny GEMM 6, and the compact variants (an aligned float4 read as four floats, no vec4 views;
+    gpu/dialect/prelude.h) 7 and 6. Many phones allow 8 (counting every stage of the program). Down to 7 the
+    LayerNorm stays inside the GEMM (its compact twin, the same numbers); with 6 it is its own launch and the FC runs on
+    the skinny kernel, the conv still tiled (compact); with 5 the FC runs on gemm_f32 and the conv on the untiled
+    conv2d_igemm. Before the compact variants the LayerNorm already left the GEMM at 8."""
     model, gamma, beta, w, b = layer_norm_model(rng, 200, 64, 48, True, False)
     xv = (rng.standard_normal((200, 1, 64)) + 3.0).astype(np.float32)
-    for blocks, ln_folds in ((9, True), (8, False)):
+    outputs = []
+    for blocks, fc_kernel in ((9, "gemm_t64x64_ln"), (8, "gemm_t64x64_ln"), (7, "gemm_t64x64_ln"), (6, "gemm_t16x64"),
+                              (5, "gemm_f32")):
         profile = tmp_path / f"ln{blocks}.json"
         delegate = native.load(backend="gl", profile_path=str(profile), gemm_autotune=False,
                                gl_limits=f"storage_blocks={blocks}")
@@ -119,21 +125,35 @@ def test_kernels_with_more_storage_blocks_than_the_device_allows_are_skipped(rng
         assert native.stats(delegate)["declined_nodes"] == 0
         assert_close(out["ff"][0], layer_norm_want(xv, gamma, beta, w, b, False), rtol=1e-5)
         nodes = json.loads(profile.read_text())["nodes"]
-        fc = [k["name"] for n in nodes if n["op"] == "FULLY_CONNECTED" for k in n["kernels"]]
-        assert fc and all(name.endswith("_ln") == ln_folds for name in fc), fc
-    x = rng.standard_normal((1, 70, 37)).astype(np.float32)
-    wf = rng.standard_normal((45, 37)).astype(np.float32)
-    profile = tmp_path / "fc7.json"
-    got = _run(fully_connected_model(x.shape, wf, None), {"x": x}, profile_path=str(profile),
-               gl_limits="storage_blocks=7")
-    assert_close(got, fully_connected_ref(x, wf, None), rtol=1e-5)
-    assert _kernels(profile) == ["gemm_t16x64"]
+        assert [k["name"] for n in nodes if n["op"] == "FULLY_CONNECTED" for k in n["kernels"]] == [fc_kernel], blocks
+        outputs.append(out["ff"])
+    assert np.array_equal(outputs[0], outputs[1]) and np.array_equal(outputs[0], outputs[2])  # compact: same sums
     xc = rng.standard_normal((1, 8, 8, 16)).astype(np.float32)
     wc = rng.standard_normal((8, 3, 3, 16)).astype(np.float32)
-    profile = tmp_path / "conv7.json"
-    got = _run(conv2d_model(xc.shape, wc, None), {"x": xc}, profile_path=str(profile), gl_limits="storage_blocks=7")
-    assert_close(got, conv2d_ref(xc, wc, None), rtol=1e-5)
-    assert _kernels(profile) == ["conv2d_igemm"]
+    for blocks, conv_kernel in ((6, "conv_t64x64"), (5, "conv2d_igemm")):
+        profile = tmp_path / f"conv{blocks}.json"
+        got = _run(conv2d_model(xc.shape, wc, None), {"x": xc}, profile_path=str(profile),
+                   gl_limits=f"storage_blocks={blocks}")
+        assert_close(got, conv2d_ref(xc, wc, None), rtol=1e-5)
+        assert _kernels(profile) == [conv_kernel]
+
+
+def test_half_storage_gemms_stay_tiled_with_8_storage_blocks(rng, tmp_path):
+    """With half activation storage a tiled GEMM reads A and writes C both as floats and as packed halves: 10 blocks,
+    so on a device allowing 8 only the skinny GEMM was left (the SD1.5 UNet with the phone preset on the H200 at that
+    limit: 73.7 -> 149.4 ms a step, BENCHMARKS.md). Its compact variant has 8: the FC stays on gemm_t64x64, with the
+    same numbers."""
+    x = rng.standard_normal((1, 1024, 320)).astype(np.float32)
+    w = (rng.standard_normal((640, 320)) / 20).astype(np.float32)
+    model = fully_connected_model(x.shape, w, None)
+    got = {}
+    for blocks in (None, 8):
+        profile = tmp_path / f"fc{blocks}.json"
+        limits = {"gl_limits": f"storage_blocks={blocks}"} if blocks else {}
+        got[blocks] = _run(model, {"x": x}, profile_path=str(profile), activations_fp16=True, **limits)
+        assert _kernels(profile) == ["gemm_t64x64"], blocks
+    assert np.array_equal(got[None], got[8])
+    assert_close(got[8], fully_connected_ref(x, w, None), rtol=3e-3)
 
 
 @pytest.mark.parametrize("value", ["shared_bytes=0", "shared=16384", "invocations=128,", "compute_units"])

@@ -55,12 +55,14 @@ class GlBuffer final : public gpu::Buffer {
 
 class GlKernel final : public gpu::Kernel {
  public:
-  explicit GlKernel(const KernelSource* source) : source_(source) {}
+  GlKernel(const ShaderLibrary* library, const KernelSource* source) : library_(library), source_(source) {}
   const std::string& name() const override { return source_->name; }
+  const ShaderLibrary& library() const { return *library_; }
   const KernelSource& source() const { return *source_; }
 
  private:
-  const KernelSource* source_;  // owned by the device's ShaderLibrary
+  const ShaderLibrary* library_;  // the device's normal or compact library, which owns source_
+  const KernelSource* source_;
 };
 
 // The first `lines` non-empty lines of a compile log, joined into one line.
@@ -119,6 +121,8 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   options_ = options;
   set_act_half(options.act_half);
   SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(options.act_half ? ShaderSourceActHalf() : ShaderSource(), &library_));
+  SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(options.act_half ? ShaderSourceActHalfCompact() : ShaderSourceCompact(),
+                                             &compact_library_));
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
   const GlApi& a = api();
@@ -347,20 +351,29 @@ Status GlDevice::GetKernel(const std::string& name, const gpu::Kernel** out) con
   auto it = kernels_.find(name);
   if (it == kernels_.end()) {
     const auto alias = kernel_alias_.find(name);
-    const KernelSource* src = library_.Find(alias != kernel_alias_.end() ? alias->second : name);
+    const std::string& source_name = alias != kernel_alias_.end() ? alias->second : name;
+    const KernelSource* src = library_.Find(source_name);
     if (src == nullptr) return Status::Error("gl: no kernel '" + name + "' in the GLSL library");
+    const ShaderLibrary* library = &library_;
     const int blocks = library_.StorageBlocks(*src);
-    if (blocks > max_ssbo_blocks_) {
-      return Status::Error("gl: kernel '" + name + "' declares " + std::to_string(blocks) +
-                           " storage blocks, the device allows " + std::to_string(max_ssbo_blocks_));
+    if (blocks > max_ssbo_blocks_) {  // its compact variant where that one fits (gpu/dialect/prelude.h, LD4A)
+      const KernelSource* compact = compact_library_.Find(source_name);
+      const int compact_blocks = compact != nullptr ? compact_library_.StorageBlocks(*compact) : blocks;
+      if (compact_blocks > max_ssbo_blocks_) {
+        return Status::Error("gl: kernel '" + name + "' declares " + std::to_string(compact_blocks) +
+                             " storage blocks, the device allows " + std::to_string(max_ssbo_blocks_));
+      }
+      src = compact;
+      library = &compact_library_;
     }
-    it = kernels_.emplace(name, std::make_unique<GlKernel>(src)).first;
+    it = kernels_.emplace(name, std::make_unique<GlKernel>(library, src)).first;
   }
   *out = it->second.get();
   return Status::Ok();
 }
 
-Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t, 3>& local, Program** out) const {
+Status GlDevice::ProgramFor(const ShaderLibrary& library, const KernelSource& kernel, const std::array<size_t, 3>& local,
+                            Program** out) const {
   const auto key = std::make_tuple(kernel.name, local[0], local[1], local[2]);
   auto it = programs_.find(key);
   if (it != programs_.end()) {
@@ -369,7 +382,7 @@ Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t,
   }
   const GlApi& a = api();
   const auto t0 = Clock::now();
-  std::string source = library_.Compose(kernel, local);
+  std::string source = library.Compose(kernel, local);
   if (plain_buffers_) {  // debugging: no readonly/writeonly hints for the compiler
     for (const char* word : {"readonly ", "writeonly "}) {
       for (size_t at; (at = source.find(word)) != std::string::npos;) source.erase(at, std::strlen(word));
@@ -380,7 +393,7 @@ Status GlDevice::ProgramFor(const KernelSource& kernel, const std::array<size_t,
       source.erase(at, source.find('\n', at) - at);
     }
   }
-  const std::string what = "kernel '" + kernel.name + "' (" + library_.file_path(kernel.file) + ", local size " +
+  const std::string what = "kernel '" + kernel.name + "' (" + library.file_path(kernel.file) + ", local size " +
                            std::to_string(local[0]) + "x" + std::to_string(local[1]) + "x" +
                            std::to_string(local[2]) + ")";
   GLuint prog = 0;
@@ -602,7 +615,7 @@ Status GlDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, const 
   SDGPU_RETURN_IF_ERROR(scope.status());
   const GlApi& a = api();
   Program* p = nullptr;
-  SDGPU_RETURN_IF_ERROR(ProgramFor(k.source(), l, &p));
+  SDGPU_RETURN_IF_ERROR(ProgramFor(k.library(), k.source(), l, &p));
   // The argument list is checked against the program once per distinct list shape.
   std::string signature;
   signature.reserve(args.items().size());

@@ -150,7 +150,8 @@ class GlDevice final : public gpu::Device {
   GlDevice(std::shared_ptr<GlContext> context, const Logger& logger) : ctx_(std::move(context)), logger_(logger) {}
   Status Init(const GlDeviceOptions& options);
   // The caller holds a GlScope.
-  Status ProgramFor(const KernelSource& kernel, const std::array<size_t, 3>& local, Program** out) const;
+  Status ProgramFor(const ShaderLibrary& library, const KernelSource& kernel, const std::array<size_t, 3>& local,
+                    Program** out) const;
   // The caller holds a GlScope. A linked program for `source`: from the persistent cache when it has a binary the
   // driver takes, else compiled (and its binary stored). *id = 0 and an error when the source does not compile.
   Status LinkProgram(const std::string& source, const std::string& what, GLuint* id) const;
@@ -166,6 +167,7 @@ class GlDevice final : public gpu::Device {
   Logger logger_;
   GlDeviceOptions options_;
   ShaderLibrary library_;
+  ShaderLibrary compact_library_;  // the kernels' compact variants, taken where library_'s has too many blocks
   std::string device_name_;
   std::string device_key_;    // "gl|vendor|renderer|version|build" (cache keys)
   bool program_binaries_ = false;  // the driver has binary formats and the ES 3.0 binary entry points

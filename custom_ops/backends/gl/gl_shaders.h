@@ -34,6 +34,10 @@ namespace sdgpu::gl {
 const char* ShaderSource();
 // The same kernels built for half activation storage (SD_ACT_HALF 1; delegate option activations_fp16).
 const char* ShaderSourceActHalf();
+// Compact variants (SD_GL_COMPACT 1: aligned float4 accesses as four floats, no NAME_v4 views, fewer storage blocks)
+// of the kernels where they differ, for devices that refuse the normal ones (gpu/dialect/prelude.h).
+const char* ShaderSourceCompact();
+const char* ShaderSourceActHalfCompact();
 
 // A kernel or fragment section.
 struct KernelSource {

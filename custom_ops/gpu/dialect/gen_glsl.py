@@ -120,11 +120,14 @@ class Line:
     line: int
 
 
-def preprocess(cpp: list[str], prelude: Path, files: list[Path], act_half: bool = False) -> list[Line]:
+def preprocess(cpp: list[str], prelude: Path, files: list[Path], act_half: bool = False,
+               compact: bool = False) -> list[Line]:
     """The dialect files expanded for GLSL, one entry per output line with the source position it came from.
 
-    ``act_half``: half activation storage (``SD_ACT_HALF`` 1, the prelude's ``ACT_*`` macros on ``_u32`` views)."""
-    parts = ["#define SD_API_GLSL 1\n", f"#define SD_ACT_HALF {int(act_half)}\n", f'#include "{prelude.resolve()}"\n']
+    ``act_half``: half activation storage (``SD_ACT_HALF`` 1, the prelude's ``ACT_*`` macros on ``_u32`` views).
+    ``compact``: ``SD_GL_COMPACT`` 1, aligned float4 accesses as four floats (no ``_v4`` views)."""
+    parts = ["#define SD_API_GLSL 1\n", f"#define SD_ACT_HALF {int(act_half)}\n",
+             f"#define SD_GL_COMPACT {int(compact)}\n", f'#include "{prelude.resolve()}"\n']
     parts += [f'#include "{f.resolve()}"\n' for f in files]
     proc = subprocess.run(
         cpp + ["-undef", "-nostdinc", "-x", "c", "-std=c99", "-"],
@@ -503,13 +506,16 @@ def library_text(runtime: str, kernels: list[Kernel], root: Path) -> str:
     return "".join(out)
 
 
-def cpp_source(text: str, half_text: str) -> str:
-    """The C++ file: ShaderSource() (float activation storage) and ShaderSourceActHalf() (half storage)."""
-    # The raw-string delimiter must not occur in the text.
-    assert ")SDGPUGL\"" not in text + half_text
-    return ("namespace sdgpu::gl {\nconst char* ShaderSource() {\n  return R\"SDGPUGL(" + text +
-            ")SDGPUGL\";\n}\nconst char* ShaderSourceActHalf() {\n  return R\"SDGPUGL(" + half_text +
-            ")SDGPUGL\";\n}\n}  // namespace sdgpu::gl\n")
+def cpp_source(texts: dict[tuple[bool, bool], str]) -> str:
+    """The C++ file: ShaderSource() (float activation storage), ShaderSourceActHalf() (half storage) and their
+    Compact twins (the kernels whose compact variant differs: those with a ``_v4`` view)."""
+    names = {(False, False): "ShaderSource", (True, False): "ShaderSourceActHalf",
+             (False, True): "ShaderSourceCompact", (True, True): "ShaderSourceActHalfCompact"}
+    out = "namespace sdgpu::gl {\n"
+    for key, name in names.items():
+        assert ")SDGPUGL\"" not in texts[key]  # the raw-string delimiter must not occur in the text
+        out += "const char* " + name + "() {\n  return R\"SDGPUGL(" + texts[key] + ")SDGPUGL\";\n}\n"
+    return out + "}  // namespace sdgpu::gl\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -521,12 +527,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="C++ file (or .glsl with --plain)")
     ap.add_argument("--plain", action="store_true", help="write the library text itself, not C++")
     ap.add_argument("--act-half", action="store_true", help="with --plain: the half activation storage library")
+    ap.add_argument("--compact", action="store_true",
+                    help="with --plain: the compact variants (SD_GL_COMPACT 1) of the kernels where they differ")
     ap.add_argument("files", type=Path, nargs="+")
     args = ap.parse_args(argv)
-    texts: dict[bool, str] = {}
-    for act_half in (False, True) if not args.plain else (args.act_half,):
+    texts: dict[tuple[bool, bool], str] = {}
+    normal: dict[bool, dict[str, str]] = {}  # per act_half: kernel name -> text, to keep only differing compact ones
+    variants = ([(h, c) for c in (False, True) for h in (False, True)] if not args.plain
+                else [(args.act_half, False)] + ([(args.act_half, True)] if args.compact else []))
+    for act_half, compact in variants:
         try:
-            lines = preprocess(shlex.split(args.cpp), args.prelude, args.files, act_half)
+            lines = preprocess(shlex.split(args.cpp), args.prelude, args.files, act_half, compact)
             kernels = translate(split_items(lines))
         except DialectError as e:
             print(f"gen_glsl.py: error: {e}", file=sys.stderr)
@@ -536,8 +547,12 @@ def main(argv: list[str] | None = None) -> int:
         if dup:
             print(f"gen_glsl.py: error: kernels defined twice: {sorted(dup)}", file=sys.stderr)
             return 1
-        texts[act_half] = library_text(args.runtime.read_text(), kernels, args.root)
-    content = texts[args.act_half] if args.plain else cpp_source(texts[False], texts[True])
+        if compact:
+            kernels = [k for k in kernels if normal[act_half].get(k.name) != k.text]
+        else:
+            normal[act_half] = {k.name: k.text for k in kernels}
+        texts[(act_half, compact)] = library_text(args.runtime.read_text(), kernels, args.root)
+    content = texts[(args.act_half, args.compact)] if args.plain else cpp_source(texts)
     if str(args.out) == "/dev/stdout":
         sys.stdout.write(content)
     elif not args.out.exists() or args.out.read_text() != content:  # keep the timestamp when nothing changed

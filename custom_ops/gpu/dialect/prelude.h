@@ -19,6 +19,9 @@
 #ifndef SD_ACT_HALF
 #define SD_ACT_HALF 0  // activation storage: 0 float, 1 half (ACT_* below)
 #endif
+#ifndef SD_GL_COMPACT
+#define SD_GL_COMPACT 0  // GLSL: 1 = no vec4 view of a float buffer (LD4A / ST4A below)
+#endif
 #define SD_WG_MAX_SHARED_BYTES 16384  // local memory a kernel may use on every supported device (GL ES 3.1 minimum)
 
 #if defined(SD_API_GLSL)
@@ -69,7 +72,6 @@
 #define as_uint floatBitsToUint
 // Buffer views (gen_glsl.py declares NAME_v4 / NAME_u32 as extra SSBOs on NAME's binding where a kernel uses them).
 #define LD4(buf, i) vec4((buf)[(i)], (buf)[(i) + 1], (buf)[(i) + 2], (buf)[(i) + 3])
-#define LD4A(buf, i) buf##_v4[(i) >> 2]
 #define ST4(buf, i, v)       \
   {                          \
     vec4 st4_ = (v);         \
@@ -78,7 +80,17 @@
     (buf)[(i) + 2] = st4_.z; \
     (buf)[(i) + 3] = st4_.w; \
   }
+// Every element type of a binding is a storage block of its own in GLSL, and a device allows only so many per shader
+// (GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS and the combined limits: 8 on many phones). The compact variant of each
+// shader (SD_GL_COMPACT 1; GlDevice builds it where the device refuses the normal one) reads and writes an aligned
+// float4 as four floats, so a float buffer needs no NAME_v4 view: the half-storage tiled GEMMs go from 10 blocks to 8.
+#if SD_GL_COMPACT
+#define LD4A(buf, i) LD4(buf, i)
+#define ST4A(buf, i, v) ST4(buf, i, v)
+#else
+#define LD4A(buf, i) buf##_v4[(i) >> 2]
 #define ST4A(buf, i, v) buf##_v4[(i) >> 2] = (v)
+#endif
 #define LDH(buf, i) unpackHalf2x16(buf##_u32[(i) >> 1])[(i) & 1]
 #define LDH4A(buf, i) \
   vec4(unpackHalf2x16(buf##_u32[(i) >> 1]), unpackHalf2x16(buf##_u32[((i) >> 1) + 1]))
