@@ -85,7 +85,7 @@ Status MemoryPlanner::Plan(size_t max_bank_bytes) {
         break;
       }
       SDGPU_RETURN_IF_ERROR(lowest_offset(r, bank, &candidate));
-      if (r.bytes <= max_bank_bytes - std::min(candidate, max_bank_bytes) && candidate <= max_bank_bytes) break;
+      if (candidate <= max_bank_bytes && r.bytes <= max_bank_bytes - candidate) break;  // within the cap
     }
     r.bank = bank;
     r.offset = candidate;

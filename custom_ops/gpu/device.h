@@ -27,7 +27,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -191,6 +193,11 @@ class Device {
   size_t max_operand_bytes_anywhere() const {
     const size_t t = max_tensor_bytes();
     return t == SIZE_MAX ? t : t > 256 ? t - 256 : 0;
+  }
+  // Whether `elems` float32 elements anywhere in an op's scratch (split-K or key-split partials) make one kernel
+  // operand: int32 offsets, and within max_operand_bytes_anywhere().
+  bool ScratchOperandFits(int64_t elems) const {
+    return elems <= INT_MAX && static_cast<uint64_t>(elems) * sizeof(float) <= max_operand_bytes_anywhere();
   }
   // blocking = false: the copy may still be in flight on return; `src` must stay valid until
   // the next blocking call (Download / Finish). Commands execute in submission order.

@@ -238,12 +238,6 @@ Status ScorePlans(const Device& dev, bool conv, int M, int N, int K, int batch, 
   return Status::Ok();
 }
 
-// Whether split-K partials of `elems` float32 fit one kernel operand: int32 offsets, and (GL) one storage block
-// binding wherever in the op's scratch they start.
-bool PartialsAddressable(const Device& dev, int64_t elems) {
-  return elems <= INT_MAX && static_cast<uint64_t>(elems) * sizeof(float) <= dev.max_operand_bytes_anywhere();
-}
-
 Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N, int K, int batch, TilePlan* out) {
   TilePlan p;
   p.bm = sp.config->bm;
@@ -253,7 +247,7 @@ Status MakePlan(const Device& dev, bool conv, const ScoredPlan& sp, int M, int N
   p.k_split = static_cast<int>(CeilDiv(CeilDiv(K, sp.splits), kTiledBk) * kTiledBk);
   p.splits = std::max<int>(1, static_cast<int>(CeilDiv(K, std::max(1, p.k_split))));
   const int64_t partial = static_cast<int64_t>(batch) * p.splits * M * N;
-  if (p.splits > 1 && !PartialsAddressable(dev, partial)) p.splits = 1;
+  if (p.splits > 1 && !dev.ScratchOperandFits(partial)) p.splits = 1;  // (GL: one storage block)
   if (p.splits == 1) p.k_split = std::max(K, 1);
   SDGPU_RETURN_IF_ERROR(dev.GetKernel(conv ? sp.config->conv : sp.config->gemm, &p.kernel));
   if (p.splits > 1) {
@@ -352,7 +346,7 @@ bool UseSkinny4(const Device& dev, int M, int N, int K, int batch, TilePlan* pla
     splits = static_cast<int>(std::min<int64_t>(max_splits, 4 * cus / std::max<int64_t>(groups, 1)));
     splits = std::min(splits, K / kSkinny4MinKSplit);
     if (splits < 2) return false;
-    if (!PartialsAddressable(dev, int64_t{splits} * batch * M * N)) return false;
+    if (!dev.ScratchOperandFits(int64_t{splits} * batch * M * N)) return false;
     k_split = CeilDiv(CeilDiv(K, splits), kTiledBk) * kTiledBk;  // whole k steps
     splits = CeilDiv(K, k_split);
   }

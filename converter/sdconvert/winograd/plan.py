@@ -293,8 +293,11 @@ def make_plan(specs: Sequence[ConvSpec], mode: str | int = "auto", profile: str 
             tile = 0
         else:
             tile = rec if mode == "auto" else forced
-            too_few_tiles += tile > 0 and num_tiles(spec, tile) < prof.min_tiles
-            too_big += tile > 0 and num_tiles(spec, tile) >= prof.min_tiles and not runs_winograd(spec, tile, prof)
+            if not runs_winograd(spec, tile, prof):  # (tile > 0: direct always runs)
+                if num_tiles(spec, tile) < prof.min_tiles:
+                    too_few_tiles += 1
+                else:
+                    too_big += 1
         decisions.append(ConvDecision(spec, ok, reason, rec, tile, predicted, source))
     plan = WinogradPlan(mode, prof, budget, decisions)
     if too_few_tiles:

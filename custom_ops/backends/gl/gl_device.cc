@@ -121,8 +121,6 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   options_ = options;
   set_act_half(options.act_half);
   SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(options.act_half ? ShaderSourceActHalf() : ShaderSource(), &library_));
-  SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(options.act_half ? ShaderSourceActHalfCompact() : ShaderSourceCompact(),
-                                             &compact_library_));
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
   const GlApi& a = api();
@@ -357,6 +355,11 @@ Status GlDevice::GetKernel(const std::string& name, const gpu::Kernel** out) con
     const ShaderLibrary* library = &library_;
     const int blocks = library_.StorageBlocks(*src);
     if (blocks > max_ssbo_blocks_) {  // its compact variant where that one fits (gpu/dialect/prelude.h, LD4A)
+      if (!compact_parsed_) {  // only devices that refuse a kernel read the compact library
+        SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(
+            options_.act_half ? ShaderSourceActHalfCompact() : ShaderSourceCompact(), &compact_library_));
+        compact_parsed_ = true;
+      }
       const KernelSource* compact = compact_library_.Find(source_name);
       const int compact_blocks = compact != nullptr ? compact_library_.StorageBlocks(*compact) : blocks;
       if (compact_blocks > max_ssbo_blocks_) {

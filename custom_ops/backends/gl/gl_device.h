@@ -167,7 +167,10 @@ class GlDevice final : public gpu::Device {
   Logger logger_;
   GlDeviceOptions options_;
   ShaderLibrary library_;
-  ShaderLibrary compact_library_;  // the kernels' compact variants, taken where library_'s has too many blocks
+  // The kernels' compact variants, taken where library_'s has too many blocks; parsed at the first such kernel
+  // (guarded by ctx_->mutex(), as GetKernel).
+  mutable ShaderLibrary compact_library_;
+  mutable bool compact_parsed_ = false;
   std::string device_name_;
   std::string device_key_;    // "gl|vendor|renderer|version|build" (cache keys)
   bool program_binaries_ = false;  // the driver has binary formats and the ES 3.0 binary entry points

@@ -271,9 +271,8 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
       const int kps = splits > 1 ? (key_tiles + splits - 1) / splits * t->bk : 0;
       const int used = splits > 1 ? (u->sk_ + kps - 1) / kps : 1;  // no empty range
       const size_t scratch_elems = static_cast<size_t>(used) * (parts + 2 * rows);  // O parts, then (m, l) stats
-      // kernel offsets are int32, and the O parts and statistics are one scratch operand: within one GL storage
-      // block binding (or one OpenCL buffer) wherever the scratch starts
-      const bool fits = scratch_elems <= INT_MAX && scratch_elems * sizeof(float) <= dev.max_operand_bytes_anywhere();
+      // the O parts and statistics are one scratch operand (GL: one storage block binding)
+      const bool fits = dev.ScratchOperandFits(static_cast<int64_t>(scratch_elems));
       if (splits > 1 && fits && dev.GetKernel("attn_flash_ks" + std::string("_") + t->suffix, &ks).ok() &&
           dev.GetKernel("attn_merge", &merge).ok()) {
         u->kps_ = kps;
