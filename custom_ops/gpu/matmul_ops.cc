@@ -56,6 +56,9 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
                        Timings* timings, const Residual& residual, const TensorRef& residual_input,
                        bool partials_only, const TensorRef* ln_colsum, float ln_eps) {
   if (p.ln && (ln_colsum == nullptr || p.splits > 1)) return Status::Error("a LayerNorm GEMM needs its column sums");
+  if (p.ln && (bias == nullptr || ln_colsum->buffer != bias->buffer || ln_colsum->offset < bias->offset)) {
+    return Status::Error("a LayerNorm GEMM reads its column sums behind its bias, in the bias buffer");
+  }
   if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
   if (p.tc && (b.half || s.sak != 1 || (s.sbn != 1 && s.sbk != 1))) {
     return Status::Error("the tensor-core GEMM " + p.kernel->name() + " needs fp32 B, A's k axis and B's n or k axis "
@@ -86,7 +89,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(bias_ref).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
   AddResidualArgs(split ? Residual() : residual, residual_input, a, &g);
-  if (p.ln) g.Buf(ln_colsum->buffer, ln_colsum->elem_offset()).Float(ln_eps);
+  if (p.ln) g.Int(ln_colsum->elem_offset() - bias->elem_offset()).Float(ln_eps);
   const size_t ty = static_cast<size_t>(p.threads / 16);
   SDGPU_RETURN_IF_ERROR(dev.Launch(*p.kernel, g,
                                    {static_cast<size_t>(CeilDiv(s.N, p.bn) * 16),
@@ -217,9 +220,8 @@ class TiledGemmOp final : public GpuOp {
     const TensorRef* bias = packed_bias_ ? &packed_bias : s_.bias_input >= 0 ? &in[s_.bias_input] : nullptr;
     TensorRef colsum;
     const TensorRef* colsum_ref = nullptr;
-    if (ln_colsum_) {
-      SDGPU_RETURN_IF_ERROR(ln_colsum_->Ensure(dev));
-      colsum.buffer = ln_colsum_->operand().buffer;
+    if (ln_colsums_) {  // FuseLayerNorm: the column sums sit behind the folded bias (packed_bias_: 2 x N floats)
+      colsum = TensorRef{packed_bias.buffer, sizeof(float) * static_cast<size_t>(s_.N) * s_.batch};
       colsum_ref = &colsum;
       if (in[s_.a_input].elem_offset() % 4 != 0) return Status::Error("LayerNorm GEMM input rows not 4-element aligned");
     }
@@ -250,8 +252,8 @@ class TiledGemmOp final : public GpuOp {
 
   bool tuning_pending() const override { return tuner_.pending(); }
   void CollectWeights(std::vector<PackedWeights*>* out) override {
-    for (PackedWeights* w : {packed_.get(), packed_bias_.get(), ln_colsum_.get(), ln_ones_.get(), ln_zeros_.get()}) {
-      if (w != nullptr) out->push_back(w);  // Enqueue's order: the fold sums flow from packed_ to the bias / colsum
+    for (PackedWeights* w : {packed_.get(), packed_bias_.get(), ln_ones_.get(), ln_zeros_.get()}) {
+      if (w != nullptr) out->push_back(w);  // Enqueue's order: the fold sums flow from packed_ to the bias
     }
   }
 
@@ -323,7 +325,7 @@ class TiledGemmOp final : public GpuOp {
   // FuseLayerNorm's three weights made on the device when it has the kernels (copy.kern: transpose_tiled,
   // ln_fold_columns, ln_fold_bias): the model's N x K weights uploaded as stored and transposed into scratch, then one
   // pass scales the rows by gamma into the packed weights (in the gated-GELU column order when FuseGatedGelu packed
-  // them) and leaves beta . W and the column sums in a small buffer that the bias and column-sum producers read. The
+  // them) and leaves beta . W and the column sums in a small buffer that the bias producer reads. The
   // host producers stay as the fallback (a device without the kernels; lazy Ensure never mixes the two: each weight
   // takes its device producer when it has one).
   void FoldOnDevice(const Device& dev, const std::vector<float>& gamma, const std::vector<float>& beta, int N, int K,
@@ -340,7 +342,6 @@ class TiledGemmOp final : public GpuOp {
     }
     struct FoldState {
       std::unique_ptr<Buffer> gamma_beta, sums, base;
-      int pending = 2;  // the bias and column-sum producers still to read `sums`
     };
     auto state = std::make_shared<FoldState>();
     packed_->SetDeviceProducer([=](const Device& d, const Buffer& dst, DeviceStaging* staging) -> Status {
@@ -356,29 +357,27 @@ class TiledGemmOp final : public GpuOp {
       f.Buf(state->gamma_beta.get(), K).Int(K).Int(N).Int(gated ? 1 : 0);
       return Launch1D(d, *fold, f, N, nullptr);
     });
-    auto from_sums = [=](bool with_bias) -> PackedWeights::DeviceProducer {
-      return [=](const Device& d, const Buffer& dst, DeviceStaging*) -> Status {
-        if (!state->sums) return Status::Error("the LayerNorm fold's sums were not made before its bias / column sums");
+    // The folded bias (base + beta . W) in the first N floats, the column sums in the next N (ln_fold_bias twice).
+    packed_bias_->SetDeviceProducer([=](const Device& d, const Buffer& dst, DeviceStaging*) -> Status {
+      if (!state->sums) return Status::Error("the LayerNorm fold's sums were not made before its bias");
+      if (base_bias) {
+        std::vector<float> base(static_cast<size_t>(N));
+        base_bias(base.data());
+        SDGPU_RETURN_IF_ERROR(UploadConstant(d, base.data(), base.size() * sizeof(float), &state->base));
+      }
+      for (const bool colsums : {false, true}) {
+        const bool has_base = !colsums && state->base;
         Args a;  // ln_fold_bias(y, yo, sums, so, base, bo, int has_base, int n)
-        const bool has_base = with_bias && base_bias;
-        if (has_base) {
-          std::vector<float> base(static_cast<size_t>(N));
-          base_bias(base.data());
-          SDGPU_RETURN_IF_ERROR(UploadConstant(d, base.data(), base.size() * sizeof(float), &state->base));
-        }
-        a.Buf(&dst, 0).Buf(state->sums.get(), with_bias ? 0 : N);
+        a.Buf(&dst, colsums ? N : 0).Buf(state->sums.get(), colsums ? N : 0);
         a.Buf(has_base ? state->base.get() : state->sums.get(), 0).Int(has_base ? 1 : 0).Int(N);
         SDGPU_RETURN_IF_ERROR(Launch1D(d, *bias, a, N, nullptr));
-        if (--state->pending == 0) {  // (a buffer released under a launch that reads it lives until it ran)
-          state->gamma_beta.reset();
-          state->sums.reset();
-          state->base.reset();
-        }
-        return Status::Ok();
-      };
-    };
-    packed_bias_->SetDeviceProducer(from_sums(true));
-    ln_colsum_->SetDeviceProducer(from_sums(false));
+      }
+      // (a buffer released under a launch that reads it lives until it ran)
+      state->gamma_beta.reset();
+      state->sums.reset();
+      state->base.reset();
+      return Status::Ok();
+    });
   }
 
   // The LayerNorm's gamma scales W's rows (k) wherever the packing put its columns (after FuseGatedGelu too), its
@@ -389,7 +388,7 @@ class TiledGemmOp final : public GpuOp {
   bool FuseLayerNorm(const Device& dev, float eps, const float* gamma, const float* beta, int k) override {
     // one GEMM, or the column blocks of one (SplitColumns: A shared, block b reads packed columns [b*N, (b+1)*N))
     const bool blocks = s_.batch > 1 && s_.sab == 0 && s_.sbb == s_.N && s_.scb == s_.M * s_.N;
-    if (packed_ == nullptr || b_half_ || ln_colsum_ != nullptr ||
+    if (packed_ == nullptr || b_half_ || ln_colsums_ ||
         (s_.batch != 1 && !blocks) || s_.sak != 1 || s_.sam != s_.K || s_.K != k || s_.K % 4 != 0 || s_.sbn != 1 ||
         (s_.sbk != s_.N * s_.batch) || (s_.bias_input >= 0 && packed_bias_ == nullptr && bias_const_ == nullptr)) {
       return false;
@@ -441,20 +440,13 @@ class TiledGemmOp final : public GpuOp {
     }
     const std::vector<float> g(gamma, gamma + K), be(beta, beta + K);
     // The packed weights' producer computes, in the same pass over the K x N weights, beta . W per column (before the
-    // gamma scaling) and the column sums of the scaled weights, for the bias and colsum producers that Enqueue
-    // ensures right after it (each used to re-produce the whole weights: 3x the packing at the first inference).
-    // Same double accumulation in k order as WeightedColumnSums, which they fall back to if they run first.
+    // gamma scaling) and the column sums of the scaled weights, for the bias producer that Enqueue ensures right
+    // after it (re-producing the whole weights there would double the packing at the first inference). Same double
+    // accumulation in k order as WeightedColumnSums, which it falls back to if it runs first.
     struct FoldSums {
       std::vector<double> beta_w, colsum;
     };
     auto sums = std::make_shared<FoldSums>();
-    packed_bias_ = std::make_unique<PackedWeights>(
-        static_cast<size_t>(N), false, [weights, base_bias, be, N, K, sums](float* dst) {
-          const std::vector<double> beta_w =
-              sums->beta_w.empty() ? WeightedColumnSums(weights, K, N, be.data()) : std::move(sums->beta_w);
-          if (base_bias) base_bias(dst);
-          for (int n = 0; n < N; ++n) dst[n] = static_cast<float>((base_bias ? dst[n] : 0.0) + beta_w[n]);
-        });
     packed_->Then([g, be, N, K, sums](float* dst) {
       std::vector<double> beta_w(static_cast<size_t>(N), 0.0), colsum(static_cast<size_t>(N), 0.0);
       // column bands on the host's cores (each band walks all K rows: the same k order per column as one thread)
@@ -472,12 +464,18 @@ class TiledGemmOp final : public GpuOp {
       sums->beta_w = std::move(beta_w);
       sums->colsum = std::move(colsum);
     });
-    ln_colsum_ = std::make_unique<PackedWeights>(
-        static_cast<size_t>(N), false, [scaled = packed_->producer(), N, K, sums](float* dst) {
+    // The folded bias, then the column sums of the scaled weights (the _ln kernels read both from the bias buffer).
+    packed_bias_ = std::make_unique<PackedWeights>(
+        2 * static_cast<size_t>(N), false, [weights, scaled = packed_->producer(), base_bias, be, N, K, sums](float* dst) {
+          const std::vector<double> beta_w =
+              sums->beta_w.empty() ? WeightedColumnSums(weights, K, N, be.data()) : std::move(sums->beta_w);
           const std::vector<double> colsum =
               sums->colsum.empty() ? WeightedColumnSums(scaled, K, N, nullptr) : std::move(sums->colsum);
-          for (int n = 0; n < N; ++n) dst[n] = static_cast<float>(colsum[n]);
+          if (base_bias) base_bias(dst);
+          for (int n = 0; n < N; ++n) dst[n] = static_cast<float>((base_bias ? dst[n] : 0.0) + beta_w[n]);
+          for (int n = 0; n < N; ++n) dst[N + n] = static_cast<float>(colsum[n]);
         });
+    ln_colsums_ = true;
     FoldOnDevice(dev, g, be, N, K, base_bias);
     ln_eps_ = eps;
     if (rows_bytes > 0) {
@@ -498,7 +496,7 @@ class TiledGemmOp final : public GpuOp {
   GemmShape s_;
   std::unique_ptr<PackedWeights> packed_;
   std::unique_ptr<PackedWeights> packed_bias_;  // the bias re-packed (gated-GELU epilogue) or LayerNorm-folded
-  std::unique_ptr<PackedWeights> ln_colsum_;    // FuseLayerNorm: the column sums of the gamma-scaled weights
+  bool ln_colsums_ = false;  // FuseLayerNorm: packed_bias_ holds the column sums of the gamma-scaled weights too
   float ln_eps_ = 0.0f;
   // FuseLayerNorm's ln_rows plans: layer_norm_rows, its unit gamma / zero beta (K floats each) and the bytes its
   // normalised rows take at the head of the scratch (0: no ln_rows plan among the candidates)

@@ -92,7 +92,7 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
 }
 
 #define GX_LN_PARAMS_0
-#define GX_LN_PARAMS_1 , __global const float *lnc, int lnco, float ln_eps
+#define GX_LN_PARAMS_1 , int lnco, float ln_eps
 
 // LN: x0 of the lane's fragment rows (wm0 + i * 16 + g + 8 h) and their running sums
 #define GX_LN_PROLOGUE_0(FM)
@@ -137,7 +137,7 @@ inline void gx_issue_b(__local float* Bs, const int BN, const int NT, int lid, i
 #define GX_LN_ACC_0(v, i, h, cs) (v)
 #define GX_LN_ACC_1(v, i, h, cs) (ln_r[i][h] * ((v) - ln_d[i][h] * (cs)))
 #define GX_LN_COLSUM_0(n) 0.0f
-#define GX_LN_COLSUM_1(n) lnc[lnco + bz * N + (n)]
+#define GX_LN_COLSUM_1(n) bias[biaso + lnco + bz * N + (n)]
 #define GX_LN_BIAS_0 0
 #define GX_LN_BIAS_1 (bz * N)
 
