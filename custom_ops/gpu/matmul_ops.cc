@@ -141,6 +141,12 @@ bool SplitGemmColumns(const GemmShape& s, int parts, GemmShape* out) {
   return true;
 }
 
+// gemm_f32 / conv2d_igemm's work-group rows (gemm.kern): kTile, or half as many work-items each computing two rows
+// where the device allows fewer than kTile * kTile invocations (GL ES 3.1 guarantees 128).
+size_t NaiveRowsPerGroup(const Device& dev) {
+  return dev.max_work_group_size() >= kTile * kTile ? kTile : kTile / 2;
+}
+
 // gemm_f32(C, co, int scb, int scm, A, ao, int sab, int sam, int sak, B, bo, int sbb, int sbk, int sbn,
 //          bias, biaso, int has_bias, int M, int N, int K, float alpha, int act); global = (N, M, batch).
 class GemmOp final : public GpuOp {
@@ -159,8 +165,9 @@ class GemmOp final : public GpuOp {
     a.Buf(B).Int(s_.sbb).Int(s_.sbk).Int(s_.sbn);
     a.Buf(bias).Int(has_bias ? 1 : 0);
     a.Int(s_.M).Int(s_.N).Int(s_.K).Float(s_.alpha).Int(s_.act);
-    return dev.Launch(*k_, a, {static_cast<size_t>(s_.N), static_cast<size_t>(s_.M), static_cast<size_t>(s_.batch)},
-                      {kTile, kTile, 1}, timings);
+    const size_t wy = NaiveRowsPerGroup(dev);
+    return dev.Launch(*k_, a, {static_cast<size_t>(s_.N), static_cast<size_t>(CeilDiv(s_.M, kTile)) * wy,
+                               static_cast<size_t>(s_.batch)}, {kTile, wy, 1}, timings);
   }
 
   bool SplitColumns(const Device&, int parts) override {
@@ -189,7 +196,9 @@ class ConvOp final : public GpuOp {
     a.Buf(bias).Int(s_.has_bias ? 1 : 0);
     a.Int(s_.h).Int(s_.w).Int(s_.ci).Int(s_.oh).Int(s_.ow).Int(s_.co).Int(s_.kh).Int(s_.kw);
     a.Int(s_.sh).Int(s_.sw).Int(s_.dh).Int(s_.dw).Int(s_.ph).Int(s_.pw).Int(M).Int(s_.act);
-    return dev.Launch(*k_, a, {static_cast<size_t>(s_.co), static_cast<size_t>(M), 1}, {kTile, kTile, 1}, timings);
+    const size_t wy = NaiveRowsPerGroup(dev);
+    return dev.Launch(*k_, a, {static_cast<size_t>(s_.co), static_cast<size_t>(CeilDiv(M, kTile)) * wy, 1},
+                      {kTile, wy, 1}, timings);
   }
 
   const Kernel* k_ = nullptr;
@@ -629,7 +638,7 @@ Status TryTiledGemm(const Device& dev, const GemmShape& s, std::vector<int> inpu
 }
 
 Status MakeNaiveGemm(const Device& dev, const GemmShape& s, std::vector<int> inputs, std::unique_ptr<GpuOp>* out) {
-  SDGPU_RETURN_IF_ERROR(Need(dev.max_work_group_size() >= kTile * kTile, "device work-group limit below 256"));
+  SDGPU_RETURN_IF_ERROR(Need(dev.max_work_group_size() >= kTile * kTile / 2, "device work-group limit below 128"));
   auto u = std::make_unique<GemmOp>();
   u->s_ = s;
   u->device_inputs_ = std::move(inputs);
@@ -685,7 +694,7 @@ Status MakeConvWithFilter(const Device& dev, const ConvShape& s, const float* fi
     *out = std::move(u);
     return Status::Ok();
   }
-  SDGPU_RETURN_IF_ERROR(Need(dev.max_work_group_size() >= kTile * kTile, "device work-group limit below 256"));
+  SDGPU_RETURN_IF_ERROR(Need(dev.max_work_group_size() >= kTile * kTile / 2, "device work-group limit below 128"));
   auto u = std::make_unique<ConvOp>();
   u->s_ = s;
   u->device_inputs_ = s.has_bias ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};

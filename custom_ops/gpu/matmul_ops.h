@@ -23,7 +23,8 @@ namespace sdgpu::gpu {
 constexpr int kTiledBk = 16;
 
 // Work-group tile of gemm_f32 / conv2d_igemm. Correctness constant: the kernels'
-// shared tiles are TS x TS (TS = this) and the launch uses kTile x kTile groups.
+// shared tiles are TS x TS (TS = this) and the launch uses kTile x kTile groups (kTile x kTile / 2 on a device
+// allowing fewer invocations).
 constexpr size_t kTile = 16;
 
 // C[b, m, n] = act(alpha * A[b] B[b] + bias) with explicit element strides.

@@ -1,0 +1,82 @@
+"""The phone preset (weights_fp16 + activations_fp16) on a GL device at GL ES 3.1's minimums where phones sit near
+them: 16 KiB of shared memory and 128 invocations per work-group (the spec's minimums), 8 storage blocks per shader
+(many phones' combined limit; the delegate needs 5) and 128 MiB storage blocks. Every tiny model and variant runs as
+one partition with no node declined and nothing on the CPU, near the CPU interpreter's float32 answer (the tolerances
+of test_act_half_models.py); the device refuses any launch above its limits, so every kernel fits them. Before
+gemm_f32 and conv2d_igemm took 16 x 8 work-groups (two rows per work-item), the convs of Ci = 4 (the UNet's and VAE's
+conv_in) and the Winograd convs' direct fallbacks needed 256 invocations and went to the CPU."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+
+from harness import HALF_STORAGE_RTOL, assert_close, run, signature_inputs
+from sdlite import native
+from tflite_gemm_models import conv2d_model, conv2d_ref, fully_connected_model, fully_connected_ref
+
+PHONE_GL = "shared_bytes=16384,invocations=128,storage_blocks=8,storage_block_bytes=134217728"
+MODELS = ("text_encoder", "unet", "vae_decoder")
+
+
+@pytest.fixture(scope="module")
+def variant_folders(tmp_path_factory, tiny_export: Path) -> dict[str, Path]:
+    from sdconvert.export.optimize import GraphOptions
+    from sdconvert.optimize_cli import optimize_file
+
+    out = {"plain": tiny_export}
+    for variant, options in (("fused", GraphOptions(fuse=True)), ("f4", GraphOptions(fuse=True, winograd="4"))):
+        folder = tmp_path_factory.mktemp(f"phone-{variant}")
+        for name in MODELS:
+            optimize_file(tiny_export / f"{name}.tflite", folder / f"{name}.tflite", options)
+        out[variant] = folder
+    return out
+
+
+@pytest.mark.parametrize("variant", ["plain", "fused", "f4"])
+def test_phone_preset_at_phone_gl_limits_runs_as_one_partition(tiny_export: Path, variant_folders, rng, tmp_path,
+                                                               variant):
+    for model in MODELS:
+        reference = Interpreter(model_path=str(tiny_export / f"{model}.tflite")).get_signature_runner(
+            "serving_default")
+        inputs = signature_inputs(reference, rng, timestep=999.0)
+        expected = reference(**inputs)
+        profile = tmp_path / f"{model}.json"
+        delegate = native.load(backend="gl", gemm_autotune=False, weights_fp16=True, activations_fp16=True,
+                               gl_limits=PHONE_GL, profile_path=str(profile))
+        actual = Interpreter(model_path=str(variant_folders[variant] / f"{model}.tflite"),
+                             experimental_delegates=[delegate]).get_signature_runner("serving_default")(**inputs)
+        stats = native.stats(delegate)
+        assert (stats["partitions"], stats["declined_nodes"], stats["host_fallback_nodes"]) == (1, 0, 0), \
+            (model, stats["declined"])
+        nodes = json.loads(profile.read_text())["nodes"]
+        assert any(k for n in nodes for k in n["kernels"]), model
+        for name, value in expected.items():
+            loose = model == "vae_decoder" or (model == "unet" and variant == "plain")
+            assert_close(actual[name], value, rtol=6e-3 if loose else HALF_STORAGE_RTOL)
+
+
+def test_naive_gemm_and_conv_with_128_invocations(rng, tmp_path):
+    """gemm_f32 (a GEMM whose tiled kernels do not fit 4 KiB of shared memory) and conv2d_igemm (Ci = 4: no tiled
+    conv) on 16 x 16 work-groups, and on 16 x 8 where the device allows 128 invocations: the same sums in the same
+    order, bit for bit, at ragged M / N edges (37 rows: three row tiles, the last partial in both halves)."""
+    x = rng.standard_normal((1, 37, 40)).astype(np.float32)
+    w = rng.standard_normal((23, 40)).astype(np.float32)
+    b = rng.standard_normal(23).astype(np.float32)
+    xc = rng.standard_normal((1, 7, 5, 4)).astype(np.float32)
+    wc = rng.standard_normal((9, 3, 3, 4)).astype(np.float32)
+    cases = ((fully_connected_model(x.shape, w, b), {"x": x}, fully_connected_ref(x, w, b), "gemm_f32"),
+             (conv2d_model(xc.shape, wc, None), {"x": xc}, conv2d_ref(xc, wc, None), "conv2d_igemm"))
+    for model, inputs, want, kernel in cases:
+        got = []
+        for limits in ("shared_bytes=4096", "shared_bytes=4096,invocations=128"):
+            profile = tmp_path / "profile.json"
+            result = run(model, inputs, backend="gl", gemm_autotune=False, gl_limits=limits, profile_path=str(profile))
+            assert result.stats["declined_nodes"] == 0, (limits, result.stats["declined"])
+            assert [k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]] == [kernel]
+            assert_close(result.outputs["y"], want, rtol=1e-5)
+            got.append(result.outputs["y"])
+        assert np.array_equal(got[0], got[1]), kernel
