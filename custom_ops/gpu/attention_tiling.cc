@@ -34,6 +34,8 @@ constexpr AttnTiling kAttnTilings[] = {
     {"d512", 512, 512, 32, 256, 0, 0, false, 0, kTcNone, AttnBlockLocalBytes(32, 64, 32, 32, 8, 512), nullptr},
     // any head dim up to ATT_DYN_MAXD
     {"dyn", 0, 512, 32, 256, 0, 0, false, 0, kTcNone, AttnBlockLocalBytes(32, 32, 16, 32, 8, 512), nullptr},
+    // the same on devices with 16 KiB of local memory or 128 work-items (GL ES 3.1's minimums)
+    {"dyn128", 0, 512, 16, 128, 0, 0, false, 0, kTcNone, AttnBlockLocalBytes(16, 16, 16, 32, 4, 512), nullptr},
 };
 
 }  // namespace

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
+from attention_cases import profile_attention
 from harness import HALF_STORAGE_RTOL, assert_close, run, signature_inputs
 from sdlite import native
 from tflite_gemm_models import conv2d_model, conv2d_ref, fully_connected_model, fully_connected_ref
@@ -80,3 +81,14 @@ def test_naive_gemm_and_conv_with_128_invocations(rng, tmp_path):
             assert_close(result.outputs["y"], want, rtol=1e-5)
             got.append(result.outputs["y"])
         assert np.array_equal(got[0], got[1]), kernel
+
+
+@pytest.mark.parametrize("variant", ["flash", "partial_softmax"])
+@pytest.mark.parametrize("head_dim", [80, 512])
+def test_attention_at_gl_es_minimums_runs_the_small_tiled_kernels(rng, tmp_path, variant, head_dim):
+    """At 16 KiB of shared memory and 128 invocations the tiled attention kernels for SD's head dims do not fit (dyn:
+    32 KB, 256 work-items); dyn128 (15 KB, 128) does, at any head dim up to 512: the VAE's 512-wide head, which the
+    row-wise fallback (up to 256) could not take, stays on the GPU (profile_attention checks the answer)."""
+    p = profile_attention(tmp_path, rng, 100, 100, 1, head_dim, variant=variant, backend="gl",
+                          gl_limits="shared_bytes=16384,invocations=128")
+    assert p.kernels == (["attn_flash_dyn128"] if variant == "flash" else ["attn_stats_dyn128", "attn_pv_dyn128"])

@@ -97,6 +97,7 @@ def test_vae_head_dim_512(tmp_path, rng, backend, variant, sk):
 
 @pytest.mark.parametrize("tiling,head_dim,sq,sk", [
     ("legacy", 40, 66, 66), ("dyn", 40, 130, 77), ("dyn", 80, 37, 77), ("dyn", 160, 37, 45), ("dyn", 512, 37, 45),
+    ("dyn128", 40, 130, 77), ("dyn128", 160, 37, 45), ("dyn128", 512, 37, 45),
     ("d40", 80, 37, 45),  # a tiling for another head dim is ignored: the op's own pick runs
 ])
 @pytest.mark.parametrize("variant", ["partial_softmax", "flash"])

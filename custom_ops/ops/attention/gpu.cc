@@ -287,11 +287,12 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   }
   u->k1_ = u->k2_ = nullptr;
   if (attrs.head_dim > kMaxHeadDim) {
-    // The limit of what this device could run: the any-head-dim tiled kernels when it has them and takes them.
+    // The limit of what this device could run: the any-head-dim tiled kernels when it has them and takes them
+    // (dyn128, the smallest of them, names their needs).
     const AttnTiling* dyn = *std::find_if(table.begin(), table.end(), [](const AttnTiling* t) {
-      return std::strcmp(t->suffix, "dyn") == 0;
-    });  // the any-head-dim tiling (AttnTilingTable has it)
-    const bool has_tiled = !legacy_only && dev.HasKernel("attn_flash_dyn");
+      return std::strcmp(t->suffix, "dyn128") == 0;
+    });  // the any-head-dim tiling for small devices (AttnTilingTable has it)
+    const bool has_tiled = !legacy_only && dev.HasKernel("attn_flash_dyn128");
     const bool tiled = has_tiled && AttnTilingFits(dev, *dyn, flash);
     return Status::Error("head_dim " + std::to_string(attrs.head_dim) + " above the kernel limit " +
                          std::to_string(tiled ? kTiledMaxHeadDim : kMaxHeadDim) +
