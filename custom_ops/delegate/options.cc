@@ -121,8 +121,11 @@ bool ParseGlLimits(const std::string& text, GlLimits* out) {
                  : limit == "storage_blocks" ? &l.storage_blocks
                  : limit == "storage_block_bytes" ? &l.storage_block_bytes
                  : limit == "compute_units"  ? &l.compute_units
+                 : limit == "pbuffer"        ? &l.pbuffer
                                              : nullptr;
-    if (field == nullptr || !ParseIntIn(item.substr(eq + 1), 1, 1L << 30, field)) return false;
+    if (field == nullptr || !ParseIntIn(item.substr(eq + 1), 1, field == &l.pbuffer ? 1 : 1L << 30, field)) {
+      return false;
+    }
   }
   *out = l;
   return true;
@@ -241,7 +244,7 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       if (!ParseGlLimits(std::string(value), &out->gl_limits)) {
         return Status::Error("option gl_limits='" + std::string(value) +
                              "' is malformed; expected key=N pairs of shared_bytes, invocations, storage_blocks, storage_block_bytes, "
-                             "compute_units, e.g. shared_bytes=16384,invocations=128");
+                             "compute_units (N >= 1) and pbuffer=1, e.g. shared_bytes=16384,invocations=128");
       }
     } else if (key == "opencl_limits") {
       if (!ParseOpenClLimits(std::string(value), &out->opencl_limits)) {

@@ -87,7 +87,9 @@
 //                      optionNV` lines dropped (default "1"); "a=b,c=d" = kernel b compiled where an op asks for a;
 //                      a folder to write each compiled program's source and driver binary into.
 //   gl_limits          gl, tests and tuning: "shared_bytes=N,invocations=N,storage_blocks=N,storage_block_bytes=N,
-//                      compute_units=N" (any subset): the device reports a smaller device's limits (the first four
+//                      compute_units=N,pbuffer=1" (any subset; pbuffer=1: the context made current on a 1x1 pbuffer
+//                      surface, as on a display without EGL_KHR_surfaceless_context such as the Android
+//                      emulator's): the device reports a smaller device's limits (the first four
 //                      capped at N, never above the driver's: e.g. GL ES 3.1's minimums 16384 / 128 / 4 / 2^24) so the
 //                      planners choose what such a device can run, and N compute units (GL has no query for them; planners that size grids by them, e.g.
 //                      the Winograd GEMM's gemm_s16x128, then act as on OpenCL).
@@ -117,6 +119,7 @@ struct GlLimits {
   int storage_blocks = 0;
   int storage_block_bytes = 0;
   int compute_units = 0;
+  int pbuffer = 0;  // 1: the context on a 1x1 pbuffer, as on a display without EGL_KHR_surfaceless_context
 };
 // A gl_limits value: comma-separated key=N pairs (N >= 1) of the keys above. False when `text` is malformed.
 bool ParseGlLimits(const std::string& text, GlLimits* out);

@@ -160,7 +160,8 @@ def test_half_storage_gemms_stay_tiled_with_8_storage_blocks(rng, tmp_path):
     assert_close(got[8], fully_connected_ref(x, w, None), rtol=3e-3)
 
 
-@pytest.mark.parametrize("value", ["shared_bytes=0", "shared=16384", "invocations=128,", "compute_units"])
+@pytest.mark.parametrize("value", ["shared_bytes=0", "shared=16384", "invocations=128,", "compute_units", "pbuffer=2",
+                                   "pbuffer=0"])
 def test_gl_limits_is_validated(value):
     with pytest.raises(ValueError, match=f"option gl_limits='{value}' is malformed"):
         load_delegate(str(native.delegate_path()), {"backend": "gl", "gl_limits": value})

@@ -92,3 +92,23 @@ def test_attention_at_gl_es_minimums_runs_the_small_tiled_kernels(rng, tmp_path,
     p = profile_attention(tmp_path, rng, 100, 100, 1, head_dim, variant=variant, backend="gl",
                           gl_limits="shared_bytes=16384,invocations=128")
     assert p.kernels == (["attn_flash_dyn128"] if variant == "flash" else ["attn_stats_dyn128", "attn_pv_dyn128"])
+
+
+def test_a_display_without_surfaceless_contexts_gets_a_pbuffer(tiny_export: Path, rng, capfd):
+    """The Android emulator's EGL (and some older drivers) lack EGL_KHR_surfaceless_context: a context there must be
+    current on a surface. gl_limits=pbuffer=1 plays such a display: the context is made current on a 1x1 pbuffer
+    (the log says so), and the text encoder computes bit for bit what it computes without one."""
+    path = tiny_export / "text_encoder.tflite"
+    inputs = signature_inputs(Interpreter(model_path=str(path)).get_signature_runner("serving_default"), rng)
+    outputs = []
+    for limits in ("pbuffer=1", None):
+        delegate = native.load(backend="gl", gemm_autotune=False, log_level="info",
+                               **({"gl_limits": limits} if limits else {}))
+        runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
+            "serving_default")
+        outputs.append(runner(**inputs))
+        assert native.stats(delegate)["partitions"] == 1
+        log = capfd.readouterr().err
+        assert ("1x1 pbuffer" in log) == (limits is not None), log[-2000:]
+    for name, value in outputs[1].items():
+        assert np.array_equal(outputs[0][name], value), name

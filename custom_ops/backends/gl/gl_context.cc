@@ -7,8 +7,8 @@
 
 namespace sdgpu::gl {
 
-Status GlContext::Create(const GlApi* api, const Logger& logger, std::shared_ptr<GlContext>* out) {
-  std::shared_ptr<GlContext> c(new GlContext(api, logger));
+Status GlContext::Create(const GlApi* api, const Logger& logger, bool pbuffer, std::shared_ptr<GlContext>* out) {
+  std::shared_ptr<GlContext> c(new GlContext(api, logger, pbuffer));
   SDGPU_RETURN_IF_ERROR(c->Init());
   *out = std::move(c);
   return Status::Ok();
@@ -21,6 +21,7 @@ GlContext::~GlContext() {
   // Deletes every GL object of the context (buffers, programs, queries); deferred by EGL while the
   // context is still current on some other thread.
   api_->eglDestroyContext(display_, context_);
+  if (surface_ != nullptr) api_->eglDestroySurface(display_, surface_);
 }
 
 Status GlContext::Init() {
@@ -69,7 +70,7 @@ Status GlContext::Init() {
   for (const Candidate& c : candidates) {
     Status s = c.display == EGL_NO_DISPLAY ? Status::Error("no display") : TryDisplay(c.display, c.label);
     if (s.ok()) {
-      label_ = c.label;
+      label_ = c.label + (surface_ != nullptr ? ", 1x1 pbuffer" : "");
       return Status::Ok();
     }
     if (c.display == EGL_NO_DISPLAY) a.eglGetError();
@@ -84,16 +85,20 @@ Status GlContext::TryDisplay(EGLDisplay display, const std::string& label) {
   EGLint egl_major = 0, egl_minor = 0;
   if (a.eglInitialize(display, &egl_major, &egl_minor) != EGL_TRUE) return EglFailure(a, "eglInitialize");
   const char* ext = a.eglQueryString(display, EGL_EXTENSIONS);
-  if (!HasExtension(ext, "EGL_KHR_surfaceless_context")) {
-    return Status::Error("no EGL_KHR_surfaceless_context");
-  }
+  // Without surfaceless contexts the context needs a surface to be current on: a 1x1 pbuffer (never drawn to).
+  const bool pbuffer = pbuffer_ || !HasExtension(ext, "EGL_KHR_surfaceless_context");
   if (a.eglBindAPI(EGL_OPENGL_ES_API) != EGL_TRUE) return EglFailure(a, "eglBindAPI(EGL_OPENGL_ES_API)");
   EGLConfig config = EGL_NO_CONFIG_KHR;
-  if (!HasExtension(ext, "EGL_KHR_no_config_context")) {
-    const EGLint attribs[] = {EGL_RENDERABLE_TYPE, EGL_OPENGL_ES3_BIT, EGL_SURFACE_TYPE, EGL_DONT_CARE, EGL_NONE};
+  if (pbuffer || !HasExtension(ext, "EGL_KHR_no_config_context")) {
+    const EGLint attribs[] = {EGL_RENDERABLE_TYPE, EGL_OPENGL_ES3_BIT, EGL_SURFACE_TYPE,
+                              pbuffer ? EGL_PBUFFER_BIT : EGL_DONT_CARE, EGL_NONE};
     EGLint n = 0;
     if (a.eglChooseConfig(display, attribs, &config, 1, &n) != EGL_TRUE) return EglFailure(a, "eglChooseConfig");
-    if (n < 1) return Status::Error("no EGL config with EGL_OPENGL_ES3_BIT");
+    if (n < 1) {
+      return Status::Error(pbuffer ? "no EGL_KHR_surfaceless_context and no EGL config with EGL_OPENGL_ES3_BIT and "
+                                     "EGL_PBUFFER_BIT"
+                                   : "no EGL config with EGL_OPENGL_ES3_BIT");
+    }
   }
   // ES 3.1 explicitly (EGL 1.5 / EGL_KHR_create_context); plain "ES 3" on older EGLs, then the version check.
   const EGLint es31[] = {EGL_CONTEXT_MAJOR_VERSION, 3, EGL_CONTEXT_MINOR_VERSION, 1, EGL_NONE};
@@ -104,8 +109,19 @@ Status GlContext::TryDisplay(EGLDisplay display, const std::string& label) {
     ctx = a.eglCreateContext(display, config, EGL_NO_CONTEXT, es3);
   }
   if (ctx == EGL_NO_CONTEXT) return EglFailure(a, "eglCreateContext(OpenGL ES 3.1)");
+  EGLSurface surface = EGL_NO_SURFACE;
+  if (pbuffer) {
+    const EGLint size[] = {EGL_WIDTH, 1, EGL_HEIGHT, 1, EGL_NONE};
+    surface = a.eglCreatePbufferSurface(display, config, size);
+    if (surface == EGL_NO_SURFACE) {
+      const Status s = EglFailure(a, "eglCreatePbufferSurface (no EGL_KHR_surfaceless_context)");
+      a.eglDestroyContext(display, ctx);
+      return s;
+    }
+  }
   display_ = display;
   context_ = ctx;
+  surface_ = surface;
   std::lock_guard<std::mutex> lock(mu_);
   Status s = MakeCurrent();
   if (s.ok()) {
@@ -123,8 +139,10 @@ Status GlContext::TryDisplay(EGLDisplay display, const std::string& label) {
   }
   if (!s.ok()) {
     a.eglDestroyContext(display, ctx);
+    if (surface != EGL_NO_SURFACE) a.eglDestroySurface(display, surface);
     display_ = nullptr;
     context_ = nullptr;
+    surface_ = nullptr;
   }
   return s;
 }
@@ -136,7 +154,7 @@ Status GlContext::MakeCurrent() const {
   previous_.draw = a.eglGetCurrentSurface(EGL_DRAW);
   previous_.read = a.eglGetCurrentSurface(EGL_READ);
   previous_.context = a.eglGetCurrentContext();
-  if (a.eglMakeCurrent(display_, EGL_NO_SURFACE, EGL_NO_SURFACE, context_) != EGL_TRUE) {
+  if (a.eglMakeCurrent(display_, surface_, surface_, context_) != EGL_TRUE) {
     const EGLint e = a.eglGetError();
     previous_ = Binding();
     if (e == EGL_BAD_ACCESS) {

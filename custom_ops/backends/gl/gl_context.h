@@ -7,8 +7,10 @@
 // hardware devices before Mesa's software device), then
 // EGL_MESA_platform_surfaceless, then EGL_DEFAULT_DISPLAY; the first display
 // that gives an OpenGL ES >= 3.1 context wins. The context is config-less
-// when EGL_KHR_no_config_context exists and always used without surfaces
-// (EGL_KHR_surfaceless_context is required): compute only. Displays are never
+// when EGL_KHR_no_config_context exists and used without surfaces where the
+// display has EGL_KHR_surfaceless_context: compute only. Where it has not
+// (the Android emulator, some older drivers), the context is made current on a
+// 1x1 pbuffer surface of its config instead. Displays are never
 // eglTerminate()d: an EGLDisplay is per process and may be shared with other
 // delegates or with the application.
 //
@@ -29,14 +31,16 @@ namespace sdgpu::gl {
 
 class GlContext {
  public:
-  static Status Create(const GlApi* api, const Logger& logger, std::shared_ptr<GlContext>* out);
+  // `pbuffer`: a 1x1 pbuffer surface even where the display is surfaceless-capable (tests: gl_limits=pbuffer=1).
+  static Status Create(const GlApi* api, const Logger& logger, bool pbuffer, std::shared_ptr<GlContext>* out);
   ~GlContext();
   GlContext(const GlContext&) = delete;
   GlContext& operator=(const GlContext&) = delete;
 
   const GlApi& api() const { return *api_; }
   std::mutex& mutex() const { return mu_; }
-  // Which display was taken ("EGL device 0 (/dev/dri/renderD128)", "Mesa surfaceless", ...).
+  // Which display was taken ("EGL device 0 (/dev/dri/renderD128)", "Mesa surfaceless", ...; ", 1x1 pbuffer" when
+  // the context needs a surface).
   const std::string& display_label() const { return label_; }
   // OpenGL ES version from the context (>= 3.1).
   int gl_major() const { return major_; }
@@ -50,7 +54,7 @@ class GlContext {
   void Restore() const;
 
  private:
-  GlContext(const GlApi* api, const Logger& logger) : api_(api), logger_(logger) {}
+  GlContext(const GlApi* api, const Logger& logger, bool pbuffer) : api_(api), logger_(logger), pbuffer_(pbuffer) {}
   Status Init();
   Status TryDisplay(EGLDisplay display, const std::string& label);
 
@@ -59,6 +63,8 @@ class GlContext {
   std::string label_;
   EGLDisplay display_ = nullptr;
   EGLContext context_ = nullptr;
+  EGLSurface surface_ = nullptr;  // the 1x1 pbuffer, where the display is not surfaceless-capable
+  bool pbuffer_ = false;
   int major_ = 0, minor_ = 0;
   mutable std::mutex mu_;
   struct Binding {

@@ -110,7 +110,7 @@ Status GlDevice::Create(const GlDeviceOptions& options, const Logger& logger, st
   const GlApi* api = nullptr;
   SDGPU_RETURN_IF_ERROR(LoadGlApi(&api));
   std::shared_ptr<GlContext> ctx;
-  SDGPU_RETURN_IF_ERROR(GlContext::Create(api, logger, &ctx));
+  SDGPU_RETURN_IF_ERROR(GlContext::Create(api, logger, options.limits.pbuffer > 0, &ctx));
   std::unique_ptr<GlDevice> d(new GlDevice(std::move(ctx), logger));
   SDGPU_RETURN_IF_ERROR(d->Init(options));
   *out = std::move(d);
