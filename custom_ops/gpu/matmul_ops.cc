@@ -331,7 +331,7 @@ class TiledGemmOp final : public GpuOp {
     return true;
   }
 
-  // FuseLayerNorm's three weights made on the device when it has the kernels (copy.kern: transpose_tiled,
+  // FuseLayerNorm's two weights made on the device when it has the kernels (copy.kern: transpose_tiled,
   // ln_fold_columns, ln_fold_bias): the model's N x K weights uploaded as stored and transposed into scratch, then one
   // pass scales the rows by gamma into the packed weights (in the gated-GELU column order when FuseGatedGelu packed
   // them) and leaves beta . W and the column sums in a small buffer that the bias producer reads. The
