@@ -1,5 +1,6 @@
 #include "gpu/gpu_backend.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "abi/int_array.h"
@@ -69,26 +70,33 @@ Status GpuBackend::AllocateArena(size_t, std::unique_ptr<Arena>*) {
 
 namespace {
 
-// The bytes a tensor takes on the device: a computed float tensor as the activation storage has it (half with
-// activations_fp16: SD's VAE at 512 x 512 has a 256 MiB float32 tensor that fits a 128 MiB storage block as half);
-// constants and the rest as the model has them.
-size_t DeviceBytes(const Device& dev, const abi::TfLiteTensor* t) {
-  return t->type == abi::kTfLiteFloat32 && !IsConstant(t) ? t->bytes / 4 * dev.act_bytes() : t->bytes;
+// The bytes a tensor takes on the device: a float tensor the kernels read and write as activation storage -- a
+// computed one, or a constant the op reads in place through an activation parameter (GpuPartition::Prepare uploads
+// it so) -- as that storage has it (half with activations_fp16: SD's VAE at 512 x 512 has a 256 MiB float32 tensor
+// that fits a 128 MiB storage block as half, and the text encoder's 152 MB token embedding table is 76 MB); a
+// constant read as float32 or made into packed weights, and the rest, as the model has them.
+size_t DeviceBytes(const Device& dev, const abi::TfLiteTensor* t, bool activation_storage) {
+  return t->type == abi::kTfLiteFloat32 && activation_storage ? t->bytes / 4 * dev.act_bytes() : t->bytes;
 }
 
 // A tensor larger than one kernel argument can address (GL: the storage block size) cannot be a GPU operand; its
 // node runs on the CPU kernels instead of failing the load.
-Status CheckTensorSizes(const Device& dev, const NodeDesc& desc) {
+Status CheckTensorSizes(const Device& dev, const NodeDesc& desc, const GpuOp& op) {
   const size_t limit = dev.max_tensor_bytes();
-  for (const auto* list : {&desc.inputs, &desc.outputs}) {
-    for (const abi::TfLiteTensor* t : *list) {
-      if (t != nullptr && DeviceBytes(dev, t) > limit) {
-        return Status::Error("a " + std::to_string(DeviceBytes(dev, t)) + "-byte tensor is above the " +
-                             std::string(dev.backend_name()) + " device's " + std::to_string(limit) +
-                             "-byte limit for one kernel operand");
-      }
-    }
+  auto listed = [](const std::vector<int>& list, int i) { return std::find(list.begin(), list.end(), i) != list.end(); };
+  auto check = [&](const abi::TfLiteTensor* t, bool activation_storage) {
+    const size_t bytes = t == nullptr ? 0 : DeviceBytes(dev, t, activation_storage);
+    if (bytes <= limit) return Status::Ok();
+    return Status::Error("a " + std::to_string(bytes) + "-byte tensor is above the " + std::string(dev.backend_name()) +
+                         " device's " + std::to_string(limit) + "-byte limit for one kernel operand");
+  };
+  for (size_t i = 0; i < desc.inputs.size(); ++i) {
+    const abi::TfLiteTensor* t = desc.inputs[i];
+    const int k = static_cast<int>(i);
+    const bool in_place = listed(op.device_inputs(), k) && !listed(op.float32_inputs(), k);
+    SDGPU_RETURN_IF_ERROR(check(t, t != nullptr && (!IsConstant(t) || in_place)));
   }
+  for (const abi::TfLiteTensor* t : desc.outputs) SDGPU_RETURN_IF_ERROR(check(t, true));
   return Status::Ok();
 }
 
@@ -108,7 +116,7 @@ Status GpuBackend::PrepareGraph(abi::TfLiteContext* context, SdDelegate* delegat
     Status s = ViewNode(context, *this, node_index, &view);
     std::unique_ptr<GpuOp> op;
     if (s.ok()) s = CreateGpuOp(*device_, view.desc, &op);  // the same validation partition init will run
-    if (s.ok()) s = CheckTensorSizes(*device_, view.desc);
+    if (s.ok()) s = CheckTensorSizes(*device_, view.desc, *op);
     const std::string op_name = view.desc.name.empty() ? "node" : view.desc.name;
     if (s.ok()) {
       plan.claimed.push_back(node_index);

@@ -160,3 +160,27 @@ def test_a_tensor_of_exactly_the_block_size_stays_on_the_gpu(tiny_export: Path) 
     assert stats["max_arena_bytes"] > limit  # bound in ranges
     want, _ = _run(model, native.load("cpu"))
     assert _rel(got, want) <= 1e-4
+
+
+@pytest.mark.parametrize("act_half", [False, True])
+def test_a_constant_read_in_place_counts_at_its_stored_size(tiny_export: Path, act_half: bool) -> None:
+    """The token embedding table is read in place by EMBEDDING_LOOKUP, in activation storage: half with
+    activations_fp16, so SD1.5's 152 MB float32 table is 76 MB on the device and fits a phone's 128 MiB block, but
+    the claim check counted it at its float32 bytes and left the lookup on the CPU (the text encoder in two
+    partitions). The tiny table (49408 x 32, 6.3 MB) against a 4 MiB block plays it: on the GPU with half storage,
+    on the CPU with float32 storage, with the reason."""
+    model = tiny_export / "text_encoder.tflite"
+    table = _largest_tensor_bytes(model)
+    limit = 4 << 20
+    assert table // 2 <= limit < table
+    gl = native.load("gl", gl_limits=f"storage_block_bytes={limit}", activations_fp16=act_half, log_level="error")
+    got, _ = _run(model, gl)
+    stats = native.stats(gl)
+    if act_half:
+        assert (stats["partitions"], stats["declined_nodes"]) == (1, 0), stats["declined"]
+    else:
+        assert [(d["op"], d["reason"]) for d in stats["declined"]] == [
+            ("EMBEDDING_LOOKUP", f"a {table}-byte tensor is above the gl device's {limit}-byte limit for one kernel "
+                                 "operand")]
+    want, _ = _run(model, native.load("cpu"))
+    assert _rel(got, want) <= (3e-3 if act_half else 1e-4)
