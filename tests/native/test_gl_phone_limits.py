@@ -1,10 +1,12 @@
-"""The phone preset (weights_fp16 + activations_fp16) on a GL device at GL ES 3.1's minimums where phones sit near
-them: 16 KiB of shared memory and 128 invocations per work-group (the spec's minimums), 8 storage blocks per shader
-(many phones' combined limit; the delegate needs 5) and 128 MiB storage blocks. Every tiny model and variant runs as
-one partition with no node declined and nothing on the CPU, near the CPU interpreter's float32 answer (the tolerances
-of test_act_half_models.py); the device refuses any launch above its limits, so every kernel fits them. Before
-gemm_f32 and conv2d_igemm took 16 x 8 work-groups (two rows per work-item), the convs of Ci = 4 (the UNet's and VAE's
-conv_in) and the Winograd convs' direct fallbacks needed 256 invocations and went to the CPU."""
+"""GL devices at a phone's limits. The phone preset (weights_fp16 + activations_fp16) at GL ES 3.1's minimums of 16
+KiB of shared memory and 128 invocations per work-group, 8 storage blocks per shader (many phones' combined limit;
+the delegate needs 5) and 128 MiB storage blocks: every tiny model and variant runs as one partition with no node
+declined and nothing on the CPU, near the CPU interpreter's float32 answer (the tolerances of
+test_act_half_models.py); the device refuses any launch above its limits, so every kernel fits them. Before
+gemm_f32 and conv2d_igemm took 16 x 8 work-groups (two rows per work-item) and attention had the dyn128 tiling, the
+convs of Ci = 4 (the UNet's and VAE's conv_in), the Winograd convs' direct fallbacks and the VAE's 512-wide attention
+head went to the CPU there (the SD1.5 UNet in 2 partitions, the VAE in 3). Also: a display without
+EGL_KHR_surfaceless_context (the Android emulator's)."""
 from __future__ import annotations
 
 import json
