@@ -30,7 +30,6 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>

@@ -54,10 +54,9 @@ Status LaunchSplitKReduce(const Device& dev, const TilePlan& p, const TensorRef&
 Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual, const TensorRef& residual_input,
-                       bool partials_only, const TensorRef* ln_colsum, float ln_eps) {
-  if (p.ln && (ln_colsum == nullptr || p.splits > 1)) return Status::Error("a LayerNorm GEMM needs its column sums");
-  if (p.ln && (bias == nullptr || ln_colsum->buffer != bias->buffer || ln_colsum->offset < bias->offset)) {
-    return Status::Error("a LayerNorm GEMM reads its column sums behind its bias, in the bias buffer");
+                       bool partials_only, int ln_colsums, float ln_eps) {
+  if (p.ln && (ln_colsums < 0 || bias == nullptr || p.splits > 1)) {
+    return Status::Error("a LayerNorm GEMM needs its bias with the column sums behind it");
   }
   if (residual.rows > 0 && s.batch != 1) return Status::Error("the residual epilogue needs a single GEMM");
   if (p.tc && (b.half || s.sak != 1 || (s.sbn != 1 && s.sbk != 1))) {
@@ -89,7 +88,7 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& p, const GemmShape& s,
   g.Buf(bias_ref).Int(has_bias && !split ? 1 : 0);
   g.Int(s.M).Int(s.N).Int(s.K).Float(s.alpha).Int(split ? 0 : s.act).Int(p.splits).Int(p.k_split);
   AddResidualArgs(split ? Residual() : residual, residual_input, a, &g);
-  if (p.ln) g.Int(ln_colsum->elem_offset() - bias->elem_offset()).Float(ln_eps);
+  if (p.ln) g.Int(ln_colsums).Float(ln_eps);
   const size_t ty = static_cast<size_t>(p.threads / 16);
   SDGPU_RETURN_IF_ERROR(dev.Launch(*p.kernel, g,
                                    {static_cast<size_t>(CeilDiv(s.N, p.bn) * 16),
@@ -227,17 +226,15 @@ class TiledGemmOp final : public GpuOp {
       packed_bias.buffer = packed_bias_->operand().buffer;
     }
     const TensorRef* bias = packed_bias_ ? &packed_bias : s_.bias_input >= 0 ? &in[s_.bias_input] : nullptr;
-    TensorRef colsum;
-    const TensorRef* colsum_ref = nullptr;
-    if (ln_colsums_) {  // FuseLayerNorm: the column sums sit behind the folded bias (packed_bias_: 2 x N floats)
-      colsum = TensorRef{packed_bias.buffer, sizeof(float) * static_cast<size_t>(s_.N) * s_.batch};
-      colsum_ref = &colsum;
-      if (in[s_.a_input].elem_offset() % 4 != 0) return Status::Error("LayerNorm GEMM input rows not 4-element aligned");
+    // FuseLayerNorm: the column sums sit behind the folded bias (packed_bias_: 2 x N floats)
+    const int colsums = ln_colsums_ ? s_.N * s_.batch : -1;
+    if (ln_colsums_ && in[s_.a_input].elem_offset() % 4 != 0) {
+      return Status::Error("LayerNorm GEMM input rows not 4-element aligned");
     }
     auto run = [&](const TilePlan& p, Timings* t) -> Status {
       if (!p.ln_rows) {
         return LaunchTiledGemm(dev, p, s_, out, in[s_.a_input], b, bias, scratch, t, residual_, residual_input_, false,
-                               colsum_ref, ln_eps_);
+                               colsums, ln_eps_);
       }
       // the rows, normalised (unit affine), at the head of the scratch (activation storage: layer_norm_rows writes
       // them, the GEMM reads them as A); the plan's own scratch (split partials) after
@@ -251,7 +248,7 @@ class TiledGemmOp final : public GpuOp {
       a.Buf(ln_ones_->operand().buffer, 0).Buf(ln_zeros_->operand().buffer, 0).Int(s_.K / 4).Float(ln_eps_).Int(0);
       SDGPU_RETURN_IF_ERROR(dev.Launch(*ln_rows_kernel_, a, {static_cast<size_t>(s_.M) * kLayerNormRowsWg, 1, 1},
                                        {kLayerNormRowsWg, 1, 1}, t));
-      return LaunchTiledGemm(dev, p, s_, out, rows, b, bias, rest, t, residual_, residual_input_, false, nullptr, 0.0f);
+      return LaunchTiledGemm(dev, p, s_, out, rows, b, bias, rest, t, residual_, residual_input_, false);
     };
     if (tuner_.pending()) {
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(dev, [&](const TilePlan& p) { return run(p, nullptr); }, &plan_));

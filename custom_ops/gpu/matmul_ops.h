@@ -171,12 +171,13 @@ struct BOperand {
 // (no reduce launch, no bias / activation / residual: the caller's next kernel applies them). The partials are
 // float32 in every activation storage, from scratch's byte offset whatever scratch.elem_bytes says. c, a and the
 // residual input are ACT tensors (TensorRef::elem_offset()), except a and c with s.float_ac (float32: elem_bytes 4).
-// A LayerNorm plan (TilePlan::ln) takes `ln_colsum` (the column sums of its gamma-scaled B) and `ln_eps`.
+// A LayerNorm plan (TilePlan::ln) takes `ln_colsums`, where the column sums of its gamma-scaled B start in the bias
+// buffer, in floats after the bias (-1: none), and `ln_eps`.
 Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape& s, const TensorRef& c,
                        const TensorRef& a, const BOperand& b, const TensorRef* bias, const TensorRef& scratch,
                        Timings* timings, const Residual& residual = Residual(),
                        const TensorRef& residual_input = TensorRef(), bool partials_only = false,
-                       const TensorRef* ln_colsum = nullptr, float ln_eps = 0.0f);
+                       int ln_colsums = -1, float ln_eps = 0.0f);
 
 // Device memory that device-side weight producers upload the model's bytes into before a kernel transforms them
 // (PackedWeights::DeviceProducer): one buffer reused by consecutive producers -- commands run in submission order,

@@ -289,11 +289,11 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   if (attrs.head_dim > kMaxHeadDim) {
     // The limit of what this device could run: the any-head-dim tiled kernels when it has them and takes them
     // (dyn128, the smallest of them, names their needs).
-    const AttnTiling* dyn = *std::find_if(table.begin(), table.end(), [](const AttnTiling* t) {
+    const AttnTiling* smallest = *std::find_if(table.begin(), table.end(), [](const AttnTiling* t) {
       return std::strcmp(t->suffix, "dyn128") == 0;
     });  // the any-head-dim tiling for small devices (AttnTilingTable has it)
     const bool has_tiled = !legacy_only && dev.HasKernel("attn_flash_dyn128");
-    const bool tiled = has_tiled && AttnTilingFits(dev, *dyn, flash);
+    const bool tiled = has_tiled && AttnTilingFits(dev, *smallest, flash);
     return Status::Error("head_dim " + std::to_string(attrs.head_dim) + " above the kernel limit " +
                          std::to_string(tiled ? kTiledMaxHeadDim : kMaxHeadDim) +
                          (has_tiled && !tiled ? " (the kernels up to " + std::to_string(kTiledMaxHeadDim) +
