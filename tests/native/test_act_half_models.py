@@ -35,22 +35,6 @@ WINOGRAD = ("f2", "f4", "f6")
 VARIANTS = ("plain", "fused", *WINOGRAD)
 
 
-@pytest.fixture(scope="module")
-def variant_folders(tmp_path_factory, tiny_export: Path) -> dict[str, Path]:
-    """Folder per variant: the tiny export as converted, fused, and fused with Winograd F2 / F4 / F6 convs."""
-    from sdconvert.export.optimize import GraphOptions
-    from sdconvert.optimize_cli import optimize_file
-
-    out = {"plain": tiny_export}
-    for variant, options in (("fused", GraphOptions(fuse=True)),
-                             *((f"f{t}", GraphOptions(fuse=True, winograd=t)) for t in ("2", "4", "6"))):
-        folder = tmp_path_factory.mktemp(f"tiny-{variant}")
-        for name in MODELS:
-            optimize_file(tiny_export / f"{name}.tflite", folder / f"{name}.tflite", options)
-        out[variant] = folder
-    return out
-
-
 def _run(backend: str, path: Path, inputs: dict, act_half: bool, profile: Path | None = None) -> tuple[dict, dict]:
     options = {"profile_path": str(profile)} if profile is not None else {}
     delegate = native.load(backend=backend, gemm_autotune=False, activations_fp16=act_half, **options)
@@ -67,8 +51,8 @@ def _kernels(profile: Path) -> set[str]:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Path, variant_folders, rng, tmp_path,
-                                                                backend, variant):
+def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Path, tiny_variant_folders, rng,
+                                                                tmp_path, backend, variant):
     launched: set[str] = set()
     for model in MODELS:
         reference = Interpreter(model_path=str(tiny_export / f"{model}.tflite")).get_signature_runner(
@@ -76,12 +60,13 @@ def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Pat
         inputs = signature_inputs(reference, rng, timestep=999.0)  # the phase's worst case (docstring)
         expected = reference(**inputs)
         profile = tmp_path / f"{model}.json"
-        actual, stats = _run(backend, variant_folders[variant] / f"{model}.tflite", inputs, act_half=True,
+        actual, stats = _run(backend, tiny_variant_folders[variant] / f"{model}.tflite", inputs, act_half=True,
                              profile=profile)
         assert (stats["partitions"], stats["declined_nodes"], stats["host_fallback_nodes"]) == (1, 0, 0), (model, stats)
         if variant in WINOGRAD:  # every Winograd conv of float32 storage stays one with half storage
             winograd = {k for k in _kernels(profile) if k.startswith("winograd_")}
-            _, _ = _run(backend, variant_folders[variant] / f"{model}.tflite", inputs, act_half=False, profile=profile)
+            _, _ = _run(backend, tiny_variant_folders[variant] / f"{model}.tflite", inputs, act_half=False,
+                        profile=profile)
             assert winograd == {k for k in _kernels(profile) if k.startswith("winograd_")}, (model, winograd)
             launched |= winograd
         for name, value in expected.items():
@@ -94,13 +79,13 @@ def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Pat
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_half_storage_halves_the_arena(tiny_export: Path, variant_folders, rng, backend):
+def test_half_storage_halves_the_arena(tiny_export: Path, tiny_variant_folders, rng, backend):
     # The arena holds the activations and the ops' float32 scratch (GroupNorm statistics, norm tables, attention row
     # statistics): a little over half remains. The Winograd transforms' V and M stay float32 (ops/conv2d_winograd/gpu.cc) and
     # are most of the tiny VAE decoder's F2 arena, so that one shrinks less (measured 0.87).
     for variant, model, low, high in (("fused", "unet", 0.45, 0.6), ("fused", "vae_decoder", 0.45, 0.6),
                                       ("f2", "vae_decoder", 0.45, 0.95)):
-        path = variant_folders[variant] / f"{model}.tflite"
+        path = tiny_variant_folders[variant] / f"{model}.tflite"
         reference = Interpreter(model_path=str(tiny_export / f"{model}.tflite")).get_signature_runner(
             "serving_default")
         inputs = signature_inputs(reference, rng, timestep=500.0)

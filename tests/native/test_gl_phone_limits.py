@@ -25,22 +25,8 @@ PHONE_GL = "shared_bytes=16384,invocations=128,storage_blocks=8,storage_block_by
 MODELS = ("text_encoder", "unet", "vae_decoder")
 
 
-@pytest.fixture(scope="module")
-def variant_folders(tmp_path_factory, tiny_export: Path) -> dict[str, Path]:
-    from sdconvert.export.optimize import GraphOptions
-    from sdconvert.optimize_cli import optimize_file
-
-    out = {"plain": tiny_export}
-    for variant, options in (("fused", GraphOptions(fuse=True)), ("f4", GraphOptions(fuse=True, winograd="4"))):
-        folder = tmp_path_factory.mktemp(f"phone-{variant}")
-        for name in MODELS:
-            optimize_file(tiny_export / f"{name}.tflite", folder / f"{name}.tflite", options)
-        out[variant] = folder
-    return out
-
-
 @pytest.mark.parametrize("variant", ["plain", "fused", "f4"])
-def test_phone_preset_at_phone_gl_limits_runs_as_one_partition(tiny_export: Path, variant_folders, rng, tmp_path,
+def test_phone_preset_at_phone_gl_limits_runs_as_one_partition(tiny_export: Path, tiny_variant_folders, rng, tmp_path,
                                                                variant):
     for model in MODELS:
         reference = Interpreter(model_path=str(tiny_export / f"{model}.tflite")).get_signature_runner(
@@ -50,7 +36,7 @@ def test_phone_preset_at_phone_gl_limits_runs_as_one_partition(tiny_export: Path
         profile = tmp_path / f"{model}.json"
         delegate = native.load(backend="gl", gemm_autotune=False, weights_fp16=True, activations_fp16=True,
                                gl_limits=PHONE_GL, profile_path=str(profile))
-        actual = Interpreter(model_path=str(variant_folders[variant] / f"{model}.tflite"),
+        actual = Interpreter(model_path=str(tiny_variant_folders[variant] / f"{model}.tflite"),
                              experimental_delegates=[delegate]).get_signature_runner("serving_default")(**inputs)
         stats = native.stats(delegate)
         assert (stats["partitions"], stats["declined_nodes"], stats["host_fallback_nodes"]) == (1, 0, 0), \
