@@ -36,7 +36,7 @@ BACKENDS = ("opencl", "gl")
 # Local memory of each tiling's attn_flash_<t> kernel (gpu/attention_tiling.h, mirroring ops/attention/gpu.kern's
 # instantiations): a device runs a tiling only where it fits. llvmpipe allows 32 KiB, so there r40, "dyn" and the
 # 16- / 32-query short kernels run and the others are skipped; PoCL and NVIDIA (48 KiB) take all of them.
-FLASH_LOCAL_BYTES = {"r40": 22528, "h80": 43008, "r80": 43008, "d40": 33280, "d80": 37376, "h160": 45056,
+FLASH_LOCAL_BYTES = {"r40": 22528, "h80": 43008, "r80": 43008, "r40s": 11264, "r80s": 10752, "d40": 33280, "d80": 37376, "h160": 45056,
                      "h160w": 45056, "r160": 41984, "d160": 45312, "d512": 43008, "dyn": 32256, "dyn128": 15104,
                      "short64": 38400, "short32": 26240, "short16": 20160}
 

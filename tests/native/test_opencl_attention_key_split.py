@@ -44,7 +44,7 @@ def test_forced_key_splits_match_reference(tmp_path, rng, backend, splits, n, sq
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("tiling,head_dim", [("r40", 40), ("r80", 80), ("h80", 80), ("r160", 160), ("h160", 160),
-                                             ("h160w", 160)])
+                                             ("h160w", 160), ("r40s", 40), ("r80s", 80)])
 def test_key_split_sharp_softmax_is_stable(rng, backend, tiling, head_dim):
     # logits with std ~ 50-70: each range's maximum differs from the row's by far more than fp32's exp range, so
     # the merge must rescale by exp2(m_s - max m), not add raw sums.
@@ -59,12 +59,12 @@ def test_auto_splits_a_grid_smaller_than_the_device(tmp_path, rng, backend):
     # One query block (64 queries, 1 head) is 1 work-group: at most one per compute unit on any device. The op's
     # own pick there is h80 (unsplit, faster than r80 split); r80 (the pick for larger grids, or where a backend
     # lacks h80) splits its 512 keys (32 tiles) in 2 and merges; option 1 turns that off. Without a compute-unit count
-    # (GL) neither one-wave rule applies: r80 unsplit, or where its local memory does not fit, "dyn".
+    # (GL) neither one-wave rule applies: r80 unsplit, or where its local memory does not fit, r80s.
     auto = profile_attention(tmp_path, rng, 64, 512, 1, 80, backend=backend)
     split, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80, backend=backend, attention_tiling="r80")
     off, _ = profiled_kernels(tmp_path, rng, 64, 512, 1, 80, backend=backend, attention_tiling="r80",
                               attention_key_splits=1)
-    own = next(t for t in ("r80", "d80", "dyn") if auto.fits(t))  # the pick without h80 (r80 where it fits)
+    own = next(t for t in ("r80", "r80s") if auto.fits(t))  # the pick without h80 (r80 where it fits)
     if auto.compute_units > 0:
         assert auto.kernels == ["attn_flash_h80"]
         assert split == ["attn_flash_ks_r80", "attn_merge"]

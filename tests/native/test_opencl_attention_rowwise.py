@@ -11,7 +11,8 @@ the head dim, adding their partial scores through local memory. So the shapes
 put partial query blocks and partial key tiles at the ends, causal masks that end inside a tile (whole key
 splits of a tile masked for the first rows), fewer keys than one tile (most splits never see a key: the
 split merge must ignore them), batch > 1 and several heads, and logits far beyond exp()'s fp32 range.
-A device runs only the tilings whose local memory it has (llvmpipe's 32 KiB: r40; the others fall back to "dyn"), and
+A device runs only the tilings whose local memory it has (llvmpipe's 32 KiB: r40; r80 falls back to r80s, 11 KB, the
+others to "dyn"), and
 one that does not report its compute units (GL) never takes the one-wave tilings h80 / h160 / h160w by itself.
 """
 from __future__ import annotations
@@ -94,15 +95,16 @@ def _own(p: AttentionProfile, *tilings: str) -> str:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("head_dim,rowwise,tiled", [(40, "r40", "d40"), (80, "r80", "d80")])
+@pytest.mark.parametrize("head_dim,rowwise,tiled", [(40, ("r40", "r40s"), "d40"), (80, ("r80", "r80s"), "d80")])
 def test_selection_by_key_count(tmp_path, rng, backend, head_dim, rowwise, tiled):
     # The op's own pick: the row-wise tiling for Sk >= 256 (self-attention), the block-tiled one below
-    # (cross-attention with 77 text tokens), each where the device has its local memory (else "dyn"). One query block
+    # (cross-attention with 77 text tokens), each where the device has its local memory (else r40s / r80s, 11 KB, for
+    # the row-wise ones and "dyn" for the others). One query block
     # per head and more heads than compute units: a grid past the one-wave rule of h80.
     p = profile_attention(tmp_path, rng, 8, 8, 1, head_dim, backend=backend)
     heads = p.compute_units + 1
     assert profiled_kernels(tmp_path, rng, 40, 256, heads, head_dim, backend=backend)[0] == [
-        f"attn_flash_{_own(p, rowwise, tiled, 'dyn')}"]
+        f"attn_flash_{_own(p, *rowwise)}"]
     assert profiled_kernels(tmp_path, rng, 40, 255, heads, head_dim, backend=backend)[0] == [
         f"attn_flash_{_own(p, tiled, 'dyn')}"]
 
@@ -111,11 +113,11 @@ def test_selection_by_key_count(tmp_path, rng, backend, head_dim, rowwise, tiled
 def test_head_dim_split_tilings_take_grids_of_one_wave(tmp_path, rng, backend):
     # Sk >= 256 and at most one work-group per compute unit: h80 for head dim 80; for head dim 160 h160 (16-query
     # blocks) while its grid fits, else h160w (32-query blocks) while that one fits, else r160. A device that does not
-    # report its compute units (GL) keeps r80 / r160 (where their local memory fits; else d80 / "dyn").
+    # report its compute units (GL) keeps r80 / r160 (where their local memory fits; else r80s / "dyn").
     p = profile_attention(tmp_path, rng, 8, 8, 1, 80, backend=backend)
     cus = p.compute_units
     one_wave = cus > 0
-    d80, d160 = _own(p, "r80", "d80", "dyn"), _own(p, "r160", "dyn")
+    d80, d160 = _own(p, "r80", "r80s"), _own(p, "r160", "dyn")
     assert profiled_kernels(tmp_path, rng, 64, 256, 1, 80, backend=backend)[0] == [
         "attn_flash_h80" if one_wave else f"attn_flash_{d80}"]
     assert profiled_kernels(tmp_path, rng, 16, 256, 1, 160, backend=backend)[0] == [

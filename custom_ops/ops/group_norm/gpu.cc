@@ -14,10 +14,12 @@ namespace {
 // Work-group size of group_norm_f32 / group_norm_finalize (GN_WG in their source): a correctness constant, the
 // kernels size shared arrays by it.
 constexpr size_t kGroupNormWg = 64;
-// The two-stage group-norm kernels: work-group size of group_norm_partial[_rows] (GN_WG2, a correctness
-// constant) and elements per group_norm_partial work-group (GN_CHUNK). Groups of at most one chunk keep
-// the one-kernel path.
+// The two-stage group-norm kernels: the widest work-group of group_norm_partial[_rows] (GN_WG2, a correctness
+// constant: their local arrays) and elements per group_norm_partial work-group (GN_CHUNK). Groups of at most one
+// chunk keep the one-kernel path. A device with fewer invocations (GL ES 3.1 guarantees 128) runs them on the
+// largest power of two it allows, down to kGroupNormWg2Min; below that the one-kernel path takes every group.
 constexpr size_t kGroupNormWg2 = 256;
+constexpr size_t kGroupNormWg2Min = 64;
 constexpr int64_t kGroupNormChunk = 4096;
 // Floats per work-group of group_norm_partial_rows (whole channel rows; not a correctness constant).
 constexpr int64_t kGroupNormRowsChunk = 8192;
@@ -98,12 +100,11 @@ class SdGroupNormOp final : public GpuOp {
     if (by_rows) {
       p.Buf(scratch.buffer, parts).Buf(in[0].buffer, in[0].vec4_offset(), 4 * in[0].elem_bytes).Int(A).Int(C).Int(G).Int(rows_);
       p.Int(nchunks);
-      SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_rows_, p, {static_cast<size_t>(g_.n) * nchunks * kGroupNormWg2, 1, 1},
-                                       {kGroupNormWg2, 1, 1}, timings));
+      SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_rows_, p, {static_cast<size_t>(g_.n) * nchunks * wg2_, 1, 1},
+                                       {wg2_, 1, 1}, timings));
     } else {
       p.Buf(scratch.buffer, parts).Buf(in[0]).Int(A).Int(C).Int(B).Int(G).Int(nchunks);
-      SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_, p, {ngroups * nchunks * kGroupNormWg2, 1, 1},
-                                       {kGroupNormWg2, 1, 1}, timings));
+      SDGPU_RETURN_IF_ERROR(dev.Launch(*partial_, p, {ngroups * nchunks * wg2_, 1, 1}, {wg2_, 1, 1}, timings));
     }
     Args f;
     if (table_) {  // the norm table straight from the partials; the consumer applies it (no apply launch)
@@ -159,6 +160,7 @@ class SdGroupNormOp final : public GpuOp {
   GroupNormGeometry g_;
   int64_t count_ = 0;  // elements per group
   int nchunks_ = 0;     // group_norm_partial chunks per group
+  size_t wg2_ = kGroupNormWg2;  // local size of group_norm_partial[_rows] on this device (a power of two)
   int rows_ = 0, row_chunks_ = 0;  // group_norm_partial_rows: positions per chunk, chunks per batch
   float eps_ = 1e-5f;
   int silu_ = 0;
@@ -235,13 +237,15 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
     return Status::Ok();
   }
   u->nhwc_ = nullptr;
-  if (u->count_ > kGroupNormChunk && dev.max_work_group_size() >= kGroupNormWg2 &&
+  u->wg2_ = kGroupNormWg2;
+  while (u->wg2_ > dev.max_work_group_size()) u->wg2_ /= 2;
+  if (u->count_ > kGroupNormChunk && u->wg2_ >= kGroupNormWg2Min &&
       dev.GetKernel("group_norm_partial", &u->partial_).ok() &&
       dev.GetKernel("group_norm_finalize", &u->finalize_).ok() &&
       dev.GetKernel("group_norm_apply", &u->apply_).ok()) {
     u->nchunks_ = static_cast<int>((u->count_ + kGroupNormChunk - 1) / kGroupNormChunk);
-    if (g.b == 1 && g.c % 4 == 0 && g.c <= 4 * static_cast<int64_t>(kGroupNormWg2) &&
-        g.groups <= static_cast<int64_t>(kGroupNormWg2) &&
+    if (g.b == 1 && g.c % 4 == 0 && g.c <= 4 * static_cast<int64_t>(u->wg2_) &&
+        g.groups <= static_cast<int64_t>(u->wg2_) &&
         dev.GetKernel("group_norm_partial_rows", &u->partial_rows_).ok()) {
       u->rows_ = static_cast<int>(std::max<int64_t>(1, kGroupNormRowsChunk / g.c));
       u->row_chunks_ = static_cast<int>((g.a + u->rows_ - 1) / u->rows_);
