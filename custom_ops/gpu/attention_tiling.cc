@@ -21,7 +21,7 @@ constexpr AttnTiling kAttnTilings[] = {
     // self-attention at 32x32
     {"r80", 80, 80, 64, 128, 256, 16, true, 0, kTcNone, AttnRowLocalBytes(80, 2, 32, 4, 4, 1, 1, 1), nullptr},
     // r40 / r80 for devices at GL ES 3.1's minimums (16 KiB, 128 invocations), which do not take those
-    {"r40s", 40, 40, 64, 128, 256, 16, false, 0, kTcNone, AttnRowLocalBytes(40, 1, 64, 2, 8, 1, 0, 1), nullptr},
+    {"r40s", 40, 40, 64, 64, 256, 16, false, 0, kTcNone, AttnRowLocalBytes(40, 2, 32, 2, 8, 1, 0, 1), nullptr},
     {"r80s", 80, 80, 32, 64, 256, 16, true, 0, kTcNone, AttnRowLocalBytes(80, 1, 32, 2, 8, 0, 0, 1), nullptr},
     // ATT_INSTANTIATE: BQ, NT = (BQ / RM) * NC
     {"d40", 40, 40, 64, 128, 0, 0, false, 0, kTcNone, AttnBlockLocalBytes(64, 32, 8, 40, 32, 40), nullptr},

@@ -87,7 +87,7 @@ def test_attention_at_gl_es_minimums_runs_the_small_tiled_kernels(rng, tmp_path,
 @pytest.mark.parametrize("head_dim,tiling", [(40, "r40s"), (80, "r80s")])
 def test_long_self_attention_at_gl_es_minimums_runs_row_wise(rng, tmp_path, variant, head_dim, tiling):
     """The UNet's 64x64 (d40) and 32x32 (d80) self-attentions: at 16 KiB and 128 invocations r40 (22 KB) and r80
-    (43 KB) do not fit; r40s / r80s (one row per work-item, 11 KB) do, instead of dyn128. 300 keys: past the row-wise
+    (43 KB) do not fit; r40s / r80s (11 KB, 64 work-items) do, instead of dyn128. 300 keys: past the row-wise
     tilings' 256-key floor, a partial last key tile."""
     p = profile_attention(tmp_path, rng, 300, 300, 2, head_dim, variant=variant, backend="gl",
                           gl_limits="shared_bytes=16384,invocations=128")
