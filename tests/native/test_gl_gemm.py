@@ -144,8 +144,8 @@ def test_kernels_above_the_storage_block_limit_run_compact_or_give_way(rng, tmp_
 def test_half_storage_gemms_stay_tiled_with_8_storage_blocks(rng, tmp_path):
     """With half activation storage a tiled GEMM reads A and writes C both as floats and as packed halves: 10 blocks,
     so on a device allowing 8 only the skinny GEMM was left (the SD1.5 UNet with the phone preset on the H200 at that
-    limit: 73.7 -> 149.4 ms a step, BENCHMARKS.md). Its compact variant has 8: the FC stays on gemm_t64x64, with the
-    same numbers."""
+    limit: 73.7 -> 149.4 ms a step; with the compact variants 73.4 ms, BENCHMARKS.md). Its compact variant has 8: the
+    FC stays on gemm_t64x64, with the same numbers."""
     x = rng.standard_normal((1, 1024, 320)).astype(np.float32)
     w = (rng.standard_normal((640, 320)) / 20).astype(np.float32)
     model = fully_connected_model(x.shape, w, None)
