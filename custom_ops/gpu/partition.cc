@@ -997,12 +997,10 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
         Step& step = steps_[i];
         step.total_ms += ms;
         auto k = std::find_if(step.kernel_ms.begin(), step.kernel_ms.end(),
-                              [&](const auto& e) { return e.first == timer->kernel(); });
-        if (k == step.kernel_ms.end()) {
-          step.kernel_ms.emplace_back(timer->kernel(), ms);
-        } else {
-          k->second += ms;
-        }
+                              [&](const auto& e) { return e.name == timer->kernel(); });
+        if (k == step.kernel_ms.end()) k = step.kernel_ms.insert(k, Step::KernelTime{timer->kernel()});
+        k->ms += ms;
+        ++k->launches;
       }
     }
     // profiling is a diagnostic: a profile that cannot be written is one warning, never a failed inference
@@ -1041,7 +1039,9 @@ Status GpuPartition::WriteProfile() const {
          ms_text(step.total_ms) + ",\"kernels\":[";
     for (size_t k = 0; k < step.kernel_ms.size(); ++k) {
       j += (k ? "," : "");
-      j += "{\"name\":\"" + step.kernel_ms[k].first + "\",\"ms\":" + ms_text(step.kernel_ms[k].second) + "}";
+      const Step::KernelTime& t = step.kernel_ms[k];
+      j += "{\"name\":\"" + t.name + "\",\"ms\":" + ms_text(t.ms) + ",\"launches\":" +
+           std::to_string(t.launches) + "}";
     }
     j += "]}";
   }

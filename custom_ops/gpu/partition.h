@@ -167,8 +167,13 @@ class GpuPartition {
     size_t output_bytes = 0;    // as stored on the device (half a float32 tensor's with activations_fp16)
     size_t elem_bytes = 4;      // of the output as stored (TensorRef::elem_bytes)
     double total_ms = 0.0;
-    // Per kernel name, in first-launch order: device ms summed over invocations (profile "kernels").
-    std::vector<std::pair<std::string, double>> kernel_ms;
+    // Per kernel name, in first-launch order: device ms and launches summed over invocations (profile "kernels").
+    struct KernelTime {
+      std::string name;
+      double ms = 0.0;
+      int64_t launches = 0;
+    };
+    std::vector<KernelTime> kernel_ms;
   };
 
   // A constant DEQUANTIZE's float32 values on the host under a view of its output tensor that its readers take as

@@ -128,6 +128,32 @@ def test_winograd_operands_above_one_binding_run_as_direct_convolutions(tiny_exp
     assert _rel(got, want) <= 1e-4
 
 
+@pytest.mark.parametrize("act_half", [False, True], ids=["float", "half"])
+def test_winograd_v_and_m_above_one_binding_run_in_bands(tiny_export: Path, tmp_path: Path, act_half: bool) -> None:
+    """With storage blocks above every tensor of the tiny F6 VAE decoder and above the 32-channel convs' U but below
+    their V (64 x 121 tiles x 32 channels, float32 whatever the activation storage), those convs stay Winograd convs
+    and run their three launches per band of tiles (they ran as direct convolutions before: SD1.5's VAE at 512 x 512
+    has 242 MB F6 V per 128-channel conv, above a phone's 128 MiB block); the CPU backend's numbers."""
+    from sdconvert.export.optimize import GraphOptions
+    from sdconvert.optimize_cli import optimize_file
+
+    model = tmp_path / "vae_decoder.tflite"
+    optimize_file(tiny_export / "vae_decoder.tflite", model, GraphOptions(fuse=True, winograd="6"))
+    limit = 700 * 1024
+    assert _largest_tensor_bytes(model) < limit - 64
+    profile = tmp_path / "profile.json"
+    gl = native.load("gl", gl_limits=f"storage_block_bytes={limit}", profile_path=str(profile), gemm_autotune=False,
+                     activations_fp16=act_half)
+    got, _ = _run(model, gl)
+    stats = native.stats(gl)
+    assert (stats["partitions"], stats["declined_nodes"], stats["host_fallback_nodes"]) == (1, 0, 0), stats
+    nodes = json.loads(profile.read_text())["nodes"]
+    bands = [sum(k["launches"] for k in n["kernels"] if k["name"].startswith("winograd_input_f6")) for n in nodes]
+    assert max(bands) >= 2 and 1 in bands, bands  # the large convs in bands, the small ones whole
+    want, _ = _run(model, native.load("cpu"))
+    assert _rel(got, want) <= (6e-3 if act_half else 1e-4)
+
+
 def test_split_k_partials_above_one_binding_are_not_planned(tiny_fused_export: Path) -> None:
     """Split-K partials (splits x M x N float32, arena scratch) are one kernel operand the model does not list: a
     split plan whose partials exceeded the storage block read and wrote past their binding (llvmpipe: relative error

@@ -61,23 +61,36 @@ def test_an_arena_above_one_buffer_is_planned_in_several(tiny_export: Path) -> N
         assert np.array_equal(g, w)
 
 
-def test_winograd_scratch_above_one_buffer_runs_as_a_direct_convolution(tiny_export: Path, tmp_path: Path) -> None:
+def test_winograd_scratch_above_one_buffer_runs_in_bands(tiny_export: Path, tmp_path: Path) -> None:
     """The fused + Winograd F6 VAE decoder with 1,100,000-byte buffers: the convs whose V + M would not fit one
-    buffer run as the implicit-GEMM convolution, the smaller ones stay Winograd convs, all on the GPU in one
-    partition whose arena takes two buffers; the CPU backend's numbers."""
+    buffer (they ran as implicit-GEMM convolutions before) stay Winograd convs, their three launches run per band of
+    tiles whose V + M fit, all on the GPU in one partition; the CPU backend's numbers. Their scratch is one band's,
+    so the arena shrinks."""
     from sdconvert.export.optimize import GraphOptions
     from sdconvert.optimize_cli import optimize_file
 
     model = tmp_path / "vae_decoder.tflite"
     optimize_file(tiny_export / "vae_decoder.tflite", model, GraphOptions(fuse=True, winograd="6"))
-    profile = tmp_path / "profile.json"
-    delegate = _opencl(1_100_000, profile_path=str(profile))
-    got = _run(model, delegate)
-    stats = native.stats(delegate)
-    assert (stats["partitions"], stats["declined_nodes"], stats["max_arena_buffers"]) == (1, 0, 2), stats
-    kernels = {k["name"] for n in json.loads(profile.read_text())["nodes"] for k in n["kernels"]}
-    assert any(k.startswith("conv_") for k in kernels), kernels  # the large ones: direct
-    assert any(k.startswith("winograd_output_f6") for k in kernels), kernels  # the small ones: still Winograd
+    profiles = {}
+    delegates = {}
+    for limit in (None, 1_100_000):
+        profiles[limit] = tmp_path / f"profile{limit}.json"
+        delegates[limit] = _opencl(limit, profile_path=str(profiles[limit]))
+        got = _run(model, delegates[limit])
+    stats = native.stats(delegates[1_100_000])
+    assert (stats["partitions"], stats["declined_nodes"]) == (1, 0), stats
+    assert stats["max_arena_bytes"] < native.stats(delegates[None])["max_arena_bytes"]
+
+    def winograd_nodes(limit: int | None) -> dict[int, int]:
+        """node -> its winograd_input launches, for the nodes that ran in the Winograd domain"""
+        nodes = json.loads(profiles[limit].read_text())["nodes"]
+        counts = {n["node"]: sum(k["launches"] for k in n["kernels"] if k["name"].startswith("winograd_input"))
+                  for n in nodes}
+        return {node: c for node, c in counts.items() if c > 0}
+
+    whole, banded = winograd_nodes(None), winograd_nodes(1_100_000)
+    assert set(banded) == set(whole) and set(whole.values()) == {1}, (whole, banded)  # none left for a direct conv
+    assert max(banded.values()) >= 2, banded  # the large ones in bands
     assert _rel(got, _run(model, native.load("cpu"))) <= 1e-4
 
 

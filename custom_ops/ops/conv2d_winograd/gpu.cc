@@ -1,13 +1,13 @@
 // SdConv2DWinograd on a GPU backend: F(m x m, 3 x 3), m = attrs.tile in {2, 4, 6}, alpha = m + 2,
 // as three launches over whole tensors (the CPU reference's layout, ops/conv2d_winograd/cpu.h):
-//   winograd_input_fM[_gn | _gnsilu](V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int pad,
-//                     NT, nto)
+//   winograd_input_fM[_gn | _gnsilu](V, vo, X, xo, int H, int W, int Ci, int tiles_h, int tiles_w, int T, int t0,
+//                     int pad, NT, nto)
 //       V[a*a][T][Ci] = BT d BT^T per input tile;      global = (Ci, T), local = (64, 1, 1)
 //       (_gn / _gnsilu: the input-norm prologue, GpuOp::FuseInputNorm: d = SiLU(x * scale + shift) with a
 //       GroupNorm's per-(image, channel) table NT; that GroupNorm then writes only the table)
 //   gemm_t* (matmul_ops.h LaunchTiledGemm), batch a*a: M[k] (T x Co) = V[k] (T x Ci) . U[k] (Ci x Co)
 //   winograd_output_fM[_sum](Y, yo, M, mo, bias, biaso, int Ho, int Wo, int Co, int tiles_h, int tiles_w, int T,
-//                      int act, R, ro, int rrows, int rsm, int splits)
+//                      int t0, int act, R, ro, int rrows, int rsm, int splits)
 //       y = act(AT M AT^T + bias) cropped to Ho x Wo (+ the residual epilogue, GpuOp::FuseResidual);
 //       global = (Co, T), local = (64, 1, 1)
 //       winograd_output_fM[_sum]_st (..., part, po, int G): the same, also writing the (count, mean, M2) chunk
@@ -27,11 +27,16 @@
 // except the skinny GEMM of b1's 8x8 map, UseSkinny4); the output transform sums the partials
 // (winograd_output_f*_sum, `splits`), so no gemm_splitk_reduce launch writes M first.
 //
+// Bands: where V or M of the whole map would exceed what one kernel operand may address (Device::
+// max_operand_bytes_anywhere: GL's storage block size, 128 MiB on many phones), V + M one device buffer (OpenCL's
+// CL_DEVICE_MAX_MEM_ALLOC_SIZE, ~1 GB on Adreno) or the kernels' int32 offsets, the three launches run per band of
+// consecutive tiles (t0 .. t0 + band - 1; the kernels take t0), with V and M sized for one band: SD1.5's VAE at
+// 512 x 512 has F6 V + M of 485 MB per 128-channel conv, which ran as direct convolutions with 128 MiB blocks. The
+// scratch shrinks with the band, so the arena does too.
 // Falls back to the implicit-GEMM convolution (same math, direct summation, within the same error
 // bound) when the device has no Winograd kernels, when the filter is not a
-// constant in the model (a DEQUANTIZE output), when a tensor would overflow the kernels' int32
-// offsets or U, V or M would exceed what one kernel operand may address (Device::max_operand_bytes_anywhere:
-// GL's storage block size), or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
+// constant in the model (a DEQUANTIZE output), when U would exceed one kernel operand or a band would be below
+// kMinTiles, or when the map has too few tiles T for the batched GEMM: below kMinTiles (16) a GEMM
 // row tile is mostly padding while the a*a GEMMs read a*a/9 x the filter bytes; from 16 tiles the
 // skinny 16-row kernel gemm_t16x64 streams the transformed weights once per 16 tiles (with that plan
 // U is uploaded tile-major, [a*a][ceil(Co/64)][Ci][64], a contiguous slab per work-group: 6-7% faster
@@ -118,27 +123,40 @@ class WinogradOp final : public GpuOp {
   Status Enqueue(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out, const TensorRef& scratch,
                  Timings* timings) override {
     SDGPU_RETURN_IF_ERROR(u_->Ensure(dev));
+    for (int t0 = 0; t0 < g_.tiles; t0 += band_) {
+      SDGPU_RETURN_IF_ERROR(EnqueueBand(dev, in, out, scratch, t0, std::min(band_, g_.tiles - t0), timings));
+    }
+    return Status::Ok();
+  }
+
+  // The three launches for tiles t0 .. t0 + tiles - 1 (the whole map unless it is banded, MakeWinogradConv).
+  Status EnqueueBand(const Device& dev, const std::vector<TensorRef>& in, const TensorRef& out,
+                     const TensorRef& scratch, int t0, int tiles, Timings* timings) {
     const int a2 = g_.a * g_.a;
     // V, M and the GEMM's split-K partials are float32 whatever the activation storage (the header comment).
     const size_t eb = sizeof(float);
     const TensorRef v{scratch.buffer, scratch.offset, eb};
-    const TensorRef mbuf{scratch.buffer, scratch.offset + static_cast<size_t>(a2) * g_.tiles * g_.ci * eb, eb};
-    const TensorRef rest{scratch.buffer, mbuf.offset + static_cast<size_t>(a2) * g_.tiles * g_.co * eb, eb};
+    const TensorRef mbuf{scratch.buffer, scratch.offset + static_cast<size_t>(a2) * tiles * g_.ci * eb, eb};
+    const TensorRef rest{scratch.buffer, mbuf.offset + static_cast<size_t>(a2) * tiles * g_.co * eb, eb};
+    GemmShape gemm = gemm_;  // M[k] (tiles x Co) = V[k] (tiles x Ci) . U[k]
+    gemm.M = tiles;
+    gemm.sab = tiles * g_.ci;
+    gemm.scb = tiles * g_.co;
     const Dim3 local = {kTransformWg, 1, 1};
     // With the input-norm prologue in[0] is the GroupNorm's table and norm_input_ the tensor to transform.
     const TensorRef& x = norm_ > 0 ? norm_input_ : in[0];
     Args in_args;
     in_args.Buf(v).Buf(x);
-    in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(g_.pad);
+    in_args.Int(g_.h).Int(g_.w).Int(g_.ci).Int(g_.tiles_h).Int(g_.tiles_w).Int(tiles).Int(t0).Int(g_.pad);
     in_args.Buf(in[0].buffer, in[0].elem_offset(sizeof(float)));  // NT, float (read by the _gn / _gnsilu twins only)
     SDGPU_RETURN_IF_ERROR(dev.Launch(*input_[norm_], in_args,
-                                     {static_cast<size_t>(g_.ci), static_cast<size_t>(g_.tiles), 1}, local, timings));
-    if (tuner_.pending()) {  // the input transform above is queued before every candidate
+                                     {static_cast<size_t>(g_.ci), static_cast<size_t>(tiles), 1}, local, timings));
+    if (tuner_.pending()) {  // the input transform above is queued before every candidate (the first band: a whole one)
       // the output transform sums split-K partials, so a split candidate is timed without a reduce launch
       SDGPU_RETURN_IF_ERROR(tuner_.Tune(
           dev,
           [&](const TilePlan& p) {
-            return LaunchTiledGemm(dev, p, gemm_, mbuf, v, u_->operand(), nullptr, rest, nullptr, {}, {},
+            return LaunchTiledGemm(dev, p, gemm, mbuf, v, u_->operand(), nullptr, rest, nullptr, {}, {},
                                    p.splits > 1);
           },
           &plan_));
@@ -146,19 +164,18 @@ class WinogradOp final : public GpuOp {
     // A split plan's partials are summed by the output transform (no reduce launch).
     const bool sum_partials = plan_.splits > 1;
     SDGPU_RETURN_IF_ERROR(
-        LaunchTiledGemm(dev, plan_, gemm_, mbuf, v, u_->operand(), nullptr, rest, timings, {}, {}, sum_partials));
+        LaunchTiledGemm(dev, plan_, gemm, mbuf, v, u_->operand(), nullptr, rest, timings, {}, {}, sum_partials));
     const TensorRef& m = sum_partials ? rest : mbuf;
     Args o;
     // the bias is float whatever the activation storage (float32_inputs_)
     o.Buf(out).Buf(m);
     o.Buf(in[2].buffer, in[2].elem_offset(sizeof(float)));
-    o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(g_.tiles).Int(act_);
+    o.Int(g_.ho).Int(g_.wo).Int(g_.co).Int(g_.tiles_h).Int(g_.tiles_w).Int(tiles).Int(t0).Int(act_);
     AddResidualArgs(residual_, residual_input_, x, &o);
     o.Int(sum_partials ? plan_.splits : 1);
     if (stats_groups_ > 0) o.Buf(stats_buffer_.buffer, stats_buffer_.elem_offset(sizeof(float))).Int(stats_groups_);
     const Kernel* output = stats_groups_ > 0 ? output_st_[sum_partials ? 1 : 0] : sum_partials ? output_sum_ : output_;
-    return dev.Launch(*output, o,
-                      {static_cast<size_t>(g_.co), static_cast<size_t>(g_.tiles), 1}, local, timings);
+    return dev.Launch(*output, o, {static_cast<size_t>(g_.co), static_cast<size_t>(tiles), 1}, local, timings);
   }
 
   int EmitGroupStats(const Device& dev, int64_t n, int64_t positions, int64_t channels, int groups) override {
@@ -197,6 +214,7 @@ class WinogradOp final : public GpuOp {
   }
 
   WinogradGeom g_;
+  int band_ = 0;  // tiles per launch (g_.tiles unless the map is banded)
   int act_ = 0;
   int norm_ = 0;  // input-norm prologue: 0 none, 1 affine, 2 affine + SiLU (input_[norm_])
   GemmShape gemm_;
@@ -251,19 +269,26 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const abi::TfLiteTensor* filter = node.inputs[1];
   const bool constant_filter = IsConstant(filter) && filter->type == abi::kTfLiteFloat32;
   const int64_t a2 = int64_t{g.a} * g.a;
-  const bool fits = a2 * g.tiles * std::max(g.ci, g.co) <= INT_MAX && a2 * g.ci * g.co <= INT_MAX;
-  // U (float32 here; a tile-major U pads Co to 64), V and M are each one kernel operand: on GL each must fit one
-  // storage block binding (GL_MAX_SHADER_STORAGE_BLOCK_SIZE, 128 MiB on many phones), which the model's tensors are
-  // checked against (gpu_backend.cc) but these derived ones are not. SD1.5's 1280-channel F4 U is 236 MB.
+  // U (float32 here; a tile-major U pads Co to 64) is one kernel operand: on GL it must fit one storage block binding
+  // (GL_MAX_SHADER_STORAGE_BLOCK_SIZE, 128 MiB on many phones), which the model's tensors are checked against
+  // (gpu_backend.cc) but this derived one is not. SD1.5's 1280-channel F4 U is 236 MB.
   const int64_t co_padded = std::max<int64_t>(g.co, int64_t{(g.co + 63) / 64} * 64);
-  const int64_t operand_bytes = int64_t{sizeof(float)} * a2 * std::max<int64_t>(int64_t{g.ci} * co_padded,
-                                                                              int64_t{g.tiles} * std::max(g.ci, g.co));
-  const bool bindable = static_cast<uint64_t>(operand_bytes) <= dev.max_operand_bytes_anywhere();
-  const size_t vm_bytes = static_cast<size_t>(a2 * g.tiles * (int64_t{g.ci} + g.co)) * sizeof(float);  // V and M
+  const uint64_t operand_limit = dev.max_operand_bytes_anywhere();
+  const bool fits = a2 * g.ci * g.co <= INT_MAX &&
+                    static_cast<uint64_t>(int64_t{sizeof(float)} * a2 * g.ci * co_padded) <= operand_limit;
+  // V and M (float32, a2 x band x Ci / Co) each one operand within the int32 offsets, both in one device buffer: the
+  // most tiles per band (the header comment). Bands are whole 64-tile GEMM row tiles where more than one is needed.
+  const int64_t per_tile = a2 * std::max(g.ci, g.co);
+  const int64_t band_max = std::min<int64_t>({int64_t{g.tiles}, INT_MAX / per_tile,
+                                              static_cast<int64_t>(operand_limit / (sizeof(float) * per_tile)),
+                                              static_cast<int64_t>(dev.max_buffer_bytes() /
+                                                                   (sizeof(float) * a2 * (g.ci + g.co)))});
+  const int band = band_max >= g.tiles ? g.tiles : static_cast<int>(band_max >= 64 ? band_max / 64 * 64 : band_max);
+  const size_t vm_bytes = static_cast<size_t>(a2 * band * (int64_t{g.ci} + g.co)) * sizeof(float);  // V and M
   auto u = std::make_unique<WinogradOp>();
   const std::string suffix = "_f" + std::to_string(g.m);
   const int min_tiles = dev.HasKernel("gemm_t16x64") ? kMinTiles : kMinTilesNoSkinny;
-  bool ok = constant_filter && fits && bindable && g.tiles >= min_tiles &&
+  bool ok = constant_filter && fits && g.tiles >= min_tiles && band >= min_tiles &&
             dev.GetKernel("winograd_input" + suffix, &u->input_[0]).ok() &&
             dev.GetKernel("winograd_output" + suffix, &u->output_).ok();
   // The fused variants exist on every device, but each is requested (built) only where it is used: _gn / _gnsilu
@@ -278,18 +303,18 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
   const bool half_u = node.weights_fp16 && g.m == 2;  // see the header comment
   bool tc = false;                                     // the batched GEMM on tensor cores (TensorCoreGemm)
   if (ok) {
-    GemmShape& s = u->gemm_;
-    s.M = g.tiles;
+    GemmShape& s = u->gemm_;  // one band's (EnqueueBand)
+    s.M = band;
     s.N = g.co;
     s.K = g.ci;
     s.batch = static_cast<int>(a2);
-    s.sab = g.tiles * g.ci;
+    s.sab = band * g.ci;
     s.sam = g.ci;
     s.sak = 1;
     s.sbb = g.ci * g.co;
     s.sbk = g.co;
     s.sbn = 1;
-    s.scb = g.tiles * g.co;
+    s.scb = band * g.co;
     s.scm = g.co;
     s.float_ac = true;  // V and M (header comment)
     // no tensor cores under act_half, as for every GEMM (backends/opencl/nvidia is not built for half storage)
@@ -324,6 +349,7 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
                               node.weights_fp16, node.gemm_autotune, out);
   }
   u->g_ = g;
+  u->band_ = band;
   u->act_ = act;
   const float* fdata = static_cast<const float*>(filter->data.data);
   // The skinny kernel streams U faster from per-work-group slabs (header comment); U's layout is fixed at upload,
