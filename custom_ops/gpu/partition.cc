@@ -1016,7 +1016,8 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
 Status GpuPartition::WriteProfile() const {
   const std::string& path = backend_->options().profile_path;
   if (path.empty()) return Status::Ok();
-  // Device time of each node (all of its launches) and of each kernel it launched, averaged over invocations.
+  // Device time of each node (all of its launches) and of each kernel it launched, and each kernel's launches, per
+  // invocation (averaged over invocations).
   std::string j = "{\"device\":\"" + device().name() + "\",\"compute_units\":" +
                   std::to_string(device().compute_units()) + ",\"local_memory_bytes\":" +
                   std::to_string(device().local_memory_bytes()) + ",\"method\":\"" + device().timing_method() +
@@ -1041,7 +1042,7 @@ Status GpuPartition::WriteProfile() const {
       j += (k ? "," : "");
       const Step::KernelTime& t = step.kernel_ms[k];
       j += "{\"name\":\"" + t.name + "\",\"ms\":" + ms_text(t.ms) + ",\"launches\":" +
-           std::to_string(t.launches) + "}";
+           std::to_string(t.launches / std::max(1LL, invocations_)) + "}";
     }
     j += "]}";
   }

@@ -167,7 +167,8 @@ class GpuPartition {
     size_t output_bytes = 0;    // as stored on the device (half a float32 tensor's with activations_fp16)
     size_t elem_bytes = 4;      // of the output as stored (TensorRef::elem_bytes)
     double total_ms = 0.0;
-    // Per kernel name, in first-launch order: device ms and launches summed over invocations (profile "kernels").
+    // Per kernel name, in first-launch order: device ms and launches summed over invocations (the profile's
+    // "kernels" divides them by the invocations).
     struct KernelTime {
       std::string name;
       double ms = 0.0;
