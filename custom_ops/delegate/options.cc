@@ -118,6 +118,7 @@ bool ParseGlLimits(const std::string& text, GlLimits* out) {
     const std::string_view limit = item.substr(0, eq);  // (not `key`: tests list the option keys by that name)
     int* field = limit == "shared_bytes"     ? &l.shared_bytes
                  : limit == "invocations"    ? &l.invocations
+                 : limit == "group_size_x"   ? &l.group_size_x
                  : limit == "storage_blocks" ? &l.storage_blocks
                  : limit == "storage_block_bytes" ? &l.storage_block_bytes
                  : limit == "compute_units"  ? &l.compute_units
@@ -243,7 +244,8 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
     } else if (key == "gl_limits") {
       if (!ParseGlLimits(std::string(value), &out->gl_limits)) {
         return Status::Error("option gl_limits='" + std::string(value) +
-                             "' is malformed; expected key=N pairs of shared_bytes, invocations, storage_blocks, storage_block_bytes, "
+                             "' is malformed; expected key=N pairs of shared_bytes, invocations, group_size_x, storage_blocks, "
+                             "storage_block_bytes, "
                              "compute_units (N >= 1) and pbuffer=1, e.g. shared_bytes=16384,invocations=128");
       }
     } else if (key == "opencl_limits") {

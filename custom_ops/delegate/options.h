@@ -86,8 +86,10 @@
 //                      ("all", default); "1" = no readonly / writeonly qualifiers; "0" = the sources' `#pragma
 //                      optionNV` lines dropped (default "1"); "a=b,c=d" = kernel b compiled where an op asks for a;
 //                      a folder to write each compiled program's source and driver binary into.
-//   gl_limits          gl, tests and tuning: "shared_bytes=N,invocations=N,storage_blocks=N,storage_block_bytes=N,
-//                      compute_units=N,pbuffer=1" (any subset; pbuffer=1: the context made current on a 1x1 pbuffer
+//   gl_limits          gl, tests and tuning: "shared_bytes=N,invocations=N,group_size_x=N,storage_blocks=N,
+//                      storage_block_bytes=N,compute_units=N,pbuffer=1" (any subset; group_size_x: a work-group's
+//                      largest x size, GL_MAX_COMPUTE_WORK_GROUP_SIZE[0], which GL ES 3.1 lets be below the invocation
+//                      limit; pbuffer=1: the context made current on a 1x1 pbuffer
 //                      surface, as on a display without EGL_KHR_surfaceless_context such as the Android
 //                      emulator's): the device reports a smaller device's limits (the first four
 //                      capped at N, never above the driver's: e.g. GL ES 3.1's minimums 16384 / 128 / 4 / 2^24) so the
@@ -116,6 +118,7 @@ enum class LnFold { kAuto, kTwin, kRows };
 struct GlLimits {
   int shared_bytes = 0;
   int invocations = 0;
+  int group_size_x = 0;
   int storage_blocks = 0;
   int storage_block_bytes = 0;
   int compute_units = 0;

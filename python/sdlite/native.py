@@ -140,9 +140,10 @@ class DelegateOptions:
     readonly / writeonly qualifiers), ``gl_nv_pragmas`` (``False``: the sources' ``#pragma optionNV`` lines dropped),
     ``gl_kernel_alias`` (``"a=b,c=d"``: kernel b compiled where an op asks for a) and ``gl_dump_dir`` (a folder for
     each compiled program's source and driver binary).
-    ``gl_limits`` (GL; tests and tuning): ``"shared_bytes=N,invocations=N,storage_blocks=N,storage_block_bytes=N,
-    compute_units=N,pbuffer=1"`` (any subset): the device reports a smaller device's limits (capped at N, never
-    raised; e.g. GL ES 3.1's minimums ``shared_bytes=16384,invocations=128``), so the planners choose what such a
+    ``gl_limits`` (GL; tests and tuning): ``"shared_bytes=N,invocations=N,group_size_x=N,storage_blocks=N,
+    storage_block_bytes=N,compute_units=N,pbuffer=1"`` (any subset): the device reports a smaller device's limits
+    (capped at N, never raised; e.g. GL ES 3.1's minimums ``shared_bytes=16384,invocations=128``; ``group_size_x``: a
+    work-group's largest x size, which may be below the invocation limit), so the planners choose what such a
     device can run, and N compute units (GL has no query for them; planners that size grids by them then act as on
     OpenCL); ``pbuffer=1``: the context is current on a 1x1 pbuffer surface, as on a display without
     ``EGL_KHR_surfaceless_context`` (the Android emulator), where that happens by itself.

@@ -95,6 +95,29 @@ def test_long_self_attention_at_gl_es_minimums_runs_row_wise(rng, tmp_path, vari
                          [f"attn_stats_{tiling}", f"attn_pv_{tiling}"])
 
 
+@pytest.mark.parametrize("variant", ["fused", "f4"])
+def test_a_work_group_x_size_below_the_invocation_limit(tiny_export: Path, tiny_variant_folders, rng, variant):
+    """GL ES 3.1 requires 128 for both GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS and GL_MAX_COMPUTE_WORK_GROUP_SIZE's x,
+    and lets a device pair more invocations with a 128-wide x. The 1-D launches size their work-groups by the lower of
+    the two: with group_size_x=128 every tiny model runs as one partition (a 256- or 512-wide 1-D work-group, as the
+    two-stage GroupNorm and the channels-last one launch by the invocation limit alone, was refused at launch) and
+    matches the run without that limit."""
+    for model in MODELS:
+        path = tiny_variant_folders[variant] / f"{model}.tflite"
+        inputs = signature_inputs(Interpreter(model_path=str(path)).get_signature_runner("serving_default"), rng)
+        outputs = []
+        for limits in ({"gl_limits": "group_size_x=128"}, {}):
+            delegate = native.load(backend="gl", gemm_autotune=False, **limits)
+            runner = Interpreter(model_path=str(path), experimental_delegates=[delegate]).get_signature_runner(
+                "serving_default")
+            outputs.append(runner(**inputs))
+            stats = native.stats(delegate)
+            assert (stats["partitions"], stats["declined_nodes"], stats["host_fallback_nodes"]) == (1, 0, 0), \
+                (model, limits, stats["declined"])
+        for name, value in outputs[1].items():
+            assert_close(outputs[0][name], value, rtol=1e-4)
+
+
 def test_a_display_without_surfaceless_contexts_gets_a_pbuffer(tiny_export: Path, rng, capfd):
     """The Android emulator's EGL (and some older drivers) lack EGL_KHR_surfaceless_context: a context there must be
     current on a surface. gl_limits=pbuffer=1 plays such a display: the context is made current on a 1x1 pbuffer

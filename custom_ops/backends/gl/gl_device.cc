@@ -168,6 +168,7 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
   cap(&shared_bytes_, options.limits.shared_bytes);
   cap(&max_invocations_, options.limits.invocations);
   for (GLint& g : max_group_size_) cap(&g, options.limits.invocations);
+  cap(&max_group_size_[0], options.limits.group_size_x);
   cap(&max_ssbo_blocks_, options.limits.storage_blocks);
   if (options.limits.storage_block_bytes > 0 && options.limits.storage_block_bytes < max_ssbo_size_) {
     max_ssbo_size_ = options.limits.storage_block_bytes;

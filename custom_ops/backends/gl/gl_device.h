@@ -49,6 +49,7 @@
 // "gl_finish_host_clock"); the profile JSON records it as "method".
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -92,7 +93,11 @@ class GlDevice final : public gpu::Device {
 
   const char* backend_name() const override { return "gl"; }
   const std::string& name() const override { return device_name_; }
-  size_t max_work_group_size() const override { return static_cast<size_t>(max_invocations_); }
+  // The invocation limit, or the x size limit where that is lower (GL ES 3.1 allows it: 128 each at the minimums, but
+  // a device may pair 256 invocations with a 128-wide x): the 1-D launches size their work-groups by this.
+  size_t max_work_group_size() const override {
+    return static_cast<size_t>(std::min(max_invocations_, max_group_size_[0]));
+  }
   size_t local_memory_bytes() const override { return static_cast<size_t>(shared_bytes_); }
   // GL has no query for it: 0 (unknown) unless gl_limits sets it.
   int compute_units() const override { return compute_units_; }
