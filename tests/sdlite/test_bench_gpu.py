@@ -89,8 +89,10 @@ def test_opencl_profile_text_report(capsys, tiny_export: Path) -> None:
     counts = {row.split("\t")[1].strip(): int(row.split("\t")[2]) for row in section(out, "Summary by node type")}
     assert counts == info.op_histogram
     by_type = sum(float(row.split("\t")[3]) for row in section(out, "Summary by node type"))
-    kernels = {row.split("\t")[1].strip(): float(row.split("\t")[3]) for row in section(out, "Summary by kernel")}
+    rows = [row.split("\t") for row in section(out, "Summary by kernel")]
+    kernels = {row[1].strip(): float(row[4]) for row in rows}
     assert sum(kernels.values()) == pytest.approx(by_type, rel=1e-3, abs=5e-3)
+    assert all(int(row[3]) >= int(row[2]) >= 1 for row in rows), rows  # launches per invocation, at least one a node
     assert any(k.startswith("conv_t") for k in kernels), kernels  # the VAE's CONV_2D nodes, by tiled kernel
     m = re.search(r"^Delegate: 1 partition, 0 CPU nodes; intermediate arena ([\d.]+) MB .*; GPU weights ([\d.]+) MB",
                   out, re.M)
@@ -113,6 +115,17 @@ def test_window_average_recovers_the_timed_runs() -> None:
     before = ProfileSnapshot("d", 2, {0: ("W", 1.0)}, {0: {"in": 1.0}})
     after = ProfileSnapshot("d", 6, {0: ("W", 2.0)}, {0: {"in": (2 * 1.0 + 4 * 0.5) / 6, "gemm": 2.0 * 6 / 6}})
     assert window_kernel_ms(before, after) == {0: pytest.approx({"in": 0.5, "gemm": 3.0})}
+
+
+def test_launches_per_kernel_are_read_with_one_as_the_default(tmp_path: Path) -> None:
+    # the delegate writes each kernel's launches per invocation (a banded Winograd conv: its transforms once per band);
+    # files of delegates before that have none: one launch per listed kernel
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"device": "d", "invocations": 2, "nodes": [
+        {"node": 3, "op": "SdConv2DWinograd", "ms": 1.5, "kernels": [
+            {"name": "winograd_input_f6", "ms": 0.5, "launches": 3}, {"name": "gemm_t64x64", "ms": 1.0}]}]}))
+    snap = ProfileSnapshot.read(path)
+    assert snap.launches == {3: {"winograd_input_f6": 3, "gemm_t64x64": 1}}
 
 
 def test_missing_or_bad_profile_is_one_line(tmp_path: Path) -> None:

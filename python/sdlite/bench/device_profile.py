@@ -44,12 +44,14 @@ DEVICE_BACKENDS = ("opencl", "gl")
 @dataclass(frozen=True)
 class ProfileSnapshot:
     """One read of the delegate's profile file: ``{node index: (op name, avg ms)}`` after ``invocations``,
-    and ``kernels``: ``{node index: {kernel name: avg ms}}`` (absent from older delegates' files)."""
+    ``kernels``: ``{node index: {kernel name: avg ms}}`` and ``launches``: ``{node index: {kernel name: launches per
+    invocation}}`` (absent from older delegates' files; one launch per listed kernel then)."""
 
     device: str
     invocations: int
     nodes: dict[int, tuple[str, float]]
     kernels: dict[int, dict[str, float]] = field(default_factory=dict)
+    launches: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, path: Path) -> ProfileSnapshot:
@@ -63,8 +65,10 @@ class ProfileSnapshot:
             nodes = {int(n["node"]): (str(n["op"]), float(n["ms"])) for n in data["nodes"]}
             kernels = {int(n["node"]): {str(k["name"]): float(k["ms"]) for k in n.get("kernels", [])}
                        for n in data["nodes"]}
+            launches = {int(n["node"]): {str(k["name"]): int(k.get("launches", 1)) for k in n.get("kernels", [])}
+                        for n in data["nodes"]}
             return cls(device=str(data.get("device", "")), invocations=int(data["invocations"]), nodes=nodes,
-                       kernels=kernels)
+                       kernels=kernels, launches=launches)
         except (KeyError, TypeError, ValueError) as exc:
             raise SdliteError(f"delegate profile {path} has an unexpected format ({exc!r})") from None
 
@@ -118,5 +122,7 @@ def device_op_profile(info: ModelInfo, placement: Placement, first: ProfileSnaps
             out_bytes=sum(info.tensors[t].nbytes for t in out),
             name=info.tensors[out[0]].name if out else "",
             kernels=tuple((k, ms * 1e3) for k, ms in kernel_avg.get(op.index, {}).items()),
+            kernel_launches=tuple((k, after.launches.get(op.index, {}).get(k, 1))
+                                  for k in kernel_avg.get(op.index, {})),
         ))
     return prof

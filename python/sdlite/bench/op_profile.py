@@ -43,6 +43,7 @@ class OpTiming:
     name: str  # first output tensor name
     times_called: int = 1  # per model invocation
     kernels: tuple[tuple[str, float], ...] = ()  # device kind: (kernel name, avg us) per kernel the node launched
+    kernel_launches: tuple[tuple[str, int], ...] = ()  # device kind: (kernel name, launches per invocation)
 
 
 @dataclass

@@ -87,20 +87,27 @@ def profile_sections(prof: OpProfile, whole_model_avg_us: float, top: int = 10) 
 
 def kernel_summary(prof: OpProfile, total_us: float) -> list[str]:
     """The "Summary by kernel" section: device time per kernel name over all nodes (``[nodes]``: how many nodes
-    launch it). It splits multi-launch nodes: a Winograd conv's transforms vs its batched GEMM, attention's passes."""
+    launch it, ``[launches]``: how often per invocation, e.g. a Winograd conv run in bands of tiles launches its
+    transforms once per band). It splits multi-launch nodes: a Winograd conv's transforms vs its batched GEMM,
+    attention's passes."""
     ms: dict[str, float] = defaultdict(float)
     nodes: dict[str, int] = defaultdict(int)
+    launches: dict[str, int] = defaultdict(int)
     for op in prof.ops:
+        counts = dict(op.kernel_launches)
         for name, us in op.kernels:
             ms[name] += us
             nodes[name] += 1
+            launches[name] += counts.get(name, 1)
     lines = [_section("Summary by kernel"),
-             "\t{:>28}\t{:>9}\t{:>9}\t{:>9}\t{:>9}".format("[kernel]", "[nodes]", "[avg ms]", "[avg %]", "[cdf %]")]
+             "\t{:>28}\t{:>9}\t{:>10}\t{:>9}\t{:>9}\t{:>9}".format("[kernel]", "[nodes]", "[launches]", "[avg ms]",
+                                                                   "[avg %]", "[cdf %]")]
     cdf = 0.0
     for name, us in sorted(ms.items(), key=lambda kv: -kv[1]):
         pct = 100.0 * us / total_us if total_us > 0 else 0.0
         cdf += pct
-        lines.append("\t{:>28}\t{:>9}\t{:>9.3f}\t{:>8.3f}%\t{:>8.3f}%".format(name[:28], nodes[name], us / 1e3, pct, cdf))
+        lines.append("\t{:>28}\t{:>9}\t{:>10}\t{:>9.3f}\t{:>8.3f}%\t{:>8.3f}%".format(
+            name[:28], nodes[name], launches[name], us / 1e3, pct, cdf))
     lines.append("")
     return lines
 
