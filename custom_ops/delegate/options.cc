@@ -245,8 +245,8 @@ Status ParseDelegateOptions(const char* const* keys, const char* const* values, 
       if (!ParseGlLimits(std::string(value), &out->gl_limits)) {
         return Status::Error("option gl_limits='" + std::string(value) +
                              "' is malformed; expected key=N pairs of shared_bytes, invocations, group_size_x, storage_blocks, "
-                             "storage_block_bytes, "
-                             "compute_units (N >= 1) and pbuffer=1, e.g. shared_bytes=16384,invocations=128");
+                             "storage_block_bytes, compute_units (N >= 1) and pbuffer=1, e.g. "
+                             "shared_bytes=16384,invocations=128");
       }
     } else if (key == "opencl_limits") {
       if (!ParseOpenClLimits(std::string(value), &out->opencl_limits)) {

@@ -237,7 +237,6 @@ Status MakeSdGroupNorm(const Device& dev, const GroupNormAttrs& attrs, const Dim
     return Status::Ok();
   }
   u->nhwc_ = nullptr;
-  u->wg2_ = kGroupNormWg2;
   while (u->wg2_ > dev.max_work_group_size()) u->wg2_ /= 2;
   if (u->count_ > kGroupNormChunk && u->wg2_ >= kGroupNormWg2Min &&
       dev.GetKernel("group_norm_partial", &u->partial_).ok() &&
