@@ -248,6 +248,13 @@ class Device {
   // Host writes (Upload) that first waited for launches still reading their buffer (GL: glBufferSubData is not
   // ordered after earlier shader reads); -1 where the backend's queue orders them itself (OpenCL's in-order queue).
   virtual long long upload_waits() const { return -1; }
+  // Those of them that waited for every launch issued (GL: glFinish), not for a fence after the launch reading the
+  // buffer; -1 where upload_waits is.
+  virtual long long upload_drains() const { return -1; }
+  // Staging buffers the weight set-up takes turns with (DeviceStaging): 1 where the queue orders a host write after
+  // the launches reading its buffer (OpenCL); 2 where such a write has to wait for them (GL), so that the upload of
+  // the next weight goes into the buffer the launch before last read, not the one the last launch is still reading.
+  virtual int staging_buffers() const { return 1; }
   // While one lives, GetKernel requests are tuning candidates (TileTuner): a lazy backend builds each only when it is
   // first launched, so candidates the tuning budget never reaches cost nothing.
   class SpeculativeKernels {

@@ -54,7 +54,8 @@ std::string GpuBackend::ExtraStatsJson() const {
        ",\"tiles_tuned\":" + std::to_string(device_->tuning(Device::Tuning::kTuned)) +
        ",\"tiles_from_cache\":" + std::to_string(device_->tuning(Device::Tuning::kFromCache)) +
        ",\"tiles_untuned\":" + std::to_string(device_->tuning(Device::Tuning::kUntuned)) +
-       ",\"upload_waits\":" + std::to_string(device_->upload_waits());
+       ",\"upload_waits\":" + std::to_string(device_->upload_waits()) +
+       ",\"upload_drains\":" + std::to_string(device_->upload_drains());
   return j;
 }
 

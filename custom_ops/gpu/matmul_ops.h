@@ -180,8 +180,10 @@ Status LaunchTiledGemm(const Device& dev, const TilePlan& plan, const GemmShape&
                        int ln_colsums = -1, float ln_eps = 0.0f);
 
 // Device memory that device-side weight producers upload the model's bytes into before a kernel transforms them
-// (PackedWeights::DeviceProducer): one buffer reused by consecutive producers -- commands run in submission order,
-// so an upload waits for the kernel that read the previous contents -- and grown when a larger one comes.
+// (PackedWeights::DeviceProducer): Device::staging_buffers() buffers taken in turn by consecutive producers, each
+// grown when a larger weight comes. OpenCL's queue runs an upload after the kernel that read the buffer's previous
+// contents, so one does; GL's host writes wait for that kernel, so two let the next weight go up while the last one
+// is transformed.
 class DeviceStaging {
  public:
   // `ring`: upload through the device's UploadRing where it has one (PrepareWeights' shared staging; a weight made
@@ -194,7 +196,9 @@ class DeviceStaging {
   Status Scratch(const Device& dev, size_t bytes, const Buffer** out);
 
  private:
-  std::unique_ptr<Buffer> buffer_, scratch_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;  // Device::staging_buffers() of them, used in turn
+  size_t next_ = 0;
+  std::unique_ptr<Buffer> scratch_;
   bool want_ring_ = false;
   std::unique_ptr<Device::UploadRing> ring_;  // made at the first Upload; declared last: its writes end first
 };

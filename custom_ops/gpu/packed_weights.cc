@@ -32,21 +32,24 @@ void TransposeInto(const float* src, int rows, int cols, float* dst) {
 }
 
 Status DeviceStaging::Upload(const Device& dev, const void* src, size_t bytes, const Buffer** out) {
-  if (!buffer_ || buffer_->bytes() < bytes) {
-    buffer_.reset();  // a launch still reading it keeps it alive (OpenCL / GL release deferred)
-    SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(bytes, &buffer_));
+  if (buffers_.empty()) buffers_.resize(static_cast<size_t>(std::max(1, dev.staging_buffers())));
+  std::unique_ptr<Buffer>& buffer = buffers_[next_];
+  next_ = (next_ + 1) % buffers_.size();
+  if (!buffer || buffer->bytes() < bytes) {
+    buffer.reset();  // a launch still reading it keeps it alive (OpenCL / GL release deferred)
+    SDGPU_RETURN_IF_ERROR(dev.CreateBuffer(bytes, &buffer));
   }
   if (want_ring_) {
     want_ring_ = false;
     ring_ = dev.CreateUploadRing();
   }
   if (ring_) {
-    SDGPU_RETURN_IF_ERROR(ring_->Upload(*buffer_, 0, bytes, src));
+    SDGPU_RETURN_IF_ERROR(ring_->Upload(*buffer, 0, bytes, src));
     dev.NoteRingUploadBytes(bytes);
   } else {
-    SDGPU_RETURN_IF_ERROR(dev.Upload(*buffer_, 0, bytes, src, /*blocking=*/false));
+    SDGPU_RETURN_IF_ERROR(dev.Upload(*buffer, 0, bytes, src, /*blocking=*/false));
   }
-  *out = buffer_.get();
+  *out = buffer.get();
   return Status::Ok();
 }
 

@@ -14,6 +14,7 @@
 #include "delegate/memory_planner.h"
 #include "gpu/op_util.h"
 
+
 namespace sdgpu::gl {
 namespace {
 
@@ -220,6 +221,7 @@ GlDevice::~GlDevice() {
   GlScope scope(*ctx_, false);
   if (!scope.status().ok()) return;  // the context frees everything when it dies
   const GlApi& a = api();
+  DropFencesThrough(UINT64_MAX);
   for (auto& [key, p] : programs_) a.glDeleteProgram(p.id);
   if (!all_queries_.empty()) a.glDeleteQueriesEXT(static_cast<GLsizei>(all_queries_.size()), all_queries_.data());
   (void)GlCheck(a, "deleting programs");
@@ -305,22 +307,85 @@ Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, 
   SDGPU_RETURN_IF_ERROR(scope.status());
   const GlApi& a = api();
   const auto& buf = static_cast<const GlBuffer&>(buffer);
-  // A launch not yet known complete may still read this buffer (weight set-up refills one staging buffer per
-  // weight, partitions refill their inputs): glMemoryBarrier orders earlier shader *writes* before glBufferSubData,
-  // not earlier shader reads. NVIDIA's GL overwrote staged weights under the kernels still packing or transforming
-  // the previous one: the SD1.5 UNet b2, fused or fused + Winograd, came out 1e-2 .. 8e-2 wrong in about half of
-  // the processes (H200, BENCHMARKS.md), right in every one with this wait. Wait for the launches first.
+  // A launch not yet known complete may still read this buffer (weight set-up refills its staging buffers, partitions
+  // refill their inputs): glMemoryBarrier orders earlier shader *writes* before a host write, not earlier shader
+  // reads. NVIDIA's GL overwrote staged weights under the kernels still packing or transforming the previous one:
+  // the SD1.5 UNet b2, fused or fused + Winograd, came out 1e-2 .. 8e-2 wrong in about half of the processes (H200,
+  // BENCHMARKS.md), right in every one with this wait. Wait for that launch first.
   if (buf.last_launch() > finished_launches_) {
+    SDGPU_RETURN_IF_ERROR(WaitForLaunch(buf.last_launch()));
+    ++upload_waits_;
+  }
+  // A fence after the launches so far: a later upload into a buffer one of them reads waits for it alone, not for
+  // the launches issued after it. The weight set-up takes two staging buffers in turn (staging_buffers), so the
+  // refill of one waits for the transform that read it a weight ago, while the last weight's transform still runs:
+  // with a glFinish per weight, SD1.5's three models' set-ups waited 0.5-0.7 s in all on the H200, 0.05-0.07 s so.
+  if (launches_ > finished_launches_ && (upload_fences_.empty() || upload_fences_.back().first < launches_)) {
+    GLsync sync = a.glFenceSync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0);
+    SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFenceSync"));
+    if (sync != nullptr) upload_fences_.emplace_back(launches_, sync);
+    constexpr size_t kMaxFences = 64;  // (a wait for an older launch then takes the oldest fence kept)
+    if (upload_fences_.size() > kMaxFences) {
+      a.glDeleteSync(upload_fences_.front().second);
+      upload_fences_.pop_front();
+    }
+  }
+  a.glBindBuffer(GL_COPY_WRITE_BUFFER, buf.id());
+  // A large write (the weights) is copied into the mapped range on all host cores: glBufferSubData is one thread's
+  // memcpy inside the driver, and while one model's set-up sits in it, the other models' set-ups (their own
+  // contexts, on other threads) wait for the driver too (H200: a warm GL start's first PNG 4.4-4.9 -> 4.0-4.4 s).
+  // The range was waited for above, so mapping it needs no implicit wait; glBufferSubData copies `src` before it
+  // returns either way, so a non-blocking upload needs nothing more.
+  constexpr size_t kMappedBytes = size_t{4} << 20;
+  bool written = false;
+  if (bytes >= kMappedBytes) {
+    void* dst = a.glMapBufferRange(GL_COPY_WRITE_BUFFER, static_cast<GLintptr>(offset),
+                                   static_cast<GLsizeiptr>(bytes), GL_MAP_WRITE_BIT | GL_MAP_INVALIDATE_RANGE_BIT);
+    if (dst != nullptr) {
+      gpu::HostParallelRanges(static_cast<int64_t>(bytes), int64_t{1} << 20, true, [&](int64_t b, int64_t e) {
+        std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, static_cast<size_t>(e - b));
+      });
+      written = a.glUnmapBuffer(GL_COPY_WRITE_BUFFER) != 0;  // 0: the store was lost (written again below)
+    }
+    a.glGetError();  // a refused mapping falls back to glBufferSubData
+  }
+  if (!written) {
+    a.glBufferSubData(GL_COPY_WRITE_BUFFER, static_cast<GLintptr>(offset), static_cast<GLsizeiptr>(bytes), src);
+  }
+  a.glBindBuffer(GL_COPY_WRITE_BUFFER, 0);
+  return GlCheck(a, written ? "writing a mapped buffer range" : "glBufferSubData");
+}
+
+Status GlDevice::WaitForLaunch(uint64_t launch) const {
+  const GlApi& a = api();
+  DropFencesThrough(launch - 1);  // those end before `launch`
+  if (upload_fences_.empty()) {  // none made since: every launch
     a.glFinish();
     SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFinish (before refilling a buffer a launch reads)"));
     finished_launches_ = launches_;
-    ++upload_waits_;
+    DropFencesThrough(launches_);
+    ++upload_drains_;
+    return Status::Ok();
   }
-  a.glBindBuffer(GL_COPY_WRITE_BUFFER, buf.id());
-  // glBufferSubData copies `src` before it returns, so a non-blocking upload needs nothing more.
-  a.glBufferSubData(GL_COPY_WRITE_BUFFER, static_cast<GLintptr>(offset), static_cast<GLsizeiptr>(bytes), src);
-  a.glBindBuffer(GL_COPY_WRITE_BUFFER, 0);
-  return GlCheck(a, "glBufferSubData");
+  const auto [covered, sync] = upload_fences_.front();
+  for (;;) {  // (the first wait flushes the commands before the fence, so it completes)
+    const GLenum r = a.glClientWaitSync(sync, GL_SYNC_FLUSH_COMMANDS_BIT, GLuint64{100} * 1000000);
+    if (r == GL_ALREADY_SIGNALED || r == GL_CONDITION_SATISFIED) break;
+    if (r != GL_TIMEOUT_EXPIRED) {
+      const Status s = GlCheck(a, "glClientWaitSync (before refilling a buffer a launch reads)");
+      return s.ok() ? Status::Error("gl: glClientWaitSync failed (GL_WAIT_FAILED)") : s;
+    }
+  }
+  finished_launches_ = std::max(finished_launches_, covered);
+  DropFencesThrough(covered);
+  return Status::Ok();
+}
+
+void GlDevice::DropFencesThrough(uint64_t launches) const {
+  while (!upload_fences_.empty() && upload_fences_.front().first <= launches) {
+    api().glDeleteSync(upload_fences_.front().second);
+    upload_fences_.pop_front();
+  }
 }
 
 Status GlDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t bytes, void* dst) const {
@@ -833,6 +898,7 @@ Status GlDevice::Finish() const {
   a.glFinish();
   SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFinish"));
   finished_launches_ = launches_;
+  DropFencesThrough(launches_);
   return pending_timers_.empty() ? Status::Ok() : ResolveTimers();
 }
 

@@ -52,6 +52,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <deque>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -111,6 +112,8 @@ class GlDevice final : public gpu::Device {
     return c;
   }
   long long upload_waits() const override { return upload_waits_; }
+  long long upload_drains() const override { return upload_drains_; }
+  int staging_buffers() const override { return 2; }
 
   Status CreateBuffer(size_t bytes, std::unique_ptr<gpu::Buffer>* out) const override;
   // An arena above the storage block size is bound per argument as a range (glBindBufferRange) that starts at the
@@ -183,6 +186,7 @@ class GlDevice final : public gpu::Device {
   mutable std::atomic<long long> programs_built_{0};   // compiled, or read from the delegate cache (programs_built)
   mutable std::atomic<long long> programs_shared_{0};  // binaries another GL delegate of the process compiled meanwhile
   mutable std::atomic<long long> upload_waits_{0};     // uploads that first waited for launches reading their buffer
+  mutable std::atomic<long long> upload_drains_{0};    // of them, those that waited for every launch (glFinish)
   GLint max_invocations_ = 0;
   GLint shared_bytes_ = 0;  // GL_MAX_COMPUTE_SHARED_MEMORY_SIZE
   std::array<GLint, 3> max_group_count_ = {0, 0, 0};
@@ -210,7 +214,13 @@ class GlDevice final : public gpu::Device {
   mutable std::array<std::pair<uint64_t, size_t>, 16> bound_ = {};
   mutable uint64_t buffer_serial_ = 0;           // last serial handed out (CreateBuffer)
   mutable uint64_t launches_ = 0;                // Launch calls so far
-  mutable uint64_t finished_launches_ = 0;       // launches known complete (the last glFinish)
+  mutable uint64_t finished_launches_ = 0;       // launches known complete (a glFinish or an upload fence)
+  // Fences made by Upload, oldest first: (launches issued before it, sync). An upload into a buffer that a launch
+  // still reads waits for the oldest fence after that launch instead of for every launch (glFinish).
+  mutable std::deque<std::pair<uint64_t, GLsync>> upload_fences_;
+  // The caller holds a GlScope: returns once launch `launch` is complete.
+  Status WaitForLaunch(uint64_t launch) const;
+  void DropFencesThrough(uint64_t launches) const;  // deletes the fences covering no launch after `launches`
 };
 
 }  // namespace sdgpu::gl
