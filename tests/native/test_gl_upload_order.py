@@ -3,7 +3,7 @@ nothing orders it after earlier shader *reads*: refilling a buffer that a launch
 launch sees. The weight set-up refills one staging buffer per weight while the previous weight's packing / Winograd
 transform may still run, and a partition refills its inputs after the previous invoke's launches. On the H200 the
 SD1.5 UNet b2 (fused, and fused + Winograd) came out 1e-2 .. 8e-2 wrong on GL in about half of the processes; with a
-glFinish before such a refill, right in every one (BENCHMARKS.md, "A GL race in the weight set-up").
+glFinish before such a refill, right in every one (docs/benchmarks-history/2026-11-30-h200-gl-weight-set-up-race.md).
 
 llvmpipe orders these writes itself, so the wrong numbers cannot be reproduced here; what is asserted is that the
 backend waits where the hazard is (stats ``upload_waits``: host writes that first waited for the launches still
