@@ -253,7 +253,8 @@ class Device {
   virtual long long upload_drains() const { return -1; }
   // Staging buffers the weight set-up takes turns with (DeviceStaging): 1 where the queue orders a host write after
   // the launches reading its buffer (OpenCL); 2 where such a write has to wait for them (GL), so that the upload of
-  // the next weight goes into the buffer the launch before last read, not the one the last launch is still reading.
+  // the next weight goes into the buffer the launch before last read, not the one the last launch is still reading
+  // (for one more buffer of the largest such weight's bytes while the set-up runs).
   virtual int staging_buffers() const { return 1; }
   // While one lives, GetKernel requests are tuning candidates (TileTuner): a lazy backend builds each only when it is
   // first launched, so candidates the tuning budget never reaches cost nothing.

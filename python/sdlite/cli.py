@@ -153,7 +153,8 @@ _SETUP_STATS = ("setup_phases_ms", "setup_programs_us", "programs_built", "progr
                 "setup_weights_host_us", "setup_weights_upload_us", "setup_tuning_us", "weights_on_device",
                 "weights_on_host", "cache_dir", "cache_hits", "cache_misses", "cache_rejected", "cache_stores",
                 "tiles_tuned", "tiles_from_cache", "tiles_untuned", "device_weight_bytes", "max_arena_bytes",
-                "host_pages_released_bytes", "upload_ring_bytes", "max_host_weight_bytes")
+                "host_pages_released_bytes", "upload_ring_bytes", "max_host_weight_bytes", "upload_waits",
+                "upload_drains")
 
 
 def _startup_record(interp: Any, timeline: Any, early_device_s: float | None = None) -> dict[str, Any]:

@@ -86,6 +86,24 @@ def test_opencl_startup_records_say_which_programs_a_model_took_from_the_others(
     assert delegates["text_encoder"]["programs_shared"] + delegates["vae_decoder"]["programs_shared"] > 0, delegates
 
 
+def test_gl_startup_records_count_the_set_up_waits(capsys, tiny_export: Path, tmp_path: Path) -> None:
+    """GL: a weight set-up refill waits on a fence after the launch that read its staging buffer (upload_waits), never
+    for every launch (upload_drains; GlDevice::Upload); only an invoke's input refill after the previous invoke
+    may drain, once. OpenCL's in-order queue needs neither (-1)."""
+    models = {}
+    for backend in ("gl", "opencl"):
+        rc, out, err = run_cli(capsys, "generate", tiny_export, "-p", "a cat", "-o", tmp_path / f"{backend}.png",
+                               "--json", "--backend", backend, "--delegate-options", "cache_dir:none", *FAST)
+        assert rc == 0, err
+        models[backend] = json.loads(out)["startup"]["models"]
+    unet, calls = models["gl"]["unet"]["delegate"], models["gl"]["unet"]["calls"]
+    # tens of set-up waits, then one wait per later invoke; at most those later ones drained (the first of them may
+    # find a fence after the launch it waits for, made by the first invoke's own input upload)
+    assert unet["upload_waits"] >= 10 + (calls - 1) and unet["upload_drains"] <= calls - 1, (unet, calls)
+    assert all((m["delegate"]["upload_waits"], m["delegate"]["upload_drains"]) == (-1, -1)
+               for m in models["opencl"].values()), models["opencl"]
+
+
 def test_long_prompt_warns_on_one_line(capsys, tiny_export: Path, tmp_path: Path) -> None:
     rc, _, err = run_cli(capsys, "generate", tiny_export, "-p", " ".join(["cat"] * 80), "-o",
                          tmp_path / "x.png", "--steps", "1", "--no-progress")
