@@ -14,7 +14,6 @@
 #include "delegate/memory_planner.h"
 #include "gpu/op_util.h"
 
-
 namespace sdgpu::gl {
 namespace {
 
@@ -311,7 +310,8 @@ Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, 
   // refill their inputs): glMemoryBarrier orders earlier shader *writes* before a host write, not earlier shader
   // reads. NVIDIA's GL overwrote staged weights under the kernels still packing or transforming the previous one:
   // the SD1.5 UNet b2, fused or fused + Winograd, came out 1e-2 .. 8e-2 wrong in about half of the processes (H200,
-  // BENCHMARKS.md), right in every one with this wait. Wait for that launch first.
+  // docs/benchmarks-history/2026-11-30-h200-gl-weight-set-up-race.md), right in every one with this wait. Wait for
+  // that launch first.
   if (buf.last_launch() > finished_launches_) {
     SDGPU_RETURN_IF_ERROR(WaitForLaunch(buf.last_launch()));
     ++upload_waits_;
@@ -319,7 +319,7 @@ Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, 
   // A fence after the launches so far: a later upload into a buffer one of them reads waits for it alone, not for
   // the launches issued after it. The weight set-up takes two staging buffers in turn (staging_buffers), so the
   // refill of one waits for the transform that read it a weight ago, while the last weight's transform still runs:
-  // with a glFinish per weight, SD1.5's three models' set-ups waited 0.5-0.7 s in all on the H200, 0.05-0.07 s so.
+  // with a glFinish per weight, SD1.5's three models' set-ups waited 0.59-0.71 s in all on the H200, 0.05-0.19 s so.
   if (launches_ > finished_launches_ && (upload_fences_.empty() || upload_fences_.back().first < launches_)) {
     GLsync sync = a.glFenceSync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0);
     SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFenceSync"));

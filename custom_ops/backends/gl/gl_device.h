@@ -52,9 +52,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <deque>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
