@@ -363,14 +363,22 @@ def use_library(path: Path | str) -> Iterator[Path]:
         _LIBRARY.reset(token)
 
 
-def _package_dirs() -> list[Path]:
+@lru_cache(maxsize=1)
+def _package_dirs() -> tuple[Path, ...]:
     import sdlite  # the package this module lives in; imported lazily
 
     dirs = [Path(p) for p in getattr(sdlite, "__path__", [])]
     here = Path(__file__).resolve().parent
     if here not in dirs:
         dirs.append(here)
-    return dirs
+    return tuple(dirs)
+
+
+@lru_cache(maxsize=16)
+def _resolved(path: str) -> Path:
+    """``Path(path).resolve()``, once per path: model validation asks for the library once per fused op (hundreds
+    in SD1.5's UNet), and each resolve walks every component of the path with lstat."""
+    return Path(path).resolve()
 
 
 def delegate_path() -> Path:
@@ -385,12 +393,12 @@ def delegate_path() -> Path:
             path = path / LIBRARY_NAME
         if not path.is_file():
             raise NativeDelegateError(f"{ENV_DELEGATE_PATH}={override} does not point to {LIBRARY_NAME}")
-        return path.resolve()
+        return _resolved(str(path))
     searched = _package_dirs()
     for directory in searched:
         candidate = directory / LIBRARY_NAME
         if candidate.is_file():
-            return candidate.resolve()
+            return _resolved(str(candidate))
     where = ", ".join(str(d) for d in searched)
     raise NativeDelegateError(
         f"{LIBRARY_NAME} not found (searched {where}); build it with "
