@@ -179,27 +179,11 @@ def _tflite_build(path: Path | str | None, content: bytes | None, label: str) ->
         raise InvalidModelError(f"{label}: TFLite cannot build it: {log.summary(failure)}")
 
 
-_DEFAULT_RECORD = object()
-
-
 def validate_model(path: Path | str | None = None, *, content: bytes | None = None,
-                   label: str | None = None, record: Path | None | object = _DEFAULT_RECORD) -> ModelInfo:
-    """:func:`check_model`, refusing a model with an invalid fused op too; returns the model's facts.
-
-    A file that passed before and has not changed since (:mod:`sdlite.check_record`) is not walked again: its facts
-    come from ``record`` (a folder; default :func:`sdlite.check_record.default_folder`, None: always check)."""
-    from sdlite import check_record
-
-    folder = check_record.default_folder() if record is _DEFAULT_RECORD else record
-    key = None
-    if content is None and path is not None and isinstance(folder, Path):
-        key = check_record.key_of(Path(path))
-        if key is not None and (known := check_record.recall(folder, key, Path(path))) is not None:
-            return known
+                   label: str | None = None) -> ModelInfo:
+    """:func:`check_model`, refusing a model with an invalid fused op too; returns the model's facts."""
     result = check_model(path, content=content, label=label)
     result.raise_for_fused()
-    if key is not None and isinstance(folder, Path):
-        check_record.remember(folder, key, result.info)
     return result.info
 
 
