@@ -3,7 +3,8 @@ its own context) compile each program once (backends/gl/shared_binaries.h): a de
 one is compiling waits for it and loads its binary (stats programs_shared) instead of compiling it too. On llvmpipe:
 two delegates run the tiny fused + Winograd UNet from two threads released together, with an empty delegate cache;
 together they compile exactly the programs one delegate compiles alone, at least one program comes from the other
-delegate, and both give the lone delegate's outputs bit for bit."""
+delegate (while it compiles, or through the cache once it stored it), and both give the lone delegate's outputs bit
+for bit."""
 from __future__ import annotations
 
 import threading
@@ -53,7 +54,10 @@ def test_two_gl_delegates_compile_each_program_once(tiny_fused_winograd_models: 
     stats = [results[k][1] for k in range(2)]
     compiled = sum(s["cache_stores"]["program"] for s in stats)
     assert compiled == compiled_alone, stats  # no program compiled twice
-    assert sum(s["programs_shared"] for s in stats) >= 1, stats
+    # at least one program came from the other delegate: taken while it was compiling it (programs_shared) or read
+    # from the cache it had just stored (cache_hits) -- which of the two depends on how the threads interleave (a
+    # loaded CI machine gave 0 shared and 2 hits once); what must not happen is a second compile (above)
+    assert sum(s["programs_shared"] + s["cache_hits"]["program"] for s in stats) >= 1, stats
     for s in stats:  # each has every program: compiled, read from the cache, or taken from the other
         assert s["programs_built"] + s["programs_shared"] == compiled_alone, s
     for out, _ in results.values():
