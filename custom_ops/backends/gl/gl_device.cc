@@ -19,6 +19,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Blocks until `sync` is signalled (the caller holds a GlScope); `what` names the wait in an error. The first wait
+// flushes the commands before the fence, so it completes.
+Status WaitForSync(const GlApi& a, GLsync sync, const char* what) {
+  for (;;) {
+    const GLenum r = a.glClientWaitSync(sync, GL_SYNC_FLUSH_COMMANDS_BIT, GLuint64{100} * 1000000);
+    if (r == GL_ALREADY_SIGNALED || r == GL_CONDITION_SATISFIED) return Status::Ok();
+    if (r != GL_TIMEOUT_EXPIRED) {
+      const Status s = GlCheck(a, what);
+      return s.ok() ? Status::Error("gl: glClientWaitSync failed (GL_WAIT_FAILED)") : s;
+    }
+  }
+}
+
 // An SSBO; holds the context so it can be deleted after the device (the context dies with its last user).
 class GlBuffer final : public gpu::Buffer {
  public:
@@ -318,8 +331,9 @@ Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, 
   }
   // A fence after the launches so far: a later upload into a buffer one of them reads waits for it alone, not for
   // the launches issued after it. The weight set-up takes two staging buffers in turn (staging_buffers), so the
-  // refill of one waits for the transform that read it a weight ago, while the last weight's transform still runs:
-  // with a glFinish per weight, SD1.5's three models' set-ups waited 0.59-0.71 s in all on the H200, 0.05-0.19 s so.
+  // refill of one waits for the transform that read it a weight ago, while the last weight's transform still runs
+  // (a glFinish per weight made SD1.5's set-ups, three at once on their own contexts, wait for each other's work:
+  // BENCHMARKS.md, "GL's weight set-up without a drain per weight").
   if (launches_ > finished_launches_ && (upload_fences_.empty() || upload_fences_.back().first < launches_)) {
     GLsync sync = a.glFenceSync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0);
     SDGPU_RETURN_IF_ERROR(GlCheck(a, "glFenceSync"));
@@ -333,7 +347,7 @@ Status GlDevice::Upload(const gpu::Buffer& buffer, size_t offset, size_t bytes, 
   a.glBindBuffer(GL_COPY_WRITE_BUFFER, buf.id());
   // A large write (the weights) is copied into the mapped range on all host cores: glBufferSubData is one thread's
   // memcpy inside the driver, and while one model's set-up sits in it, the other models' set-ups (their own
-  // contexts, on other threads) wait for the driver too (H200: a warm GL start's first PNG 4.4-4.9 -> 4.0-4.4 s).
+  // contexts, on other threads) wait for the driver too (the same BENCHMARKS.md section).
   // The range was waited for above, so mapping it needs no implicit wait; glBufferSubData copies `src` before it
   // returns either way, so a non-blocking upload needs nothing more.
   constexpr size_t kMappedBytes = size_t{4} << 20;
@@ -368,14 +382,7 @@ Status GlDevice::WaitForLaunch(uint64_t launch) const {
     return Status::Ok();
   }
   const auto [covered, sync] = upload_fences_.front();
-  for (;;) {  // (the first wait flushes the commands before the fence, so it completes)
-    const GLenum r = a.glClientWaitSync(sync, GL_SYNC_FLUSH_COMMANDS_BIT, GLuint64{100} * 1000000);
-    if (r == GL_ALREADY_SIGNALED || r == GL_CONDITION_SATISFIED) break;
-    if (r != GL_TIMEOUT_EXPIRED) {
-      const Status s = GlCheck(a, "glClientWaitSync (before refilling a buffer a launch reads)");
-      return s.ok() ? Status::Error("gl: glClientWaitSync failed (GL_WAIT_FAILED)") : s;
-    }
-  }
+  SDGPU_RETURN_IF_ERROR(WaitForSync(a, sync, "glClientWaitSync (before refilling a buffer a launch reads)"));
   finished_launches_ = std::max(finished_launches_, covered);
   DropFencesThrough(covered);
   return Status::Ok();
@@ -863,14 +870,7 @@ class GlFence final : public gpu::Fence {
   Status Wait() const override {
     GlScope scope(ctx_, true);
     SDGPU_RETURN_IF_ERROR(scope.status());
-    for (;;) {  // (the first wait flushes the commands before the fence, so it completes)
-      const GLenum r = api_.glClientWaitSync(sync_, GL_SYNC_FLUSH_COMMANDS_BIT, GLuint64{100} * 1000000);
-      if (r == GL_ALREADY_SIGNALED || r == GL_CONDITION_SATISFIED) return Status::Ok();
-      if (r != GL_TIMEOUT_EXPIRED) {
-        const Status s = GlCheck(api_, "glClientWaitSync");
-        return s.ok() ? Status::Error("gl: glClientWaitSync failed (GL_WAIT_FAILED)") : s;
-      }
-    }
+    return WaitForSync(api_, sync_, "glClientWaitSync");
   }
 
  private:
