@@ -40,7 +40,8 @@
 //   activations_fp16   gpu backends: "1" stores the partition's float tensors (activations, and the float constants
 //                      ops read like them) as half: half the arena's bytes and of the memory traffic the
 //                      paper names as the bottleneck; arithmetic stays fp32, inputs and outputs stay float32
-//                      (converted at the partition's edge). A node whose kernels keep float storage runs on the
+//                      (converted at the partition's edge). The coarsest level of an image model keeps float32
+//                      storage (gpu/storage_islands.h). A node whose kernels keep float storage runs on the
 //                      CPU, with the reason logged. "0" (default) keeps float32.
 //   attention_key_splits  gpu backends: key ranges per SdAttention query block (flash, row-wise tilings), merged
 //                      by one more launch; "0" (default) = the measured rule (AttnKeySplits, ops/attention/gpu.cc),

@@ -171,9 +171,34 @@ class Device {
   // AttnTiling::before names (gpu/attention_tiling.cc kAttnTilings). Empty by default.
   virtual std::vector<AttnTiling> vendor_attention_tilings() const { return {}; }
   // Activation storage (delegate option activations_fp16): the partition's float tensors are stored as half and
-  // the kernels are built with SD_ACT_HALF=1 (gpu/dialect/README.md). Fixed when the device is created.
-  bool act_half() const { return act_half_; }
-  size_t act_bytes() const { return act_half_ ? 2 : 4; }
+  // the kernels are built with SD_ACT_HALF=1 (gpu/dialect/README.md). Fixed when the device is created, except
+  // inside a StorageScope on this thread.
+  bool act_half() const { return scope_device_ == this ? scope_half_ : act_half_; }
+  size_t act_bytes() const { return act_half() ? 2 : 4; }
+  // The device's own storage, whatever scope is open (the delegate option).
+  bool default_act_half() const { return act_half_; }
+  // While one lives, this thread's act_half() on `dev` says `half`, and GetKernel / HasKernel resolve names in the
+  // programs built for that storage: a partition keeping some steps in float32 storage under activations_fp16
+  // (gpu/partition.h, "Float storage islands") builds and enqueues those steps' ops inside one. Ops read the storage
+  // where they read it today (act_half(), their kernels), so no op takes a storage parameter. Scopes nest.
+  class StorageScope {
+   public:
+    StorageScope(const Device& dev, bool half)
+        : prev_device_(scope_device_), prev_half_(scope_half_) {
+      scope_device_ = &dev;
+      scope_half_ = half;
+    }
+    ~StorageScope() {
+      scope_device_ = prev_device_;
+      scope_half_ = prev_half_;
+    }
+    StorageScope(const StorageScope&) = delete;
+    StorageScope& operator=(const StorageScope&) = delete;
+
+   private:
+    const Device* prev_device_;
+    bool prev_half_;
+  };
 
   virtual Status CreateBuffer(size_t bytes, std::unique_ptr<Buffer>* out) const = 0;
   // A partition's arena: many tensors of 4-byte elements at element offsets. It may be larger than one kernel
@@ -384,6 +409,8 @@ class Device {
 
  private:
   bool act_half_ = false;
+  inline static thread_local const Device* scope_device_ = nullptr;  // StorageScope
+  inline static thread_local bool scope_half_ = false;
   mutable std::atomic<size_t> weight_bytes_{0};
   mutable std::atomic<long long> host_weight_bytes_{0};
   mutable std::atomic<long long> max_host_weight_bytes_{0};

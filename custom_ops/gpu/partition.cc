@@ -19,6 +19,7 @@
 #include "gpu/gpu_backend.h"
 #include "gpu/op_factories.h"
 #include "gpu/op_util.h"
+#include "gpu/storage_islands.h"
 #include "gpu/weight_prep.h"
 
 namespace sdgpu::gpu {
@@ -172,10 +173,55 @@ Status GpuPartition::TensorOf(abi::TfLiteContext* context, int tensor, abi::TfLi
   return GetTensor(context, tensor, out);
 }
 
+Status GpuPartition::ChooseStorage(abi::TfLiteContext* context, const std::vector<int>& nodes, std::vector<bool>* half,
+                                   int64_t* level_pixels) const {
+  const bool default_half = device().default_act_half();
+  std::vector<IslandNode> island_nodes(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    abi::TfLiteNode* node = nullptr;
+    abi::TfLiteRegistration* reg = nullptr;
+    if (context->GetNodeAndRegistration(context, nodes[i], &node, &reg) != abi::kTfLiteOk || node == nullptr ||
+        reg == nullptr) {
+      return Status::Error("init: GetNodeAndRegistration failed for node " + std::to_string(nodes[i]));
+    }
+    IslandNode& n = island_nodes[i];
+    const int code = reg->builtin_code;
+    n.conv = code == kConv2D ||
+             (code == kCustom && reg->custom_name != nullptr && std::string(reg->custom_name) == "SdConv2DWinograd");
+    n.view = code == kReshape || code == kSqueeze || code == kExpandDims || code == kSlice;
+    for (int t : abi::IntArrayToVector(node->inputs)) {
+      abi::TfLiteTensor* tensor = nullptr;
+      const bool computed = t >= 0 && folded_.count(t) == 0 && GetTensor(context, t, &tensor).ok() &&
+                            tensor != nullptr && !IsConstant(tensor) && tensor->type == abi::kTfLiteFloat32;
+      n.inputs.push_back(computed ? t : -1);
+    }
+    if (abi::IntArraySize(node->outputs) == 1) {
+      abi::TfLiteTensor* out = nullptr;
+      n.output = node->outputs->data[0];
+      if (GetTensor(context, n.output, &out).ok() && out != nullptr) {
+        n.float_output = out->type == abi::kTfLiteFloat32;
+        n.out_dims = DimsOf(out);
+      }
+    }
+  }
+  const Islands islands = FloatIslands(island_nodes, default_half);
+  half->assign(nodes.size(), default_half);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (islands.float_storage[i]) (*half)[i] = false;
+  }
+  *level_pixels = islands.level_pixels;
+  return Status::Ok();
+}
+
 Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegateParams* params) {
   if (params == nullptr || params->nodes_to_replace == nullptr) return Status::Error("init: missing delegate params");
   SDGPU_RETURN_IF_ERROR(FoldConstantDequantizes(context, params));
-  for (int node_index : abi::IntArrayToVector(params->nodes_to_replace)) {
+  const std::vector<int> node_list = abi::IntArrayToVector(params->nodes_to_replace);
+  std::vector<bool> node_half;
+  SDGPU_RETURN_IF_ERROR(ChooseStorage(context, node_list, &node_half, &island_pixels_));
+  island_steps_ = 0;
+  for (size_t ni = 0; ni < node_list.size(); ++ni) {
+    const int node_index = node_list[ni];
     abi::TfLiteNode* node = nullptr;
     abi::TfLiteRegistration* reg = nullptr;
     if (context->GetNodeAndRegistration(context, node_index, &node, &reg) != abi::kTfLiteOk || node == nullptr) {
@@ -190,6 +236,11 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     NodeView view;
     SDGPU_RETURN_IF_ERROR(ViewStepNode(context, s, &view));
     s.name = view.desc.name;
+    s.half = node_half[ni];
+    island_steps_ += device().default_act_half() && !s.half ? 1 : 0;
+    view.desc.act_half = s.half;
+    // the op, its kernels and the sizes below in the step's storage
+    const Device::StorageScope storage(device(), s.half);
     Status st = CreateGpuOp(device(), view.desc, &s.op);
     if (!st.ok()) return Status::Error("node " + std::to_string(node_index) + " (" + s.name + "): " + st.message());
     s.elem_bytes = StoredElemBytes(view.desc.outputs[0]);
@@ -274,10 +325,10 @@ void GpuPartition::FuseTrigOfProducts(abi::TfLiteContext* context, const std::se
     NodeView view;
     std::unique_ptr<GpuOp> op;
     // otherwise (no constant operand, a fused activation: MakeMulUnary) the SIN / COS reads the stored product
-    if (!ViewStepNode(context, mul, &view).ok() ||
-        !MakeMulUnary(device(), view.desc, trig.code == kSin ? 3 : 4, &op).ok()) {
-      continue;
-    }
+    if (!ViewStepNode(context, mul, &view).ok()) continue;
+    view.desc.act_half = trig.half;
+    const Device::StorageScope storage(device(), trig.half);
+    if (!MakeMulUnary(device(), view.desc, trig.code == kSin ? 3 : 4, &op).ok()) continue;
     trig.op = std::move(op);
     trig.inputs = mul.inputs;
     // the product's other readers (or the partition's output) keep the MUL's launch
@@ -338,6 +389,7 @@ void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unorde
       if (r < 0 || t == r || p < 0 || p >= j) continue;
       Step& op = steps_[p];
       if (op.code != kFullyConnected && op.code != kConv2D && op.code != kCustom) continue;
+      if (op.half != add.half) continue;  // the op would write the ADD's output in its own storage
       // the op's output, as the ADD reads it, must BE the ADD's output: same elements, same rows of N
       // (an FC's [M, N] against a [1, M, N] ADD is fine; a broadcast of it is not)
       if (op.residual >= 0 || op.out_dims.empty() || add.out_dims.empty() ||
@@ -355,7 +407,9 @@ void GpuPartition::FuseResidualAdds(const std::set<int>& outs, const std::unorde
         if (steps_[src.slice_step].out_dims.back() != add.add_in_dims[1 - k].back() || src.row_elems > INT_MAX) continue;
         if (spec.row_stride != 0) spec.row_stride = static_cast<int>(src.row_elems);
       }
-      if (spec.rows <= 0 || !op.op->FuseResidual(device(), spec)) continue;
+      if (spec.rows <= 0) continue;
+      const Device::StorageScope storage(device(), op.half);
+      if (!op.op->FuseResidual(device(), spec)) continue;
       op.residual = read;
       op.residual_offset = src.slice_step >= 0 ? src.offset : 0;
       if (src.slice_step >= 0) {  // nothing reads the SLICE's or the views' outputs now
@@ -422,10 +476,9 @@ void GpuPartition::FuseGatedGelus(const std::set<int>& outs, const std::unordere
     const int p = SoleProducerPastView(gelu.inputs[0], outs, readers, producer, &v);
     Step* fc = p < 0 ? nullptr : &steps_[p];
     Step* view = v < 0 ? nullptr : &steps_[v];
-    if (fc == nullptr || fc->code != kFullyConnected || fc->residual >= 0 ||
-        !fc->op->FuseGatedGelu(device(), gelu.gated_gelu)) {
-      continue;
-    }
+    if (fc == nullptr || fc->code != kFullyConnected || fc->residual >= 0 || fc->half != gelu.half) continue;
+    const Device::StorageScope storage(device(), fc->half);
+    if (!fc->op->FuseGatedGelu(device(), gelu.gated_gelu)) continue;
     fc->output = gelu.output;  // the FC now writes the GELU's [..., N/2] output; its own output is never read
     fc->output_bytes = gelu.output_bytes;
     fc->out_dims = gelu.out_dims;
@@ -444,6 +497,8 @@ void GpuPartition::FuseInputNorms(const std::set<int>& outs, const std::unordere
     if (p < 0) continue;
     Step& gn = steps_[p];
     if (gn.group_norm_silu < 0 || gn.inputs.empty() || gn.inputs[0] < 0 || gn.table_bytes > 0) continue;
+    if (gn.half != conv.half) continue;
+    const Device::StorageScope storage(device(), conv.half);
     const size_t table = gn.op->NormTableBytes(device());
     if (table == 0 || !conv.op->FuseInputNorm(device(), gn.group_norm_silu == 1)) continue;
     gn.op->EmitNormTable();
@@ -471,6 +526,8 @@ void GpuPartition::FuseNormStatistics() {
       it = v.inputs.empty() ? producer.end() : producer.find(v.inputs[0]);
     }
     if (it == producer.end() || it->second >= j || claimed.count(it->second)) continue;
+    if (steps_[it->second].half != gn.half) continue;
+    const Device::StorageScope storage(device(), gn.half);
     const int chunks = steps_[it->second].op->EmitGroupStats(device(), n, positions, channels, groups);
     if (chunks <= 0) continue;
     gn.op->TakeGroupStats(chunks);
@@ -503,10 +560,9 @@ void GpuPartition::FuseLayerNorms(abi::TfLiteContext* context, const std::set<in
     const int64_t k = ln.out_dims.empty() ? 0 : ln.out_dims.back();
     const float* gamma = host_floats(ln.inputs[1], k);
     const float* beta = host_floats(ln.inputs[2], k);
-    if (gamma == nullptr || beta == nullptr || k > INT_MAX ||
-        !fc.op->FuseLayerNorm(device(), eps, gamma, beta, static_cast<int>(k))) {
-      continue;
-    }
+    if (gamma == nullptr || beta == nullptr || k > INT_MAX || fc.half != ln.half) continue;
+    const Device::StorageScope storage(device(), fc.half);
+    if (!fc.op->FuseLayerNorm(device(), eps, gamma, beta, static_cast<int>(k))) continue;
     ln.absorbed = true;  // nothing reads its output (or the view's) now
     if (view >= 0) steps_[view].absorbed = true;
     fc.inputs[0] = ln.inputs[0];  // the FC normalises x's rows as it reads them (same bytes as the view)
@@ -539,7 +595,9 @@ void GpuPartition::SplitGemmColumns(const std::set<int>& outs, const std::unorde
         part_of[r] = static_cast<int>(part);
       }
     }
-    if (!ok || !fc.op->SplitColumns(device(), static_cast<int>(n / width))) continue;
+    if (!ok) continue;
+    const Device::StorageScope storage(device(), fc.half);
+    if (!fc.op->SplitColumns(device(), static_cast<int>(n / width))) continue;
     for (size_t r = 0; r < it->second.size(); ++r) {
       Step& sl = steps_[it->second[r]];
       sl.column_block = true;
@@ -610,9 +668,11 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   externals_.clear();
   inputs_to_upload_.clear();
   size_t max_scratch = 0;
+  float_roots_.clear();
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
     Step& step = steps_[i];
     if (step.absorbed) continue;  // its producer writes its output (FuseResidualAdds, FuseGatedGelus)
+    const Device::StorageScope storage(dev, step.half);
     abi::TfLiteTensor* out = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, step.output, &out));
     if (StoredBytes(out) != step.output_bytes) {
@@ -626,6 +686,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       step.scratch_request = -1;
     } else {
       elem_bytes_[step.output] = step.elem_bytes;
+      if (out->type == abi::kTfLiteFloat32) float_roots_.insert(step.output);
       if (part_outputs.count(step.output) == 0) {
         const size_t bytes = step.table_bytes > 0 ? step.table_bytes : step.output_bytes;  // a norm table: smaller
         internal_[step.output] = planner_.Add(bytes, i, last_use_of(step.output, i));
@@ -642,8 +703,10 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       if (t < 0 || producer.count(t)) continue;
       abi::TfLiteTensor* tensor = nullptr;
       SDGPU_RETURN_IF_ERROR(TensorOf(context, t, &tensor));
-      // with half activation storage, a float input read through a float32 parameter keeps its float32 copy
-      const bool as_float32 = float32_reads.count(t) > 0 && StoredElemBytes(tensor) == 2;
+      // with half activation storage, a float input read through a float32 parameter keeps its float32 copy, and so
+      // does a constant that a float32-storage step reads (the partition's inputs are converted on the device)
+      const bool default_half = tensor->type == abi::kTfLiteFloat32 && dev.default_act_half();
+      const bool as_float32 = default_half && (float32_reads.count(t) > 0 || (!step.half && IsConstant(tensor)));
       if (as_float32 ? constants_f32_.count(t) > 0 : constants_.count(t) + externals_.count(t) > 0) continue;
       if (as_float32 && !IsConstant(tensor)) {
         return Status::Error("node " + std::to_string(step.node_index) + " (" + step.name +
@@ -654,12 +717,13 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       if (IsConstant(tensor)) {  // weights: uploaded once, kept for the interpreter's lifetime
         if (FoldedConstant* f = FoldedOf(tensor)) SDGPU_RETURN_IF_ERROR(FillFolded(f));
         const SetupTimer timer(dev, Device::Setup::kWeightsUpload);
-        SDGPU_RETURN_IF_ERROR(UploadTensor(*buf, tensor, as_float32, true));
+        SDGPU_RETURN_IF_ERROR(UploadTensor(*buf, tensor, as_float32 ? 4 : StoredElemBytes(tensor), true));
         dev.NoteWeightBytes(buf->bytes());
         if (!as_float32) elem_bytes_[t] = StoredElemBytes(tensor);
         (as_float32 ? constants_f32_ : constants_).emplace(t, std::move(buf));
-      } else {
+      } else {  // a partition input: stored as its first reader stores it
         elem_bytes_[t] = StoredElemBytes(tensor);
+        if (tensor->type == abi::kTfLiteFloat32) float_roots_.insert(t);
         externals_.emplace(t, std::move(buf));
         inputs_to_upload_.push_back(t);
       }
@@ -667,13 +731,17 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
   }
   for (int t : outputs_) {
     if (externals_.count(t)) continue;
+    auto p = producer.find(t);  // stored as the step writing it stores it
+    const Device::StorageScope storage(dev, p != producer.end() ? steps_[p->second].half : dev.default_act_half());
     std::unique_ptr<Buffer> buf;
     SDGPU_RETURN_IF_ERROR(NewBuffer(context, t, &buf));
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
     elem_bytes_[t] = StoredElemBytes(tensor);
+    if (tensor->type == abi::kTfLiteFloat32) float_roots_.insert(t);
     externals_.emplace(t, std::move(buf));
   }
+  SDGPU_RETURN_IF_ERROR(PlanConversions(context));
   SDGPU_RETURN_IF_ERROR(planner_.Plan(dev.max_buffer_bytes()));
   const size_t banks = std::max<size_t>(1, planner_.num_banks());  // (zero-byte requests refer to bank 0)
   arenas_.resize(banks);
@@ -691,7 +759,12 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
                            std::to_string(internal_.size()) + " internal tensor(s), " +
                            std::to_string(num_aliased) + " zero-copy view(s), " +
                            std::to_string(constants_.size()) + " constant buffer(s), " +
-                           std::to_string(externals_.size()) + " input/output buffer(s)");
+                           std::to_string(externals_.size()) + " input/output buffer(s)" +
+                           (island_steps_ > 0 ? "; float32 storage for " + std::to_string(island_steps_) +
+                                                    " node(s) of the coarsest level (" +
+                                                    std::to_string(island_pixels_) + " pixels), " +
+                                                    std::to_string(conversions_.size()) + " conversion(s)"
+                                              : std::string()));
   prepared_ = true;
   return Status::Ok();
 }
@@ -707,9 +780,9 @@ size_t GpuPartition::StoredBytes(const abi::TfLiteTensor* t) const {
 
 // Host-side edge conversions: a partition's inputs, outputs and constants are float32 in TFLite, half on the device
 // with activations_fp16 (a latent, an embedding, an image: small next to one UNet step's traffic).
-Status GpuPartition::UploadTensor(const Buffer& buf, const abi::TfLiteTensor* t, bool as_float32,
+Status GpuPartition::UploadTensor(const Buffer& buf, const abi::TfLiteTensor* t, size_t elem_bytes,
                                   bool blocking) const {
-  if (as_float32 || StoredElemBytes(t) != 2) {
+  if (t->type != abi::kTfLiteFloat32 || elem_bytes != 2) {
     return device().Upload(buf, 0, std::min(t->bytes, buf.bytes()), t->data.raw, blocking);
   }
   const size_t n = std::min(t->bytes / 4, buf.bytes() / 2);
@@ -720,13 +793,105 @@ Status GpuPartition::UploadTensor(const Buffer& buf, const abi::TfLiteTensor* t,
   return device().Upload(buf, 0, n * 2, edge_staging_.data(), true);
 }
 
-Status GpuPartition::DownloadTensor(const Buffer& buf, abi::TfLiteTensor* t) const {
-  if (StoredElemBytes(t) != 2) return device().Download(buf, 0, std::min(t->bytes, buf.bytes()), t->data.raw);
+Status GpuPartition::DownloadTensor(const Buffer& buf, abi::TfLiteTensor* t, size_t elem_bytes) const {
+  if (t->type != abi::kTfLiteFloat32 || elem_bytes != 2) {
+    return device().Download(buf, 0, std::min(t->bytes, buf.bytes()), t->data.raw);
+  }
   const size_t n = std::min(t->bytes / 4, buf.bytes() / 2);
   edge_staging_.resize(n);
   SDGPU_RETURN_IF_ERROR(device().Download(buf, 0, n * 2, edge_staging_.data()));
   auto* dst = reinterpret_cast<float*>(t->data.raw);
   for (size_t i = 0; i < n; ++i) dst[i] = FloatFromHalf(edge_staging_[i]);
+  return Status::Ok();
+}
+
+bool GpuPartition::StoredHalf(int root) const {
+  auto eb = elem_bytes_.find(root);
+  return float_roots_.count(root) != 0 && eb != elem_bytes_.end() && eb->second == 2;
+}
+
+Status GpuPartition::PlanConversions(abi::TfLiteContext* context) {
+  conversions_.clear();
+  conversion_of_.clear();
+  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
+    Step& step = steps_[i];
+    step.converts.clear();
+    if (step.aliased || step.absorbed) continue;
+    const std::set<int> float32_reads = Float32Reads(step);
+    for (int t : DeviceReads(step)) {
+      if (t < 0 || float32_reads.count(t) || constants_.count(t) || constants_f32_.count(t)) continue;
+      const int root = Root(t);
+      if (float_roots_.count(root) == 0 || StoredHalf(root) == step.half) continue;
+      // The tensor read is converted, not its root: a view is a contiguous range of its root, and the root may be
+      // much larger (the merged cross-attention k / v projections of every layer, of which a layer reads one column
+      // block). (A GroupNorm's norm table never gets here: FuseInputNorms keeps its conv in the GroupNorm's storage.)
+      auto [it, added] = conversion_of_.emplace(std::make_pair(t, step.half), static_cast<int>(conversions_.size()));
+      if (added) {
+        abi::TfLiteTensor* tensor = nullptr;
+        SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
+        Conversion c;
+        c.tensor = t;
+        c.to_half = step.half;
+        c.elements = static_cast<int64_t>(tensor->bytes / sizeof(float));
+        c.first = i;
+        conversions_.push_back(c);
+        step.converts.push_back(it->second);
+      }
+      conversions_[static_cast<size_t>(it->second)].last = i;
+    }
+  }
+  for (Conversion& c : conversions_) {
+    if (c.elements > INT_MAX) return Status::Error("a tensor converted between storages has more than 2^31 elements");
+    // half: whole pairs (pack_half pads an odd count)
+    const size_t bytes = static_cast<size_t>(c.to_half ? (c.elements + 1) / 2 : c.elements) * 4;
+    c.request = planner_.Add(bytes, c.first, c.last);
+  }
+  if (!conversions_.empty() && (to_float_ == nullptr || to_half_ == nullptr)) {
+    const Device& dev = device();
+    if (dev.max_work_group_size() < kConvertWg) {
+      return Status::Error("float storage islands need work-groups of " + std::to_string(kConvertWg));
+    }
+    {
+      const Device::StorageScope storage(dev, false);  // dequant_f16 stores into float storage there
+      SDGPU_RETURN_IF_ERROR(dev.GetKernel("dequant_f16", &to_float_));
+    }
+    SDGPU_RETURN_IF_ERROR(dev.GetKernel("pack_half", &to_half_));
+  }
+  return Status::Ok();
+}
+
+Status GpuPartition::LaunchConversion(const Conversion& c, Timings* timings) const {
+  const Device& dev = device();
+  TensorRef src;
+  SDGPU_RETURN_IF_ERROR(Ref(c.tensor, &src));
+  const Buffer* dst = arenas_[planner_.bank(c.request)].get();
+  const size_t dst_offset = planner_.offset(c.request);
+  const int n = static_cast<int>(c.elements);
+  Args a;
+  if (c.to_half) {  // pack_half(y, yo in pairs, x, xo, n)
+    a.Buf(dst, static_cast<int>(dst_offset / 4), 4).Buf(src).Int(n);
+    return dev.Launch(*to_half_, a, {static_cast<size_t>((n + 1) / 2), 1, 1}, {kConvertWg, 1, 1}, timings);
+  }
+  // dequant_f16(y, yo, x, xo, n): into float storage
+  a.Buf(dst, static_cast<int>(dst_offset / 4), 4).Buf(src.buffer, src.elem_offset(), 2).Int(n);
+  return dev.Launch(*to_float_, a, {static_cast<size_t>(n), 1, 1}, {kConvertWg, 1, 1}, timings);
+}
+
+Status GpuPartition::ReadRef(const Step& step, int tensor, size_t root_bytes, TensorRef* out) const {
+  if (!step.half && device().default_act_half()) {  // a constant a float32-storage step reads
+    if (auto c = constants_f32_.find(tensor); c != constants_f32_.end()) {
+      *out = TensorRef{c->second.get(), root_bytes, 4};
+      return Status::Ok();
+    }
+  }
+  if (auto it = conversion_of_.find({tensor, step.half}); it != conversion_of_.end()) {
+    const Conversion& c = conversions_[static_cast<size_t>(it->second)];
+    const size_t from = c.to_half ? 4 : 2, to = c.to_half ? 2 : 4;
+    *out = TensorRef{arenas_[planner_.bank(c.request)].get(), planner_.offset(c.request) + root_bytes / from * to, to};
+    return Status::Ok();
+  }
+  SDGPU_RETURN_IF_ERROR(Ref(tensor, out));
+  out->offset += root_bytes;
   return Status::Ok();
 }
 
@@ -927,7 +1092,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
     if (tensor->data.raw == nullptr && tensor->bytes > 0) return Status::Error("input tensor without data");
-    SDGPU_RETURN_IF_ERROR(UploadTensor(*externals_.at(t), tensor, false, false));
+    SDGPU_RETURN_IF_ERROR(UploadTensor(*externals_.at(t), tensor, elem_bytes_.at(t), false));
   }
   std::vector<Timings> timings(dev.profiling() ? steps_.size() : 0);
   size_t enqueued = 0;
@@ -935,6 +1100,11 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     Step& step = steps_[i];
     // zero-copy view: its output already is its input's memory; absorbed ADD: its producer wrote its output
     if (step.aliased || step.absorbed) continue;
+    const Device::StorageScope storage(dev, step.half);
+    for (int c : step.converts) {  // the copies of tensors of the other storage this step is the first to read
+      SDGPU_RETURN_IF_ERROR(LaunchConversion(conversions_[static_cast<size_t>(c)],
+                                             dev.profiling() ? &timings[i] : nullptr));
+    }
     std::vector<TensorRef> in(step.inputs.size());
     const std::vector<int>& f32 = step.op->float32_inputs();
     for (int k : step.op->device_inputs()) {
@@ -944,18 +1114,17 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
       if (c != constants_f32_.end()) {
         in[k] = TensorRef{c->second.get(), 0};
       } else {
-        SDGPU_RETURN_IF_ERROR(Ref(step.inputs[k], &in[k]));
+        SDGPU_RETURN_IF_ERROR(ReadRef(step, step.inputs[k], 0, &in[k]));
       }
     }
     if (step.residual >= 0) {
       TensorRef r;
-      SDGPU_RETURN_IF_ERROR(Ref(step.residual, &r));
-      r.offset += step.residual_offset;
+      SDGPU_RETURN_IF_ERROR(ReadRef(step, step.residual, step.residual_offset, &r));
       step.op->set_residual_input(r);
     }
     if (step.norm_input >= 0) {
       TensorRef x;
-      SDGPU_RETURN_IF_ERROR(Ref(step.norm_input, &x));
+      SDGPU_RETURN_IF_ERROR(ReadRef(step, step.norm_input, 0, &x));
       step.op->set_norm_input(x);
     }
     if (step.stats_request >= 0) {
@@ -979,7 +1148,7 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     abi::TfLiteTensor* tensor = nullptr;
     SDGPU_RETURN_IF_ERROR(GetTensor(context, t, &tensor));
     if (tensor->data.raw == nullptr && tensor->bytes > 0) return Status::Error("output tensor without data");
-    SDGPU_RETURN_IF_ERROR(DownloadTensor(*externals_.at(t), tensor));
+    SDGPU_RETURN_IF_ERROR(DownloadTensor(*externals_.at(t), tensor, elem_bytes_.at(t)));
   }
   if (first) {  // every op has produced its device weights: their host sources are no longer read
     dev.ReleaseStaging();  // (Device::StagingFloats)
@@ -1036,8 +1205,8 @@ Status GpuPartition::WriteProfile() const {
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& step = steps_[i];
     j += (i || !folded_nodes_.empty() ? "," : "");
-    j += "{\"node\":" + std::to_string(step.node_index) + ",\"op\":\"" + step.name + "\",\"ms\":" +
-         ms_text(step.total_ms) + ",\"kernels\":[";
+    j += "{\"node\":" + std::to_string(step.node_index) + ",\"op\":\"" + step.name + "\",\"storage\":\"" +
+         (step.half ? "half" : "float") + "\",\"ms\":" + ms_text(step.total_ms) + ",\"kernels\":[";
     for (size_t k = 0; k < step.kernel_ms.size(); ++k) {
       j += (k ? "," : "");
       const Step::KernelTime& t = step.kernel_ms[k];

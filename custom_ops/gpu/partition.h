@@ -78,6 +78,12 @@
 //   SD's transformer norm1/2/3 -> QKV / attn2 Q / GEGLU projections.
 //   Delegate option fuse_epilogues=0 turns these five folds off (A/B
 //   benchmarks).
+//   Float storage islands (gpu/storage_islands.h): with activations_fp16, the steps of the coarsest level of an
+//   image model (the smallest H x W a convolution writes) keep float32 storage; the partition builds and enqueues
+//   their ops inside a Device::StorageScope, so they take the kernels built for float storage. A step that reads a
+//   tensor of the other storage reads a copy converted once per invoke, at its first such reader (dequant_f16: half
+//   to float; pack_half: float to half), planned in the arena like any tensor. A view keeps its root's storage, and
+//   no epilogue fold joins two steps of different storage (the fold changes which step writes a tensor).
 //   Sines and cosines of products: a SIN / COS whose input is a MUL's output
 //   (no fused activation, one constant operand) computes f(a * b) itself
 //   (mul_unary_f32, the constant read as float32), and the MUL launches
@@ -102,6 +108,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "abi/tflite_abi.h"
@@ -160,6 +167,8 @@ class GpuPartition {
     int stats_producer = -1;
     size_t stats_bytes = 0;
     int stats_request = -1;
+    bool half = false;          // its activation storage (float storage islands); its op was built for it
+    std::vector<int> converts;  // conversions_ launched just before it (its first read of each)
     bool absorbed = false;      // an ADD, gated GELU (and a RESHAPE before it) or LayerNorm folded into a GEMM: no launch
     bool column_block = false;  // a block of a split GEMM's output (header comment): always a view
     size_t alias_offset = 0;    // bytes into the input, when aliased
@@ -270,14 +279,38 @@ class GpuPartition {
   // *view: that view's step index, else -1.
   int SoleProducerPastView(int t, const std::set<int>& outs, const std::unordered_map<int, std::vector<int>>& readers,
                            const std::unordered_map<int, int>& producer, int* view) const;
+  // A tensor converted to the other storage for the steps of that storage that read it (header comment): the tensor
+  // (a root or a view of one), the storage it is converted to, its elements and its arena request (this prepare).
+  struct Conversion {
+    int tensor = -1;
+    bool to_half = false;
+    int64_t elements = 0;
+    int first = -1, last = -1;  // the first and last step reading the copy
+    int request = -1;
+  };
+  // Chooses each step's storage (gpu/storage_islands.h) from the nodes of the partition: `nodes` in order.
+  Status ChooseStorage(abi::TfLiteContext* context, const std::vector<int>& nodes, std::vector<bool>* half,
+                       int64_t* level_pixels) const;
+  // Plans the conversions of this prepare (after the views are resolved and every tensor's storage is known).
+  Status PlanConversions(abi::TfLiteContext* context);
+  // Enqueues one conversion (its copy from the root tensor).
+  Status LaunchConversion(const Conversion& c, Timings* timings) const;
+  static constexpr size_t kConvertWg = 64;
+  // Ref for a step's read of `tensor`: its converted copy where the step's storage differs from the tensor's, the
+  // float32 copy of a constant for a float32-storage step under half storage; `root_bytes`: bytes past the tensor's
+  // start, in its own storage (a strided residual's first column).
+  Status ReadRef(const Step& step, int tensor, size_t root_bytes, TensorRef* out) const;
+  // Whether the root tensor `t` is stored as half (float tensors of the partition; false for every other).
+  bool StoredHalf(int root) const;
   // The tensors a step's launches read: its op's device inputs, its residual and its norm input.
   static std::vector<int> DeviceReads(const Step& step);
   static std::set<int> Float32Reads(const Step& step);
   // A tensor's bytes and bytes per element as the device stores it (activations_fp16: float32 tensors as half).
   size_t StoredBytes(const abi::TfLiteTensor* t) const;
   size_t StoredElemBytes(const abi::TfLiteTensor* t) const;
-  Status UploadTensor(const Buffer& buf, const abi::TfLiteTensor* t, bool as_float32, bool blocking) const;
-  Status DownloadTensor(const Buffer& buf, abi::TfLiteTensor* t) const;
+  // `elem_bytes`: of the device copy (2: a float32 tensor stored as half, converted on the host).
+  Status UploadTensor(const Buffer& buf, const abi::TfLiteTensor* t, size_t elem_bytes, bool blocking) const;
+  Status DownloadTensor(const Buffer& buf, abi::TfLiteTensor* t, size_t elem_bytes) const;
   // The byte offset of a slice step's output inside its input when it is one contiguous run, else -1.
   static long long ContiguousSliceOffset(const Step& step);
   Status NewBuffer(abi::TfLiteContext* context, int tensor, std::unique_ptr<Buffer>* out) const;
@@ -310,6 +343,13 @@ class GpuPartition {
   // activations_fp16: the float32 copies of constants that ops read through float32 parameters (float32_inputs)
   std::unordered_map<int, std::unique_ptr<Buffer>> constants_f32_;
   std::unordered_map<int, size_t> elem_bytes_;  // root tensor -> bytes per stored element (TensorRef::elem_bytes)
+  std::unordered_set<int> float_roots_;         // root tensors of type float32 (their storage follows elem_bytes_)
+  std::vector<Conversion> conversions_;          // this prepare's
+  std::map<std::pair<int, bool>, int> conversion_of_;  // (tensor, storage converted to) -> index in conversions_
+  const Kernel* to_float_ = nullptr;  // dequant_f16 of the float-storage programs
+  const Kernel* to_half_ = nullptr;   // pack_half
+  int64_t island_pixels_ = 0;         // the coarsest level's H x W (0: no island)
+  int island_steps_ = 0;
   mutable std::vector<uint16_t> edge_staging_;  // UploadTensor / DownloadTensor's half values
   std::map<int, std::unique_ptr<Buffer>> externals_;            // partition inputs/outputs
   std::vector<int> inputs_to_upload_;

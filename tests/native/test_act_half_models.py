@@ -4,13 +4,13 @@ near the LiteRT CPU interpreter's fp32 answer, and the partition's arena holds a
 float32 storage.
 
 Tolerance: half keeps 11 significant bits (relative rounding up to 2^-11 ~ 4.9e-4 per stored value), and every
-tensor between the input and the output is stored once more. Measured (max |error| / max |reference|, random tiny
-weights, PoCL and llvmpipe alike): text encoder 1.0-1.2e-3, UNet 1.2-3.1e-3 (six seeds, t = 500 and 999), VAE decoder
-3.2-5.0e-3 (its ~30 stored tensors); float32 storage gives 4e-7 .. 7e-6. Issue 32's 3e-3 (harness.HALF_STORAGE_RTOL,
-through assert_close: relative, the output's scale as the floor) holds for the text encoder and the fused UNet
-variants (at most 2.0e-3) and is asserted for them; the plain UNet (3.05e-3 on PoCL at one of six seeds) and the VAE
-decoder (whose floor with every fused op output rounded exactly once is 2.45-4.57e-3 in a float64 simulation) keep
-6e-3, a little above their worst.
+tensor between the input and the output is stored once more. The coarsest level of the UNet and the VAE decoder keeps
+float32 storage (float storage islands, custom_ops/gpu/storage_islands.h): rounding there is amplified by everything
+after it. Measured with the islands (six seeds, PoCL and llvmpipe; max |error| / max |reference|, then assert_close's
+own measure in brackets): VAE decoder fused / Winograd 1.2-2.4e-3 (<= 2.0e-3), plain 2.1-3.3e-3 (<= 2.8e-3); UNet
+0.8-3.1e-3 (<= 2.1e-3); text encoder 0.7-1.5e-3. Without them the VAE decoder measured 2.0-3.8e-3 fused / Winograd and
+3.1-5.0e-3 plain, above issue 32's 3e-3 (harness.HALF_STORAGE_RTOL, through assert_close: relative, the output's
+scale as the floor), which every model and variant is now held to; float32 storage gives 4e-7 .. 7e-6.
 The UNet runs at t = 999, where its timestep phase t * freqs (the SIN / COS input) would suffer most from half
 storage (spacing 0.5 rad): the partition computes sin / cos of the product in one kernel with freqs as float32
 (test_gpu_timestep_phase.py); without that the UNet's error was 6.9-9.4e-3 at t = 999 (1.9-3.8e-3 at t = 500).
@@ -71,8 +71,7 @@ def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Pat
             launched |= winograd
         for name, value in expected.items():
             assert np.isfinite(actual[name]).all(), (model, name)
-            loose = model == "vae_decoder" or (model == "unet" and variant == "plain")
-            assert_close(actual[name], value, rtol=6e-3 if loose else HALF_STORAGE_RTOL)
+            assert_close(actual[name], value, rtol=HALF_STORAGE_RTOL)
     if variant in WINOGRAD:  # the tiny UNet's maps are too small for F4 / F6; its VAE decoder's are not
         for kernel in (f"winograd_input_{variant}", f"winograd_output_{variant}"):
             assert any(k.startswith(kernel) for k in launched), (kernel, launched)
@@ -82,8 +81,10 @@ def test_every_model_runs_as_one_partition_near_the_fp32_answer(tiny_export: Pat
 def test_half_storage_halves_the_arena(tiny_export: Path, tiny_variant_folders, rng, backend):
     # The arena holds the activations and the ops' float32 scratch (GroupNorm statistics, norm tables, attention row
     # statistics): a little over half remains. The Winograd transforms' V and M stay float32 (ops/conv2d_winograd/gpu.cc) and
-    # are most of the tiny VAE decoder's F2 arena, so that one shrinks less (measured 0.87).
-    for variant, model, low, high in (("fused", "unet", 0.45, 0.6), ("fused", "vae_decoder", 0.45, 0.6),
+    # are most of the tiny VAE decoder's F2 arena, so that one shrinks less (measured 0.87). The coarsest level keeps
+    # float32 storage (gpu/storage_islands.h): the tiny UNet's 2 x 2 level, with its widest channels, is live at its
+    # arena's peak (measured 0.53 without the island, 0.615 with it); the decoders' peaks are at their finest level.
+    for variant, model, low, high in (("fused", "unet", 0.45, 0.65), ("fused", "vae_decoder", 0.45, 0.6),
                                       ("f2", "vae_decoder", 0.45, 0.95)):
         path = tiny_variant_folders[variant] / f"{model}.tflite"
         reference = Interpreter(model_path=str(tiny_export / f"{model}.tflite")).get_signature_runner(

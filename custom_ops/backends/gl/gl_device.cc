@@ -133,7 +133,8 @@ Status GlDevice::Create(const GlDeviceOptions& options, const Logger& logger, st
 Status GlDevice::Init(const GlDeviceOptions& options) {
   options_ = options;
   set_act_half(options.act_half);
-  SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(options.act_half ? ShaderSourceActHalf() : ShaderSource(), &library_));
+  const ShaderLibrary* own = nullptr;
+  SDGPU_RETURN_IF_ERROR(LibraryLocked(options.act_half, false, &own));
   GlScope scope(*ctx_, false);
   SDGPU_RETURN_IF_ERROR(scope.status());
   const GlApi& a = api();
@@ -205,7 +206,7 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
     item = list.substr(0, comma);
     list = comma == std::string::npos ? "" : list.substr(comma + 1);
     const size_t eq = item.find('=');
-    if (eq == std::string::npos || library_.Find(item.substr(eq + 1)) == nullptr) {
+    if (eq == std::string::npos || own->Find(item.substr(eq + 1)) == nullptr) {
       return Status::Error("gl: gl_kernel_alias: '" + item + "' is not <kernel>=<library kernel>");
     }
     kernel_alias_[item.substr(0, eq)] = item.substr(eq + 1);
@@ -220,7 +221,7 @@ Status GlDevice::Init(const GlDeviceOptions& options) {
                std::to_string(max_group_count_[2]) + ", SSBO blocks " + std::to_string(max_ssbo_blocks_) +
                ", SSBO size " + std::to_string(max_ssbo_size_) + " bytes, shared " + std::to_string(shared_bytes_) +
                " bytes" + (compute_units_ > 0 ? ", " + std::to_string(compute_units_) + " compute units" : "") +
-               "; " + std::to_string(library_.num_kernels()) + " kernels; program binaries: " +
+               "; " + std::to_string(own->num_kernels()) + " kernels; program binaries: " +
                (program_binaries_ ? std::to_string(binary_formats) + " format(s)" : std::string("none")) +
                "; profiling timer: " + timing_method() +
                (finish_each_ ? "; gl_finish_each" : "") + (plain_buffers_ ? "; gl_plain_buffers" : "") +
@@ -417,32 +418,45 @@ Status GlDevice::Download(const gpu::Buffer& buffer, size_t offset, size_t bytes
   return Status::Ok();
 }
 
+Status GlDevice::LibraryLocked(bool half, bool compact, const ShaderLibrary** out) const {
+  const int i = half ? 1 : 0;
+  bool& parsed = compact ? compact_parsed_[i] : parsed_[i];
+  ShaderLibrary& library = compact ? compact_libraries_[i] : libraries_[i];
+  if (!parsed) {
+    const char* source = compact ? (half ? ShaderSourceActHalfCompact() : ShaderSourceCompact())
+                                 : (half ? ShaderSourceActHalf() : ShaderSource());
+    SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(source, &library));
+    parsed = true;
+  }
+  *out = &library;
+  return Status::Ok();
+}
+
 Status GlDevice::GetKernel(const std::string& name, const gpu::Kernel** out) const {
   std::lock_guard<std::mutex> lock(ctx_->mutex());
-  auto it = kernels_.find(name);
+  const bool half = act_half();
+  auto it = kernels_.find({half, name});
   if (it == kernels_.end()) {
     const auto alias = kernel_alias_.find(name);
     const std::string& source_name = alias != kernel_alias_.end() ? alias->second : name;
-    const KernelSource* src = library_.Find(source_name);
+    const ShaderLibrary* library = nullptr;
+    SDGPU_RETURN_IF_ERROR(LibraryLocked(half, false, &library));
+    const KernelSource* src = library->Find(source_name);
     if (src == nullptr) return Status::Error("gl: no kernel '" + name + "' in the GLSL library");
-    const ShaderLibrary* library = &library_;
-    const int blocks = library_.StorageBlocks(*src);
+    const int blocks = library->StorageBlocks(*src);
     if (blocks > max_ssbo_blocks_) {  // its compact variant where that one fits (gpu/dialect/prelude.h, LD4A)
-      if (!compact_parsed_) {  // only devices that refuse a kernel read the compact library
-        SDGPU_RETURN_IF_ERROR(ShaderLibrary::Parse(
-            options_.act_half ? ShaderSourceActHalfCompact() : ShaderSourceCompact(), &compact_library_));
-        compact_parsed_ = true;
-      }
-      const KernelSource* compact = compact_library_.Find(source_name);
-      const int compact_blocks = compact != nullptr ? compact_library_.StorageBlocks(*compact) : blocks;
+      const ShaderLibrary* compact_library = nullptr;  // only devices that refuse a kernel read the compact library
+      SDGPU_RETURN_IF_ERROR(LibraryLocked(half, true, &compact_library));
+      const KernelSource* compact = compact_library->Find(source_name);
+      const int compact_blocks = compact != nullptr ? compact_library->StorageBlocks(*compact) : blocks;
       if (compact_blocks > max_ssbo_blocks_) {
         return Status::Error("gl: kernel '" + name + "' declares " + std::to_string(compact_blocks) +
                              " storage blocks, the device allows " + std::to_string(max_ssbo_blocks_));
       }
       src = compact;
-      library = &compact_library_;
+      library = compact_library;
     }
-    it = kernels_.emplace(name, std::make_unique<GlKernel>(library, src)).first;
+    it = kernels_.emplace(std::make_pair(half, name), std::make_unique<GlKernel>(library, src)).first;
   }
   *out = it->second.get();
   return Status::Ok();
@@ -450,7 +464,7 @@ Status GlDevice::GetKernel(const std::string& name, const gpu::Kernel** out) con
 
 Status GlDevice::ProgramFor(const ShaderLibrary& library, const KernelSource& kernel, const std::array<size_t, 3>& local,
                             Program** out) const {
-  const auto key = std::make_tuple(kernel.name, local[0], local[1], local[2]);
+  const auto key = std::make_tuple(&kernel, local[0], local[1], local[2]);
   auto it = programs_.find(key);
   if (it != programs_.end()) {
     *out = &it->second;

@@ -174,11 +174,16 @@ class GlDevice final : public gpu::Device {
   const GlApi& api() const { return ctx_->api(); }
   Logger logger_;
   GlDeviceOptions options_;
-  ShaderLibrary library_;
-  // The kernels' compact variants, taken where library_'s has too many blocks; parsed at the first such kernel
-  // (guarded by ctx_->mutex(), as GetKernel).
-  mutable ShaderLibrary compact_library_;
-  mutable bool compact_parsed_ = false;
+  // By activation storage ([0] float, [1] half): the device's own library is parsed at Init, the other one at the
+  // first kernel requested inside a gpu::Device::StorageScope of that storage (a partition's float storage islands).
+  // The compact variants are taken where a kernel has too many blocks; parsed at the first such kernel. (Guarded by
+  // ctx_->mutex(), as GetKernel.)
+  mutable std::array<ShaderLibrary, 2> libraries_;
+  mutable std::array<bool, 2> parsed_ = {false, false};
+  mutable std::array<ShaderLibrary, 2> compact_libraries_;
+  mutable std::array<bool, 2> compact_parsed_ = {false, false};
+  // The library of one storage, parsed now if it was not.
+  Status LibraryLocked(bool half, bool compact, const ShaderLibrary** out) const;
   std::string device_name_;
   std::string device_key_;    // "gl|vendor|renderer|version|build" (cache keys)
   bool program_binaries_ = false;  // the driver has binary formats and the ES 3.0 binary entry points
@@ -204,8 +209,9 @@ class GlDevice final : public gpu::Device {
   std::string dump_dir_;                             // gl_dump_dir
 
   // Guarded by ctx_->mutex() (every access is inside a GlScope).
-  mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
-  mutable std::map<std::tuple<std::string, size_t, size_t, size_t>, Program> programs_;
+  mutable std::map<std::pair<bool, std::string>, std::unique_ptr<gpu::Kernel>> kernels_;  // by (storage, name)
+  // by kernel source (one per library and kernel) and local size
+  mutable std::map<std::tuple<const KernelSource*, size_t, size_t, size_t>, Program> programs_;
   mutable std::vector<std::shared_ptr<TimerState>> pending_timers_;
   mutable std::vector<GLuint> free_queries_;
   mutable std::vector<GLuint> all_queries_;

@@ -54,16 +54,18 @@ class OpenClBuffer final : public gpu::Buffer {
 // A kernel of the library; its cl_kernel exists once the program holding it is built (OpenClDevice builds lazily).
 class OpenClKernel final : public gpu::Kernel {
  public:
-  OpenClKernel(std::string name, int unit) : name_(std::move(name)), unit_(unit) {}
+  OpenClKernel(std::string name, int unit, bool half) : name_(std::move(name)), unit_(unit), half_(half) {}
   const std::string& name() const override { return name_; }
   cl_kernel get() const { return k_.get(); }
   int unit() const { return unit_; }
+  bool half() const { return half_; }  // the activation storage of its program set
   void set(ClKernelHandle k) { k_ = std::move(k); }
 
  private:
   ClKernelHandle k_;
   std::string name_;
   int unit_;  // KernelLibrary unit, -1 with the whole library
+  bool half_;
 };
 
 // Device time of one launch from its event (queue created with CL_QUEUE_PROFILING_ENABLE).
@@ -136,17 +138,18 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
                     DeviceString(api, rt->device_, CL_DRIVER_VERSION);
   const bool nvidia = PlatformString(api, rt->platform_, CL_PLATFORM_NAME).find("NVIDIA") != std::string::npos;
   rt->nvidia_ = nvidia;
-  rt->build_options_ = nvidia ? kNvidiaBuildOptions : kBuildOptions;
+  rt->base_options_ = nvidia ? kNvidiaBuildOptions : kBuildOptions;
   cl_uint cc_major = 0;
   if (nvidia && api.clGetDeviceInfo(rt->device_, kDeviceComputeCapabilityMajorNv, sizeof(cc_major), &cc_major,
                                     nullptr) == CL_SUCCESS &&
       cc_major >= 9) {
-    rt->build_options_ += kNvidiaSm90Option;
+    rt->base_options_ += kNvidiaSm90Option;
   }
-  if (options.act_half) {  // a different program (and cache entry) from the float-storage one
-    rt->build_options_ += " -DSD_ACT_HALF=1";
-    rt->set_act_half(true);
-  }
+  // half storage: different programs (and cache entries) from the float-storage ones
+  rt->sets_[0].build_options = rt->base_options_;
+  rt->sets_[1].build_options = rt->base_options_ + " -DSD_ACT_HALF=1";
+  rt->set_act_half(options.act_half);
+  ProgramSet& own = rt->own_set();
   SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t),
                                                      &rt->max_wg_, nullptr),
                                 "clGetDeviceInfo(MAX_WORK_GROUP_SIZE)"));
@@ -174,7 +177,7 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
 
   // The context, the parsed library and every program already built: the process's, shared with the other
   // delegates of this device and build options (shared_programs.h). The queue is this device's own.
-  SDGPU_RETURN_IF_ERROR(SharedPrograms::Acquire(rt->api_, rt->device_, rt->build_options_, logger, &rt->shared_,
+  SDGPU_RETURN_IF_ERROR(SharedPrograms::Acquire(rt->api_, rt->device_, own.build_options, logger, &own.shared,
                                                  &rt->context_shared_));
   const cl_command_queue_properties props = options.profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
   cl_command_queue q = api.clCreateCommandQueue(rt->context(), rt->device_, props, &err);
@@ -185,15 +188,15 @@ Status OpenClDevice::Create(const OpenClDeviceOptions& options, const Logger& lo
   SDGPU_RETURN_IF_ERROR(ClCheck(api.clGetDeviceInfo(rt->device_, CL_DEVICE_TYPE, sizeof(type), &type, nullptr),
                                 "clGetDeviceInfo(TYPE)"));
   rt->cpu_device_ = (type & CL_DEVICE_TYPE_CPU) != 0;
-  if (!rt->split()) {
+  if (!own.split()) {
     std::lock_guard<std::mutex> lock(rt->mu_);
-    SDGPU_RETURN_IF_ERROR(rt->BuildWholeLibraryLocked());
+    SDGPU_RETURN_IF_ERROR(rt->BuildWholeLibraryLocked(own));
   }
-  logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + rt->build_options_ +
+  logger.Info("opencl: device '" + rt->device_name_ + "' (" + rt->device_key_ + "), options '" + own.build_options +
               "', one buffer at most " + std::to_string(rt->max_alloc_bytes_) + " bytes, " +
-              (rt->split() ? std::to_string(rt->library().kernel_names().size()) + " kernels in " +
-                                 std::to_string(rt->library().num_units()) + " units, built per model" + " (" +
-                                 std::to_string(rt->shared_->programs()) + " built in this process)"
+              (own.split() ? std::to_string(own.library().kernel_names().size()) + " kernels in " +
+                                 std::to_string(own.library().num_units()) + " units, built per model" + " (" +
+                                 std::to_string(own.shared->programs()) + " built in this process)"
                            : std::string("the whole kernel library as one program")));
   *out = std::move(rt);
   return Status::Ok();
@@ -209,7 +212,8 @@ gpu::Device::ProgramCounts OpenClDevice::program_counts() const {
   return c;
 }
 
-Status OpenClDevice::BuildOne(const std::string& source, const std::string& what, ProgramResult* out) const {
+Status OpenClDevice::BuildOne(const std::string& source, const std::string& options, const std::string& what,
+                              ProgramResult* out) const {
   const auto t0 = std::chrono::steady_clock::now();
   ProgramRequest r;
   r.api = api_;
@@ -217,7 +221,7 @@ Status OpenClDevice::BuildOne(const std::string& source, const std::string& what
   r.device = device_;
   r.cpu_device = cpu_device_;
   r.source = source;
-  r.options = build_options_;
+  r.options = options;
   r.key_prefix = cache_key();
   r.store = options_.store_binaries;
   static const DiskCache kNoCache("", 0, Logger());
@@ -236,52 +240,63 @@ Status OpenClDevice::CreateClKernelLocked(const std::string& name, cl_program pr
   return Status::Ok();
 }
 
+Status OpenClDevice::CurrentSetLocked(ProgramSet** out) const {
+  ProgramSet& ps = sets_[act_half() ? 1 : 0];
+  if (ps.shared == nullptr) {
+    SDGPU_RETURN_IF_ERROR(SharedPrograms::Acquire(api_, device_, ps.build_options, logger_, &ps.shared));
+    if (!ps.split()) SDGPU_RETURN_IF_ERROR(BuildWholeLibraryLocked(ps));
+  }
+  *out = &ps;
+  return Status::Ok();
+}
+
 Status OpenClDevice::CreateBuiltKernelsLocked() const {
-  for (auto& [name, kernel] : kernels_) {
+  for (auto& [key, kernel] : kernels_) {
     auto& k = static_cast<OpenClKernel&>(*kernel);
     if (k.get() != nullptr) continue;
-    cl_program program = whole_;
+    const ProgramSet& ps = sets_[k.half() ? 1 : 0];
+    cl_program program = ps.whole;
     if (program == nullptr) {
-      const auto built = unit_program_.find(k.unit());
-      if (built == unit_program_.end()) continue;
+      const auto built = ps.unit_program.find(k.unit());
+      if (built == ps.unit_program.end()) continue;
       program = built->second;
     }
     ClKernelHandle h;
-    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, program, &h));
+    SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(k.name(), program, &h));
     k.set(std::move(h));
   }
   return Status::Ok();
 }
 
-Status OpenClDevice::BuildWholeLibraryLocked() const {
-  if (whole_ != nullptr) return Status::Ok();
+Status OpenClDevice::BuildWholeLibraryLocked(ProgramSet& ps) const {
+  if (ps.whole != nullptr) return Status::Ok();
   const gpu::SetupTimer timer(*this, Setup::kPrograms);
-  if (cl_program ready = shared_->FindWhole(); ready != nullptr) {
-    whole_ = ready;
+  if (cl_program ready = ps.shared->FindWhole(); ready != nullptr) {
+    ps.whole = ready;
     ++programs_shared_;
   } else {
     ProgramResult result;
-    SDGPU_RETURN_IF_ERROR(BuildOne(KernelSource(), "the whole kernel library", &result));
+    SDGPU_RETURN_IF_ERROR(BuildOne(KernelSource(), ps.build_options, "the whole kernel library", &result));
     ++programs_built_;
-    whole_ = shared_->PublishWhole(ClProgramHandle(api_, result.program));
+    ps.whole = ps.shared->PublishWhole(ClProgramHandle(api_, result.program));
   }
-  wanted_units_.clear();
+  ps.wanted_units.clear();
   return CreateBuiltKernelsLocked();  // kernels requested from the units, not built yet
 }
 
-Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
-  if (whole_ != nullptr) return Status::Ok();
-  units.insert(wanted_units_.begin(), wanted_units_.end());
-  for (auto it = units.begin(); it != units.end();) it = unit_program_.count(*it) ? units.erase(it) : std::next(it);
+Status OpenClDevice::BuildUnitsLocked(ProgramSet& ps, std::set<int> units) const {
+  if (ps.whole != nullptr) return Status::Ok();
+  units.insert(ps.wanted_units.begin(), ps.wanted_units.end());
+  for (auto it = units.begin(); it != units.end();) it = ps.unit_program.count(*it) ? units.erase(it) : std::next(it);
   if (units.empty()) return Status::Ok();
   const gpu::SetupTimer timer(*this, Setup::kPrograms);
   // Units another delegate of the process already built: taken as they are (same source, options and device give
   // the same program), without compiling or reading the disk cache.
   int taken = 0;
   for (auto it = units.begin(); it != units.end();) {
-    if (cl_program ready = shared_->FindUnit(*it); ready != nullptr) {
-      unit_program_[*it] = ready;
-      wanted_units_.erase(*it);
+    if (cl_program ready = ps.shared->FindUnit(*it); ready != nullptr) {
+      ps.unit_program[*it] = ready;
+      ps.wanted_units.erase(*it);
       ++taken;
       it = units.erase(it);
     } else {
@@ -291,10 +306,10 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
   programs_shared_ += taken;
   // The rest: built here, or -- being built by another delegate right now -- waited for (SharedPrograms::Claim).
   std::vector<int> list, theirs;
-  shared_->Claim(units, &list, &theirs);
+  ps.shared->Claim(units, &list, &theirs);
   if (!list.empty()) {
     bool whole = false;
-    SDGPU_RETURN_IF_ERROR(CompileClaimedLocked(list, taken, &whole));
+    SDGPU_RETURN_IF_ERROR(CompileClaimedLocked(ps, list, taken, &whole));
     if (whole) return Status::Ok();  // the library was built whole instead: it has every kernel
   } else if (theirs.empty()) {
     logger_.Info("opencl: " + std::to_string(taken) + " program(s) taken from other delegates of the process");
@@ -305,9 +320,9 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
     progress().SetDetail("waiting for " + std::to_string(theirs.size()) + " program(s) another model is compiling");
     std::set<int> missing;  // their builder failed: built here after all
     for (int u : theirs) {
-      if (cl_program ready = shared_->WaitUnit(u); ready != nullptr) {
-        unit_program_[u] = ready;
-        wanted_units_.erase(u);
+      if (cl_program ready = ps.shared->WaitUnit(u); ready != nullptr) {
+        ps.unit_program[u] = ready;
+        ps.wanted_units.erase(u);
         ++programs_shared_;
       } else {
         missing.insert(u);
@@ -321,12 +336,13 @@ Status OpenClDevice::BuildUnitsLocked(std::set<int> units) const {
     }
     logger_.Info("opencl: " + std::to_string(theirs.size() - missing.size()) +
                  " program(s) taken from another delegate of the process once it had built them");
-    if (!missing.empty()) return BuildUnitsLocked(std::move(missing));
+    if (!missing.empty()) return BuildUnitsLocked(ps, std::move(missing));
   }
   return CreateBuiltKernelsLocked();
 }
 
-Status OpenClDevice::CompileClaimedLocked(const std::vector<int>& list, int taken, bool* whole) const {
+Status OpenClDevice::CompileClaimedLocked(ProgramSet& ps, const std::vector<int>& list, int taken,
+                                          bool* whole) const {
   // Every claim ends here: published once verified, else abandoned (the waiters then build the unit themselves).
   std::vector<ClProgramHandle> built(list.size());  // released on every path that does not publish them
   bool published = false;
@@ -339,9 +355,10 @@ Status OpenClDevice::CompileClaimedLocked(const std::vector<int>& list, int take
         for (int u : list) shared.Abandon(u);
       }
     }
-  } abandon{list, *shared_, published};
+  } abandon{list, *ps.shared, published};
+  const KernelLibrary& library = ps.library();
   size_t kernels = 0;
-  for (int u : list) kernels += library().KernelsOf(u).size();
+  for (int u : list) kernels += library.KernelsOf(u).size();
   const std::string what = std::to_string(kernels) + " kernel(s) in " + std::to_string(list.size()) + " program(s)";
   // Inside a set-up phase (the first inference: a tuning candidate) the build is its detail; alone, a phase.
   const bool own_phase = progress().snapshot().phase.empty();
@@ -356,8 +373,8 @@ Status OpenClDevice::CompileClaimedLocked(const std::vector<int>& list, int take
   gpu::HostParallelRanges(static_cast<int64_t>(list.size()), 1, list.size() > 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int u = list[static_cast<size_t>(i)];
-      status[static_cast<size_t>(i)] = BuildOne(library().ComposeUnit(u),
-                                                "kernel unit " + library().KernelsOf(u).front(),
+      status[static_cast<size_t>(i)] = BuildOne(library.ComposeUnit(u), ps.build_options,
+                                                "kernel unit " + library.KernelsOf(u).front(),
                                                 &results[static_cast<size_t>(i)]);
       if (own_phase) progress().Advance();  // inside another phase (the first inference) its count is launches
     }
@@ -376,7 +393,7 @@ Status OpenClDevice::CompileClaimedLocked(const std::vector<int>& list, int take
     std::string names;
     s = ProgramKernelNames(*api_, built[i].get(), &names);
     const std::string present = ";" + names + ";";
-    for (const std::string& k : library().KernelsOf(list[i])) {
+    for (const std::string& k : library.KernelsOf(list[i])) {
       if (s.ok() && present.find(";" + k + ";") == std::string::npos) s = Status::Error("a program lacks kernel " + k);
     }
   }
@@ -391,12 +408,12 @@ Status OpenClDevice::CompileClaimedLocked(const std::vector<int>& list, int take
     logger_.Warning("opencl: building only the model's kernels failed (" + why.substr(0, 300) +
                     "); building the whole library");
     *whole = true;
-    return BuildWholeLibraryLocked();  // (the claims are abandoned on return)
+    return BuildWholeLibraryLocked(ps);  // (the claims are abandoned on return)
   }
   // Published only once verified, so no delegate takes a program the split got wrong.
   for (size_t i = 0; i < list.size(); ++i) {
-    unit_program_[list[i]] = shared_->PublishUnit(list[i], std::move(built[i]));
-    wanted_units_.erase(list[i]);
+    ps.unit_program[list[i]] = ps.shared->PublishUnit(list[i], std::move(built[i]));
+    ps.wanted_units.erase(list[i]);
   }
   published = true;
   logger_.Info("opencl: " + what + (results.size() == 1 ? "" : ", " + std::to_string(list.size()) + " built in parallel") +
@@ -410,7 +427,8 @@ bool OpenClDevice::KernelBuildPending(const gpu::Kernel& kernel) const {
   const auto& k = static_cast<const OpenClKernel&>(kernel);
   if (k.get() != nullptr) return false;
   // a unit another delegate of the process built costs no compile: the tuner may launch it
-  return k.unit() < 0 ? !shared_->HasWhole() : !shared_->HasUnit(k.unit());
+  const ProgramSet& ps = sets_[k.half() ? 1 : 0];
+  return k.unit() < 0 ? !ps.shared->HasWhole() : !ps.shared->HasUnit(k.unit());
 }
 
 bool OpenClDevice::ProgramsPersist() const {
@@ -421,35 +439,41 @@ bool OpenClDevice::ProgramsPersist() const {
 
 Status OpenClDevice::PrepareKernels() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!split() || whole_ != nullptr || wanted_units_.empty()) return Status::Ok();
-  return BuildUnitsLocked({});
+  for (ProgramSet& ps : sets_) {
+    if (ps.shared == nullptr || !ps.split() || ps.whole != nullptr || ps.wanted_units.empty()) continue;
+    SDGPU_RETURN_IF_ERROR(BuildUnitsLocked(ps, {}));
+  }
+  return Status::Ok();
 }
 
 Status OpenClDevice::GetKernel(const std::string& name, const gpu::Kernel** out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = kernels_.find(name);
+  const bool half = act_half();
+  auto it = kernels_.find({half, name});
   if (it == kernels_.end()) {
-    if (whole_ != nullptr) {
+    ProgramSet* ps = nullptr;
+    SDGPU_RETURN_IF_ERROR(CurrentSetLocked(&ps));
+    if (ps->whole != nullptr) {
       ClKernelHandle h;
-      SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, whole_, &h));
-      auto k = std::make_unique<OpenClKernel>(name, -1);
+      SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, ps->whole, &h));
+      auto k = std::make_unique<OpenClKernel>(name, -1, half);
       k->set(std::move(h));
-      it = kernels_.emplace(name, std::move(k)).first;
+      it = kernels_.emplace(std::make_pair(half, name), std::move(k)).first;
     } else {
-      const int unit = library().UnitOf(name);
+      const int unit = ps->library().UnitOf(name);
       if (unit < 0) {
         return Status::Error("opencl: no kernel '" + name + "' in the kernel library (build options '" +
-                             build_options_ + "')");
+                             ps->build_options + "')");
       }
-      auto k = std::make_unique<OpenClKernel>(name, unit);
-      if (auto built = unit_program_.find(unit); built != unit_program_.end()) {
+      auto k = std::make_unique<OpenClKernel>(name, unit, half);
+      if (auto built = ps->unit_program.find(unit); built != ps->unit_program.end()) {
         ClKernelHandle h;
         SDGPU_RETURN_IF_ERROR(CreateClKernelLocked(name, built->second, &h));
         k->set(std::move(h));
       } else if (!speculative_requests()) {
-        wanted_units_.insert(unit);
+        ps->wanted_units.insert(unit);
       }
-      it = kernels_.emplace(name, std::move(k)).first;
+      it = kernels_.emplace(std::make_pair(half, name), std::move(k)).first;
     }
   }
   *out = it->second.get();
@@ -459,8 +483,10 @@ Status OpenClDevice::GetKernel(const std::string& name, const gpu::Kernel** out)
 bool OpenClDevice::HasKernel(const std::string& name) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (kernels_.count(name)) return true;
-    if (split() && whole_ == nullptr) return library().Has(name);
+    if (kernels_.count({act_half(), name})) return true;
+    ProgramSet* ps = nullptr;
+    if (!CurrentSetLocked(&ps).ok()) return false;
+    if (ps->split() && ps->whole == nullptr) return ps->library().Has(name);
   }
   return Device::HasKernel(name);  // the whole library: asks the program (creates the kernel)
 }
@@ -560,7 +586,8 @@ Status OpenClDevice::Launch(const gpu::Kernel& kernel, const gpu::Args& args, co
   std::lock_guard<std::mutex> lock(mu_);
   const auto& lazy = static_cast<const OpenClKernel&>(kernel);
   if (lazy.get() == nullptr) {  // its program is not built yet: build it now (with every other wanted unit)
-    SDGPU_RETURN_IF_ERROR(lazy.unit() >= 0 ? BuildUnitsLocked({lazy.unit()}) : BuildWholeLibraryLocked());
+    ProgramSet& ps = sets_[lazy.half() ? 1 : 0];
+    SDGPU_RETURN_IF_ERROR(lazy.unit() >= 0 ? BuildUnitsLocked(ps, {lazy.unit()}) : BuildWholeLibraryLocked(ps));
     if (lazy.get() == nullptr) return Status::Error("opencl: kernel " + kernel.name() + " was not built");
   }
   const cl_kernel k = lazy.get();

@@ -16,8 +16,13 @@
 // The context, the parsed library and the built programs belong to the process, not to one device object
 // (shared_programs.h): a delegate takes a unit another delegate of the process already built on the same device
 // with the same build options, and counts it apart (programs_shared) from the ones it built.
+//
+// Activation storage: the device's own programs are built for its storage (-DSD_ACT_HALF=1 with activations_fp16);
+// a kernel requested inside a gpu::Device::StorageScope of the other storage comes from a second program set, built
+// the same way with the other -DSD_ACT_HALF (a partition's float storage islands). Both sets share the context.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -95,26 +100,40 @@ class OpenClDevice final : public gpu::Device {
 
  private:
   OpenClDevice() = default;
-  // The caller holds mu_. Builds `units` and every wanted unit not built yet, one program per unit.
-  Status BuildUnitsLocked(std::set<int> units) const;
+  // The programs of one activation storage (header comment): the build options, the process's state for them and
+  // what this device has built or taken from it.
+  struct ProgramSet {
+    std::string build_options;
+    std::shared_ptr<SharedPrograms> shared;  // null until a kernel of this storage is first requested
+    cl_program whole = nullptr;              // the whole library, once built (owned by shared)
+    std::map<int, cl_program> unit_program;  // built unit -> its program (owned by shared)
+    std::set<int> wanted_units;              // requested outside SpeculativeKernels scopes, not built yet
+    const KernelLibrary& library() const { return shared->library(); }
+    // The library is parsed: build per unit; else the whole library is the only program.
+    bool split() const { return shared->split(); }
+  };
+  // The caller holds mu_. The set of the storage act_half() says now, its state acquired at its first request.
+  Status CurrentSetLocked(ProgramSet** out) const;
+  ProgramSet& own_set() const { return sets_[default_act_half() ? 1 : 0]; }
+  // The caller holds mu_. Builds `units` and every wanted unit of `ps` not built yet, one program per unit.
+  Status BuildUnitsLocked(ProgramSet& ps, std::set<int> units) const;
   // Compiles the units `list` claimed from the shared state (BuildUnitsLocked) and publishes them; `whole`: the
   // split failed and the whole library was built instead.
-  Status CompileClaimedLocked(const std::vector<int>& list, int taken, bool* whole) const;
+  Status CompileClaimedLocked(ProgramSet& ps, const std::vector<int>& list, int taken, bool* whole) const;
   // The caller holds mu_. The whole library as one program (also the fallback when a unit fails).
-  Status BuildWholeLibraryLocked() const;
+  Status BuildWholeLibraryLocked(ProgramSet& ps) const;
   // One program (thread-safe: touches no device state).
-  Status BuildOne(const std::string& source, const std::string& what, ProgramResult* out) const;
+  Status BuildOne(const std::string& source, const std::string& options, const std::string& what,
+                  ProgramResult* out) const;
   Status CreateClKernelLocked(const std::string& name, cl_program program, ClKernelHandle* out) const;
-  cl_context context() const { return shared_->context(); }
+  cl_context context() const { return own_set().shared->context(); }
   cl_command_queue queue() const { return queue_.get(); }
-  const KernelLibrary& library() const { return shared_->library(); }
-  // The library is parsed: build per unit; else the whole library is the only program.
-  bool split() const { return shared_->split(); }
   // Creates the cl_kernel of every requested kernel whose unit this device now has a program for.
   Status CreateBuiltKernelsLocked() const;
 
-  // Declared first, so destroyed last: the queue and kernels below go before the programs and context it holds.
-  std::shared_ptr<SharedPrograms> shared_;
+  // Declared first, so destroyed last: the queue and kernels below go before the programs and context they hold.
+  // By storage: [0] float (SD_ACT_HALF 0), [1] half.
+  mutable std::array<ProgramSet, 2> sets_;
   OpenClDeviceOptions options_;
   const ClApi* api_ = nullptr;
   cl_platform_id platform_ = nullptr;
@@ -122,7 +141,9 @@ class OpenClDevice final : public gpu::Device {
   std::string device_name_;
   std::string device_key_;
   bool nvidia_ = false;  // NVIDIA's platform (the program is built with SDGPU_NV_PTX)
-  std::string build_options_;  // kBuildOptions, plus -DSDGPU_NV_PTX=1 on NVIDIA's platform (and -DSDGPU_NV_SM90=1 on sm_90+)
+  // kBuildOptions, plus -DSDGPU_NV_PTX=1 on NVIDIA's platform (and -DSDGPU_NV_SM90=1 on sm_90+); each ProgramSet
+  // adds its storage's -DSD_ACT_HALF
+  std::string base_options_;
   bool cpu_device_ = false;    // CL_DEVICE_TYPE_CPU (PoCL): program binaries not stored by default (program_builder.h)
   size_t max_wg_ = 0;
   int compute_units_ = 0;
@@ -139,10 +160,8 @@ class OpenClDevice final : public gpu::Device {
   mutable std::atomic<int> programs_built_{0};
   mutable std::atomic<int> programs_shared_{0};
   bool context_shared_ = false;  // Create joined a state another device of the process had made
-  mutable cl_program whole_ = nullptr;          // the whole library, once built (owned by shared_)
-  mutable std::map<int, cl_program> unit_program_;  // built unit -> its program (owned by shared_)
-  mutable std::set<int> wanted_units_;          // requested outside SpeculativeKernels scopes, not built yet
-  mutable std::map<std::string, std::unique_ptr<gpu::Kernel>> kernels_;
+  // by (storage, name)
+  mutable std::map<std::pair<bool, std::string>, std::unique_ptr<gpu::Kernel>> kernels_;
 };
 
 // The concatenated OpenCL C sources (generated from the *.cl files at build time).

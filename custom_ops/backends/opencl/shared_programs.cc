@@ -11,6 +11,9 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::map<std::pair<cl_device_id, std::string>, std::weak_ptr<SharedPrograms>> states;
+  // One context per device, whatever the build options: a delegate whose partition keeps some steps in the other
+  // activation storage launches programs of two states on one queue, with buffers of one context.
+  std::map<cl_device_id, std::weak_ptr<ClContextHandle>> contexts;
 };
 
 Registry& TheRegistry() {
@@ -42,10 +45,17 @@ Status SharedPrograms::Acquire(const ClApi* api, cl_device_id device, const std:
   std::shared_ptr<SharedPrograms> s(new SharedPrograms());
   s->api_ = api;
   s->build_options_ = build_options;
-  cl_int err = CL_SUCCESS;
-  cl_context ctx = api->clCreateContext(nullptr, 1, &device, nullptr, nullptr, &err);
-  SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));
-  s->context_ = ClContextHandle(api, ctx);
+  for (auto it = reg.contexts.begin(); it != reg.contexts.end();) {
+    it = it->second.expired() ? reg.contexts.erase(it) : std::next(it);
+  }
+  if (auto it = reg.contexts.find(device); it != reg.contexts.end()) s->context_ = it->second.lock();
+  if (s->context_ == nullptr) {
+    cl_int err = CL_SUCCESS;
+    cl_context ctx = api->clCreateContext(nullptr, 1, &device, nullptr, nullptr, &err);
+    SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));
+    s->context_ = std::make_shared<ClContextHandle>(api, ctx);
+    reg.contexts[device] = s->context_;
+  }
   if (Status p = KernelLibrary::Parse(KernelSource(), DefinesOf(build_options), &s->library_); p.ok()) {
     s->split_ = true;
   } else {

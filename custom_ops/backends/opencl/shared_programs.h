@@ -52,7 +52,8 @@ class SharedPrograms {
   SharedPrograms(const SharedPrograms&) = delete;
   SharedPrograms& operator=(const SharedPrograms&) = delete;
 
-  cl_context context() const { return context_.get(); }
+  // The device's context: one per device in the process, shared by the states of every build option set.
+  cl_context context() const { return context_->get(); }
   const std::string& build_options() const { return build_options_; }
   // The parsed library (read-only once created, so no lock); meaningful only when split().
   const KernelLibrary& library() const { return library_; }
@@ -86,8 +87,9 @@ class SharedPrograms {
 
   const ClApi* api_ = nullptr;
   std::string build_options_;
-  // Declared before the programs: members are destroyed in reverse order, so the programs go before their context.
-  ClContextHandle context_;
+  // Declared before the programs: members are destroyed in reverse order, so the programs go before their context
+  // (released with the last state of the device).
+  std::shared_ptr<ClContextHandle> context_;
   KernelLibrary library_;
   bool split_ = false;
   mutable std::mutex mu_;  // guards the members below; never held while compiling
