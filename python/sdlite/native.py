@@ -86,8 +86,9 @@ class DelegateOptions:
     (half the weight memory; fp32 arithmetic, ~1e-3 relative error).
     ``activations_fp16`` (GPU backends): store the partition's float tensors (activations, the constants ops read
     like them, the Winograd transforms' intermediates) as half on the device: half the arena's bytes and memory
-    traffic; fp32 arithmetic; inputs and outputs stay float32 (converted at the partition's edge). A node whose
-    kernels keep float32 storage runs on the CPU while it is on.
+    traffic; fp32 arithmetic; inputs and outputs stay float32 (converted at the partition's edge). The coarsest
+    level of an image model keeps float32 storage (float storage islands). A node whose kernels keep float32
+    storage runs on the CPU while it is on.
     ``release_weight_pages`` (GPU backends; unset = the delegate's default, on): give back the pages of the model
     file LiteRT mapped once the device holds what was made from them (stats ``host_pages_released_bytes``).
     ``gemm_autotune`` (GPU backends; unset = the delegate's default, on): time the GEMM/conv tile configs of
