@@ -707,6 +707,9 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
       // does a constant that a float32-storage step reads (the partition's inputs are converted on the device)
       const bool default_half = tensor->type == abi::kTfLiteFloat32 && dev.default_act_half();
       const bool as_float32 = default_half && (float32_reads.count(t) > 0 || (!step.half && IsConstant(tensor)));
+      // a constant in activation storage: a step of the other storage reading it through a view reads a converted
+      // copy (PlanConversions), as it would a computed tensor's
+      if (!as_float32 && IsConstant(tensor) && tensor->type == abi::kTfLiteFloat32) float_roots_.insert(t);
       if (as_float32 ? constants_f32_.count(t) > 0 : constants_.count(t) + externals_.count(t) > 0) continue;
       if (as_float32 && !IsConstant(tensor)) {
         return Status::Error("node " + std::to_string(step.node_index) + " (" + step.name +
