@@ -2,11 +2,11 @@
 // activations as half (activations_fp16).
 //
 // Why: half keeps 11 significant bits, and an image model's error grows with every tensor stored between its input
-// and its output. The early, coarse part of a pyramid model dominates: in SD's VAE decoder the latent-resolution level
-// (the mid block and the first up block, ~5% of the decoder's elements) carries as much of the final error as the
-// other 95%, because everything after it amplifies it. A float64 simulation of the tiny decoder with every stored
-// tensor rounded to half gave 2.3-4.9e-3 (max error / max value, 32 latents and weight seeds); with that level kept
-// float32, 1.4-2.7e-3. Its bytes are few: in SD1.5's decoder the level is 64 x 64 x 512 against 512 x 512 x 128.
+// and its output. The early, coarse part of a pyramid model weighs most, because everything after it amplifies its
+// rounding: in a float64 simulation of the tiny VAE decoder with every stored tensor rounded to half, the error was
+// 2.3-4.9e-3 (max error / max value, 32 latents and weight seeds); with the latent-resolution level (the mid block and
+// the first up block, ~5% of the decoder's elements) kept float32, 1.4-2.7e-3. Its bytes are few: in SD1.5's decoder
+// the level is 64 x 64 x 512 against 512 x 512 x 128, and the arena's peak is at the finer levels.
 //
 // The rule, from shapes only:
 //   * the coarsest level is the smallest H x W among the outputs of the partition's convolutions (CONV_2D,

@@ -51,8 +51,18 @@ def test_the_state_options_follow_the_activation_storage() -> None:
     try:
         # the program (and so the shared state) depends on the storage; a profile path would be written by the hold
         assert early.options == {"backend": "opencl", "log_level": "silent", "activations_fp16": "1"}
+        # and with half storage the float-storage state is held too (the models' float storage islands use it)
+        assert early._thread is not None
+        early._thread.join(timeout=120)
+        assert len(early._delegates) == 2 and early.made_s is not None
     finally:
         early.close()
+    assert early._delegates == []
+    plain = EarlyDevice.start("opencl", {})
+    assert plain is not None and plain._thread is not None
+    plain._thread.join(timeout=120)
+    assert len(plain._delegates) == 1
+    plain.close()
 
 
 def test_the_command_line_is_parsed_before_numpy_is_imported(tiny_export: Path) -> None:
@@ -79,7 +89,7 @@ def test_an_abandoned_device_is_released_when_made(capfd: pytest.CaptureFixture[
     assert thread is not None
     thread.join(timeout=120)
     assert not thread.is_alive()
-    assert early._delegate is None  # released by the thread (or never made)
+    assert early._delegates == []  # released by the thread (or never made)
     early.close()  # still safe afterwards
     assert capfd.readouterr().err == ""
 
