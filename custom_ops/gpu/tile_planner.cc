@@ -382,7 +382,9 @@ Status PlanLnTiles(const Device& dev, int M, int N, int K, int batch, bool gated
 }
 
 bool TensorCoresWanted(const Device& dev) {
-  if (dev.act_half()) return false;  // the tensor-core kernels (backends/opencl/nvidia/) keep float32 storage
+  // The tensor-core kernels (backends/opencl/nvidia/) keep float32 storage, and under half storage they stay off for
+  // the whole delegate, float storage islands included: the NVIDIA-only code stays out of the phone preset.
+  if (dev.default_act_half()) return false;
   const GemmTiles* forced = ForcedTiles(dev);
   if (forced != nullptr) return forced->tc;
   if (dev.overrides().tensor_cores_3xtf32) return true;

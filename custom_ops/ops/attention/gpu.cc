@@ -199,8 +199,10 @@ Status MakeSdAttention(const Device& dev, const AttentionAttrs& attrs, const Dim
   const auto blocks_of = [&](size_t bq) {
     return static_cast<size_t>(u->n_) * attrs.heads * ((static_cast<size_t>(u->sq_) + bq - 1) / bq);
   };
-  // (the vendor kernels, inline PTX and tensor cores, keep float32 storage: none with activations_fp16)
-  const std::vector<AttnTiling> vendor = dev.act_half() ? std::vector<AttnTiling>{} : dev.vendor_attention_tilings();
+  // (the vendor kernels, inline PTX and tensor cores, keep float32 storage: none with activations_fp16, in its float
+  // storage islands either)
+  const std::vector<AttnTiling> vendor =
+      dev.default_act_half() ? std::vector<AttnTiling>{} : dev.vendor_attention_tilings();
   const std::vector<const AttnTiling*> table = AttnTilingTable(vendor);
   // a tensor-core tiling runs flash without a causal mask, with its tensor_cores option or when attention_tiling
   // forces it

@@ -317,8 +317,8 @@ Status MakeWinogradConv(const Device& dev, const NodeDesc& node, std::unique_ptr
     s.scb = band * g.co;
     s.scm = g.co;
     s.float_ac = true;  // V and M (header comment)
-    // no tensor cores under act_half, as for every GEMM (backends/opencl/nvidia is not built for half storage)
-    tc = !dev.act_half() && TensorCoreGemm(dev, s, half_u);
+    // no tensor cores under half storage, as for every GEMM (backends/opencl/nvidia is not built for it)
+    tc = !dev.default_act_half() && TensorCoreGemm(dev, s, half_u);
     ok = PlanTiles(dev, false, s.M, s.N, s.K, s.batch, &u->plan_, tc).ok();
     if (ok) UseSkinny4(dev, s.M, s.N, s.K, s.batch, &u->plan_, fusion ? kMaxSkinnySplits : 1);
     // V, M and the plan's split-K partials are one scratch region, so one device buffer (OpenCL: at most
