@@ -219,7 +219,6 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
   const std::vector<int> node_list = abi::IntArrayToVector(params->nodes_to_replace);
   std::vector<bool> node_half;
   SDGPU_RETURN_IF_ERROR(ChooseStorage(context, node_list, &node_half, &island_pixels_));
-  island_steps_ = 0;
   for (size_t ni = 0; ni < node_list.size(); ++ni) {
     const int node_index = node_list[ni];
     abi::TfLiteNode* node = nullptr;
@@ -237,7 +236,6 @@ Status GpuPartition::Init(abi::TfLiteContext* context, const abi::TfLiteDelegate
     SDGPU_RETURN_IF_ERROR(ViewStepNode(context, s, &view));
     s.name = view.desc.name;
     s.half = node_half[ni];
-    island_steps_ += device().default_act_half() && !s.half ? 1 : 0;
     view.desc.act_half = s.half;
     // the op, its kernels and the sizes below in the step's storage
     const Device::StorageScope storage(device(), s.half);
@@ -756,6 +754,9 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
     }
   }
   delegate_->stats().RecordPrepare(max_scratch, planner_.arena_bytes(), banks);
+  const auto island_steps = dev.default_act_half() ? std::count_if(steps_.begin(), steps_.end(),
+                                                                   [](const Step& st) { return !st.half; })
+                                                   : 0;
   delegate_->logger().Info(std::string(dev.backend_name()) + ": partition of " + std::to_string(steps_.size()) +
                            " node(s): arena " + std::to_string(planner_.arena_bytes()) + " bytes" +
                            (banks > 1 ? " in " + std::to_string(banks) + " buffers" : std::string()) + " for " +
@@ -763,7 +764,7 @@ Status GpuPartition::Prepare(abi::TfLiteContext* context, abi::TfLiteNode* node)
                            std::to_string(num_aliased) + " zero-copy view(s), " +
                            std::to_string(constants_.size()) + " constant buffer(s), " +
                            std::to_string(externals_.size()) + " input/output buffer(s)" +
-                           (island_steps_ > 0 ? "; float32 storage for " + std::to_string(island_steps_) +
+                           (island_steps > 0 ? "; float32 storage for " + std::to_string(island_steps) +
                                                     " node(s) of the coarsest level (" +
                                                     std::to_string(island_pixels_) + " pixels), " +
                                                     std::to_string(conversions_.size()) + " conversion(s)"
@@ -880,8 +881,11 @@ Status GpuPartition::LaunchConversion(const Conversion& c, Timings* timings) con
   return dev.Launch(*to_float_, a, {static_cast<size_t>(n), 1, 1}, {kConvertWg, 1, 1}, timings);
 }
 
-Status GpuPartition::ReadRef(const Step& step, int tensor, size_t root_bytes, TensorRef* out) const {
-  if (!step.half && device().default_act_half()) {  // a constant a float32-storage step reads
+Status GpuPartition::ReadRef(const Step& step, int tensor, size_t root_bytes, bool float32_read,
+                             TensorRef* out) const {
+  // A constant's float32 copy (half activation storage): the buffer a float32 parameter or a float32-storage step
+  // reads (for a float32 parameter it may be the constant's only buffer).
+  if (float32_read || (!step.half && device().default_act_half())) {
     if (auto c = constants_f32_.find(tensor); c != constants_f32_.end()) {
       *out = TensorRef{c->second.get(), root_bytes, 4};
       return Status::Ok();
@@ -1111,23 +1115,17 @@ Status GpuPartition::Invoke(abi::TfLiteContext* context) {
     std::vector<TensorRef> in(step.inputs.size());
     const std::vector<int>& f32 = step.op->float32_inputs();
     for (int k : step.op->device_inputs()) {
-      // a float32 copy (half activation storage) is the only buffer of a constant no other op reads as half
-      auto c = std::find(f32.begin(), f32.end(), k) != f32.end() ? constants_f32_.find(step.inputs[k])
-                                                                 : constants_f32_.end();
-      if (c != constants_f32_.end()) {
-        in[k] = TensorRef{c->second.get(), 0};
-      } else {
-        SDGPU_RETURN_IF_ERROR(ReadRef(step, step.inputs[k], 0, &in[k]));
-      }
+      const bool float32_read = std::find(f32.begin(), f32.end(), k) != f32.end();
+      SDGPU_RETURN_IF_ERROR(ReadRef(step, step.inputs[k], 0, float32_read, &in[k]));
     }
     if (step.residual >= 0) {
       TensorRef r;
-      SDGPU_RETURN_IF_ERROR(ReadRef(step, step.residual, step.residual_offset, &r));
+      SDGPU_RETURN_IF_ERROR(ReadRef(step, step.residual, step.residual_offset, false, &r));
       step.op->set_residual_input(r);
     }
     if (step.norm_input >= 0) {
       TensorRef x;
-      SDGPU_RETURN_IF_ERROR(ReadRef(step, step.norm_input, 0, &x));
+      SDGPU_RETURN_IF_ERROR(ReadRef(step, step.norm_input, 0, false, &x));
       step.op->set_norm_input(x);
     }
     if (step.stats_request >= 0) {

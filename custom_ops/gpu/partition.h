@@ -297,9 +297,10 @@ class GpuPartition {
   Status LaunchConversion(const Conversion& c, Timings* timings) const;
   static constexpr size_t kConvertWg = 64;
   // Ref for a step's read of `tensor`: its converted copy where the step's storage differs from the tensor's, the
-  // float32 copy of a constant for a float32-storage step under half storage; `root_bytes`: bytes past the tensor's
-  // start, in its own storage (a strided residual's first column).
-  Status ReadRef(const Step& step, int tensor, size_t root_bytes, TensorRef* out) const;
+  // float32 copy of a constant for a float32 parameter (`float32_read`: one of the op's float32_inputs) or a
+  // float32-storage step under half storage; `root_bytes`: bytes past the tensor's start, in its own storage (a
+  // strided residual's first column).
+  Status ReadRef(const Step& step, int tensor, size_t root_bytes, bool float32_read, TensorRef* out) const;
   // Whether the root tensor `t` is stored as half (float tensors of the partition; false for every other).
   bool StoredHalf(int root) const;
   // The tensors a step's launches read: its op's device inputs, its residual and its norm input.
@@ -349,7 +350,6 @@ class GpuPartition {
   const Kernel* to_float_ = nullptr;  // dequant_f16 of the float-storage programs
   const Kernel* to_half_ = nullptr;   // pack_half
   int64_t island_pixels_ = 0;         // the coarsest level's H x W (0: no island)
-  int island_steps_ = 0;
   mutable std::vector<uint16_t> edge_staging_;  // UploadTensor / DownloadTensor's half values
   std::map<int, std::unique_ptr<Buffer>> externals_;            // partition inputs/outputs
   std::vector<int> inputs_to_upload_;

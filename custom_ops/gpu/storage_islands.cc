@@ -3,16 +3,12 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "ops/tensor_info.h"
+
 namespace sdgpu::gpu {
 namespace {
 
-bool IsMap(const std::vector<int64_t>& d) { return d.size() == 4 && d[1] * d[2] > 1; }
-
-int64_t Elements(const std::vector<int64_t>& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
+bool IsMap(const Dims& d) { return d.size() == 4 && d[1] * d[2] > 1; }
 
 }  // namespace
 
@@ -35,11 +31,10 @@ Islands FloatIslands(const std::vector<IslandNode>& nodes, bool default_half) {
     out.level_pixels = 0;
     return out;
   }
+  auto level_map = [h, w](const Dims& d) { return d.size() == 4 && d[1] == h && d[2] == w; };
   int64_t largest = 0;  // elements of the level's largest map
   for (const IslandNode& n : nodes) {
-    if (n.float_output && n.out_dims.size() == 4 && n.out_dims[1] == h && n.out_dims[2] == w) {
-      largest = std::max(largest, Elements(n.out_dims));
-    }
+    if (n.float_output && level_map(n.out_dims)) largest = std::max(largest, NumElements(n.out_dims));
   }
   std::unordered_map<int, bool> island;  // tensor -> written by a float32-storage node
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -48,9 +43,9 @@ Islands FloatIslands(const std::vector<IslandNode>& nodes, bool default_half) {
     if (n.view) {
       f = !n.inputs.empty() && n.inputs[0] >= 0 && island[n.inputs[0]];
     } else if (n.float_output) {
-      if (n.out_dims.size() == 4 && n.out_dims[1] == h && n.out_dims[2] == w) {
+      if (level_map(n.out_dims)) {
         f = true;
-      } else if (n.out_dims.size() < 4 || Elements(n.out_dims) <= largest) {
+      } else if (n.out_dims.size() < 4 || NumElements(n.out_dims) <= largest) {
         for (int t : n.inputs) f = f || (t >= 0 && island[t]);
       }
     }

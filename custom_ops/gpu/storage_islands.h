@@ -26,8 +26,9 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
+
+#include "ops/tensor_info.h"
 
 namespace sdgpu::gpu {
 
@@ -39,7 +40,7 @@ struct IslandNode {
   std::vector<int> inputs;
   int output = -1;
   bool float_output = false;
-  std::vector<int64_t> out_dims;
+  Dims out_dims;
 };
 
 struct Islands {

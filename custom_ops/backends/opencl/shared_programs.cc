@@ -45,16 +45,14 @@ Status SharedPrograms::Acquire(const ClApi* api, cl_device_id device, const std:
   std::shared_ptr<SharedPrograms> s(new SharedPrograms());
   s->api_ = api;
   s->build_options_ = build_options;
-  for (auto it = reg.contexts.begin(); it != reg.contexts.end();) {
-    it = it->second.expired() ? reg.contexts.erase(it) : std::next(it);
-  }
-  if (auto it = reg.contexts.find(device); it != reg.contexts.end()) s->context_ = it->second.lock();
+  std::weak_ptr<ClContextHandle>& device_context = reg.contexts[device];  // (one entry per device: never pruned)
+  s->context_ = device_context.lock();
   if (s->context_ == nullptr) {
     cl_int err = CL_SUCCESS;
     cl_context ctx = api->clCreateContext(nullptr, 1, &device, nullptr, nullptr, &err);
     SDGPU_RETURN_IF_ERROR(ClCheck(err, "clCreateContext"));
     s->context_ = std::make_shared<ClContextHandle>(api, ctx);
-    reg.contexts[device] = s->context_;
+    device_context = s->context_;
   }
   if (Status p = KernelLibrary::Parse(KernelSource(), DefinesOf(build_options), &s->library_); p.ok()) {
     s->split_ = true;
